@@ -1,0 +1,55 @@
+# skein: two commands set everything up on a fresh machine.
+#   make demo   build, scaffold a demo project, run a task offline on the embedded mesh
+#   make test   install what the tests need, then run every module's tests with -race
+#
+# Each area keeps its own setup in mk/<area>.mk and hooks it into `setup` by adding a
+# prerequisite line (`setup: my-setup`); everything installed lands under $(TOOLS).
+
+SHELL := /bin/bash
+ROOT  := $(CURDIR)
+TOOLS := $(ROOT)/.tools
+BIN   := $(ROOT)/bin
+GO    ?= go
+PY    ?= python3
+VENV  := $(TOOLS)/venv
+VPY   := $(VENV)/bin/python
+NODE_PREFIX := $(TOOLS)/node
+MODULES := pkg gateway planner executor toolhost memoryd miner e2e
+GOTEST_FLAGS ?= -race -count=1 -timeout 20m
+
+export SKEIN_REPO_ROOT := $(ROOT)
+export SKEIN_TOOLS_DIR := $(TOOLS)
+
+.PHONY: all build setup test vet fmt demo clean venv node-prefix
+
+all: build
+
+$(VENV)/.ok:
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	touch $@
+
+venv: $(VENV)/.ok
+
+node-prefix:
+	mkdir -p $(NODE_PREFIX)
+	test -f $(NODE_PREFIX)/package.json || echo '{"name":"skein-dev-tools","private":true}' > $(NODE_PREFIX)/package.json
+
+include $(sort $(wildcard mk/*.mk))
+
+setup: build
+
+vet:
+	for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+
+fmt:
+	gofmt -l -w $(MODULES)
+
+test: setup vet
+	@set -o pipefail; for m in $(MODULES); do \
+		echo "== go test $$m"; \
+		(cd $$m && $(GO) test $(GOTEST_FLAGS) ./...) || exit 1; \
+	done
+
+clean:
+	rm -rf $(BIN) .skein

@@ -1,0 +1,7 @@
+module github.com/skein-mesh/skein/gateway
+
+go 1.26.8
+
+require github.com/skein-mesh/skein/pkg v0.0.0
+
+replace github.com/skein-mesh/skein/pkg => ../pkg

@@ -1,0 +1,8 @@
+# Binaries of every role plus the skein CLI.
+ROLES := gateway planner executor toolhost memoryd miner
+
+.PHONY: build
+build:
+	mkdir -p $(BIN)
+	for r in $(ROLES); do (cd $$r && $(GO) build -o $(BIN)/$$r ./cmd/$$r) || exit 1; done
+	cd gateway && $(GO) build -o $(BIN)/skein ./cmd/skein

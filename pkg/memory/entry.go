@@ -1,0 +1,115 @@
+// Package memory is the guideline model shared by memoryd, the miner and the CLI: the Entry
+// type, the Store interface every backend implements, and deterministic entry ids.
+package memory
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// Status of an entry.
+type Status string
+
+const (
+	StatusActive     Status = "active"
+	StatusSuperseded Status = "superseded"
+	StatusRetired    Status = "retired"
+)
+
+// Source of an entry.
+const (
+	SourceMiner    = "miner"
+	SourceSubagent = "subagent"
+	SourceHuman    = "human"
+)
+
+// Entry is one guideline.
+type Entry struct {
+	ID           string            `msgpack:"id" json:"id"`
+	Agent        string            `msgpack:"agent" json:"agent"`
+	Text         string            `msgpack:"text" json:"text"`
+	Polarity     protocol.Polarity `msgpack:"polarity" json:"polarity"`
+	Tier         protocol.Tier     `msgpack:"tier" json:"tier"`
+	Tools        []string          `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	Sessions     []string          `msgpack:"sessions" json:"sessions"` // distinct sessions
+	Hits         int               `msgpack:"hits" json:"hits"`
+	Helpful      int               `msgpack:"helpful" json:"helpful"`
+	Harmful      int               `msgpack:"harmful" json:"harmful"`
+	Model        string            `msgpack:"model" json:"model"` // embedding model id
+	Embedding    []float32         `msgpack:"embedding,omitempty" json:"embedding,omitempty"`
+	Source       string            `msgpack:"source" json:"source"`
+	Status       Status            `msgpack:"status" json:"status"`
+	SupersededBy string            `msgpack:"superseded_by,omitempty" json:"superseded_by,omitempty"`
+	// Mined records (session, candidate key) pairs already counted, so re-mining is idempotent.
+	Mined    []string  `msgpack:"mined,omitempty" json:"mined,omitempty"`
+	Created  time.Time `msgpack:"created" json:"created"`
+	Updated  time.Time `msgpack:"updated" json:"updated"`
+	LastUsed time.Time `msgpack:"last_used,omitempty" json:"last_used,omitempty"`
+	Revision uint64    `msgpack:"-" json:"-"` // store revision for compare-and-set
+}
+
+// Normalize folds text for id hashing: lower case, single spaces, no trailing punctuation.
+func Normalize(text string) string {
+	f := strings.Fields(strings.ToLower(text))
+	s := strings.Join(f, " ")
+	return strings.TrimRightFunc(s, func(r rune) bool { return unicode.IsPunct(r) || unicode.IsSpace(r) })
+}
+
+// EntryID is the deterministic id of a guideline: a hash of agent, polarity and normalized text.
+func EntryID(agent string, p protocol.Polarity, text string) string {
+	h := sha256.Sum256([]byte(agent + "\x00" + string(p) + "\x00" + Normalize(text)))
+	return hex.EncodeToString(h[:12])
+}
+
+// Filter narrows a search or listing. Empty fields match everything.
+type Filter struct {
+	Agent    string
+	Tier     protocol.Tier
+	Polarity protocol.Polarity
+	Tools    []string // match entries tagged with any of these
+	Status   Status   // "" means active only; use StatusAny for all
+}
+
+// StatusAny in a Filter matches every status.
+const StatusAny Status = "*"
+
+// Hit is a search result.
+type Hit struct {
+	Entry Entry
+	Score float64 // cosine similarity
+}
+
+// ErrNotFound is returned for a missing entry.
+var ErrNotFound = errors.New("memory entry not found")
+
+// ErrConflict is returned when a compare-and-set write lost to a concurrent writer.
+var ErrConflict = errors.New("memory entry changed concurrently")
+
+// ErrModelMismatch is returned when a store holds vectors from a different embedding model.
+var ErrModelMismatch = errors.New("memory store was written by a different embedding model")
+
+// Store holds entries and searches them by vector. Every implementation passes the shared
+// contract suite in package storetest.
+type Store interface {
+	// Get returns one entry with its current revision.
+	Get(ctx context.Context, id string) (Entry, error)
+	// Put writes an entry. With e.Revision == 0 it must not exist yet; otherwise the write succeeds
+	// only if the stored revision still equals e.Revision (ErrConflict if not).
+	Put(ctx context.Context, e Entry) (Entry, error)
+	// Delete removes an entry for good (eviction); supersession is a status change instead.
+	Delete(ctx context.Context, id string) error
+	// Search returns the k entries most similar to vec that pass the filter, best first.
+	Search(ctx context.Context, vec []float32, k int, f Filter) ([]Hit, error)
+	// List returns every entry that passes the filter.
+	List(ctx context.Context, f Filter) ([]Entry, error)
+	// Model is the embedding model id the store was created with.
+	Model() string
+	Close() error
+}

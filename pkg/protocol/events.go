@@ -1,0 +1,74 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// EventType names a trace event.
+type EventType string
+
+const (
+	EvSessionStarted EventType = "session_started"
+	EvPlan           EventType = "plan"
+	EvStepStarted    EventType = "step_started"
+	EvRetrieval      EventType = "retrieval"
+	EvModelCall      EventType = "model_call"
+	EvThought        EventType = "thought"
+	EvToolCall       EventType = "tool_call"
+	EvCompaction     EventType = "compaction"
+	EvDecision       EventType = "decision"
+	EvStepFinished   EventType = "step_finished"
+	EvFinal          EventType = "final"
+	EvIncomplete     EventType = "incomplete"
+	EvFailed         EventType = "failed"
+	EvUsage          EventType = "usage" // always the last event of a session
+)
+
+// Terminal reports whether t ends the work of a session (the usage event follows it).
+func (t EventType) Terminal() bool { return t == EvFinal || t == EvIncomplete || t == EvFailed }
+
+// Event is one trace event on Names.Trace(session). One flat type keeps the JSONL mirror and
+// every reader simple; each event type fills the fields it needs.
+type Event struct {
+	Header
+	SessionID string    `msgpack:"session_id" json:"session_id"`
+	Type      EventType `msgpack:"type" json:"type"`
+	Time      time.Time `msgpack:"time" json:"time"`
+	Agent     string    `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	StepID    string    `msgpack:"step_id,omitempty" json:"step_id,omitempty"`
+	Role      string    `msgpack:"role,omitempty" json:"role,omitempty"`
+	Source    string    `msgpack:"source,omitempty" json:"source,omitempty"` // process that wrote it
+
+	Task    string     `msgpack:"task,omitempty" json:"task,omitempty"`
+	Plan    []PlanStep `msgpack:"plan,omitempty" json:"plan,omitempty"`
+	Turn    int        `msgpack:"turn,omitempty" json:"turn,omitempty"`
+	Text    string     `msgpack:"text,omitempty" json:"text,omitempty"`
+	Outcome Outcome    `msgpack:"outcome,omitempty" json:"outcome,omitempty"`
+	Reason  string     `msgpack:"reason,omitempty" json:"reason,omitempty"`
+
+	// Model calls.
+	Model      string `msgpack:"model,omitempty" json:"model,omitempty"`
+	Provider   string `msgpack:"provider,omitempty" json:"provider,omitempty"`
+	StopReason string `msgpack:"stop_reason,omitempty" json:"stop_reason,omitempty"`
+	Usage      *Usage `msgpack:"usage,omitempty" json:"usage,omitempty"`
+	LatencyMS  int64  `msgpack:"latency_ms,omitempty" json:"latency_ms,omitempty"`
+
+	// Tool calls. Result is always the raw normalized JSON result, whatever format the model saw.
+	Tool   string          `msgpack:"tool,omitempty" json:"tool,omitempty"`
+	CallID string          `msgpack:"call_id,omitempty" json:"call_id,omitempty"`
+	Args   json.RawMessage `msgpack:"args,omitempty" json:"args,omitempty"`
+	Result *ToolResult     `msgpack:"result,omitempty" json:"result,omitempty"`
+
+	// Retrieval: the guidelines injected and their entry ids.
+	Guidelines []Guideline `msgpack:"guidelines,omitempty" json:"guidelines,omitempty"`
+
+	// Compaction: tokens saved.
+	TokensSaved int64 `msgpack:"tokens_saved,omitempty" json:"tokens_saved,omitempty"`
+
+	// The usage event.
+	Report *UsageReport `msgpack:"report,omitempty" json:"report,omitempty"`
+
+	// Attrs carries small extra facts (decision names, counts) without a schema change.
+	Attrs map[string]string `msgpack:"attrs,omitempty" json:"attrs,omitempty"`
+}

@@ -1,0 +1,346 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Outcome is how a step or a session ended.
+type Outcome string
+
+const (
+	OutcomeSuccess             Outcome = "success"
+	OutcomeSuccessWithRecovery Outcome = "success_with_recovery"
+	OutcomeIncomplete          Outcome = "incomplete"
+	OutcomeIncompleteToolFail  Outcome = "incomplete_with_tool_failure"
+	OutcomeFailed              Outcome = "failed"
+	OutcomeBudgetExceeded      Outcome = "budget_exceeded"
+	OutcomeCancelled           Outcome = "cancelled"
+)
+
+// Succeeded reports whether the outcome counts as success (the CLI exits 0 only then).
+func (o Outcome) Succeeded() bool {
+	return o == OutcomeSuccess || o == OutcomeSuccessWithRecovery
+}
+
+// Valid reports whether o is one of the known outcomes.
+func (o Outcome) Valid() bool {
+	switch o {
+	case OutcomeSuccess, OutcomeSuccessWithRecovery, OutcomeIncomplete, OutcomeIncompleteToolFail,
+		OutcomeFailed, OutcomeBudgetExceeded, OutcomeCancelled:
+		return true
+	}
+	return false
+}
+
+// SessionStatus is the state machine kept in the sessions KV.
+type SessionStatus string
+
+const (
+	StatusQueued   SessionStatus = "queued"
+	StatusPlanning SessionStatus = "planning"
+	StatusRunning  SessionStatus = "running"
+	StatusDone     SessionStatus = "done"
+)
+
+// Role names whose tokens are accounted separately.
+const (
+	RolePlanner  = "planner"
+	RoleExecutor = "executor"
+	RoleMiner    = "miner"
+	RoleSubagent = "subagent"
+	RoleMemory   = "memory"
+)
+
+// Limits that keep messages small; larger payloads go to the object store as references.
+const (
+	MaxTaskBytes    = 64 << 10
+	MaxInlineResult = 256 << 10
+)
+
+// SubmitRequest asks the gateway to start a session.
+type SubmitRequest struct {
+	Header
+	SessionID string `msgpack:"session_id,omitempty" json:"session_id,omitempty"`
+	Agent     string `msgpack:"agent" json:"agent"`
+	Task      string `msgpack:"task" json:"task"`
+	Caller    string `msgpack:"caller,omitempty" json:"caller,omitempty"`
+	// Parent and Depth link a sub-agent session to the session whose tool call started it, so
+	// agent-as-tool chains can be bounded.
+	Parent string `msgpack:"parent,omitempty" json:"parent,omitempty"`
+	Depth  int    `msgpack:"depth,omitempty" json:"depth,omitempty"`
+}
+
+// SubmitReply answers a SubmitRequest.
+type SubmitReply struct {
+	Header
+	SessionID string `msgpack:"session_id" json:"session_id"`
+	Duplicate bool   `msgpack:"duplicate,omitempty" json:"duplicate,omitempty"`
+	Error     string `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// CancelRequest asks the gateway to cancel a session.
+type CancelRequest struct {
+	Header
+	SessionID string `msgpack:"session_id" json:"session_id"`
+	Reason    string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+}
+
+// Task is what the gateway publishes to TASKS for a planner.
+type Task struct {
+	Header
+	SessionID   string    `msgpack:"session_id" json:"session_id"`
+	Agent       string    `msgpack:"agent" json:"agent"`
+	Task        string    `msgpack:"task" json:"task"`
+	SubmittedAt time.Time `msgpack:"submitted_at" json:"submitted_at"`
+	Parent      string    `msgpack:"parent,omitempty" json:"parent,omitempty"`
+	Depth       int       `msgpack:"depth,omitempty" json:"depth,omitempty"`
+}
+
+// Step is one unit of work a planner publishes to WORK for an executor.
+type Step struct {
+	Header
+	SessionID string `msgpack:"session_id" json:"session_id"`
+	StepID    string `msgpack:"step_id" json:"step_id"`
+	Agent     string `msgpack:"agent" json:"agent"`
+	// Task is always the session's original task, so a step never loses the user's intent.
+	Task string `msgpack:"task" json:"task"`
+	// Instruction is this step's part of the plan ("" for a single-step plan).
+	Instruction string `msgpack:"instruction,omitempty" json:"instruction,omitempty"`
+	// Context carries the results of the steps this one depends on.
+	Context []StepOutput `msgpack:"context,omitempty" json:"context,omitempty"`
+	Depth   int          `msgpack:"depth,omitempty" json:"depth,omitempty"`
+}
+
+// StepOutput is a finished step's answer handed to its dependents.
+type StepOutput struct {
+	StepID string `msgpack:"step_id" json:"step_id"`
+	Text   string `msgpack:"text" json:"text"`
+}
+
+// StepResult is what an executor publishes to RESULTS when a step ends.
+type StepResult struct {
+	Header
+	SessionID string  `msgpack:"session_id" json:"session_id"`
+	StepID    string  `msgpack:"step_id" json:"step_id"`
+	Outcome   Outcome `msgpack:"outcome" json:"outcome"`
+	FinalText string  `msgpack:"final_text,omitempty" json:"final_text,omitempty"`
+	Reason    string  `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	Turns     int     `msgpack:"turns" json:"turns"`
+	Executor  string  `msgpack:"executor,omitempty" json:"executor,omitempty"`
+	Usage     Usage   `msgpack:"usage" json:"usage"`
+}
+
+// PlanStep is one entry of a session's plan.
+type PlanStep struct {
+	StepID      string   `msgpack:"step_id" json:"step_id"`
+	Instruction string   `msgpack:"instruction,omitempty" json:"instruction,omitempty"`
+	DependsOn   []string `msgpack:"depends_on,omitempty" json:"depends_on,omitempty"`
+	Status      string   `msgpack:"status" json:"status"` // pending, published, done
+	Outcome     Outcome  `msgpack:"outcome,omitempty" json:"outcome,omitempty"`
+	FinalText   string   `msgpack:"final_text,omitempty" json:"final_text,omitempty"`
+}
+
+// Step statuses inside a session's plan.
+const (
+	StepPending   = "pending"
+	StepPublished = "published"
+	StepDone      = "done"
+)
+
+// Session is the state of one session, kept in the sessions KV so any planner can take it over.
+type Session struct {
+	Header
+	SessionID string        `msgpack:"session_id" json:"session_id"`
+	Agent     string        `msgpack:"agent" json:"agent"`
+	Task      string        `msgpack:"task" json:"task"`
+	Status    SessionStatus `msgpack:"status" json:"status"`
+	Outcome   Outcome       `msgpack:"outcome,omitempty" json:"outcome,omitempty"`
+	FinalText string        `msgpack:"final_text,omitempty" json:"final_text,omitempty"`
+	Reason    string        `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	Plan      []PlanStep    `msgpack:"plan,omitempty" json:"plan,omitempty"`
+	Planner   string        `msgpack:"planner,omitempty" json:"planner,omitempty"`
+	Parent    string        `msgpack:"parent,omitempty" json:"parent,omitempty"`
+	Depth     int           `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	Created   time.Time     `msgpack:"created" json:"created"`
+	Updated   time.Time     `msgpack:"updated" json:"updated"`
+}
+
+// Usage counts tokens the way the providers bill them.
+type Usage struct {
+	InputTokens              int64 `msgpack:"input_tokens" json:"input_tokens"`
+	OutputTokens             int64 `msgpack:"output_tokens" json:"output_tokens"`
+	CacheCreationInputTokens int64 `msgpack:"cache_creation_input_tokens" json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `msgpack:"cache_read_input_tokens" json:"cache_read_input_tokens"`
+}
+
+// Add returns u + o.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{
+		InputTokens:              u.InputTokens + o.InputTokens,
+		OutputTokens:             u.OutputTokens + o.OutputTokens,
+		CacheCreationInputTokens: u.CacheCreationInputTokens + o.CacheCreationInputTokens,
+		CacheReadInputTokens:     u.CacheReadInputTokens + o.CacheReadInputTokens,
+	}
+}
+
+// UsageReport is the last event of every session and the message on the usage subject.
+type UsageReport struct {
+	Usage
+	Calls     int              `msgpack:"calls" json:"calls"`
+	Steps     int              `msgpack:"steps" json:"steps"`
+	WallTimeS float64          `msgpack:"wall_time_s" json:"wall_time_s"`
+	CostUSD   *float64         `msgpack:"cost_usd" json:"cost_usd"` // nil: a model's price is unknown
+	ByModel   map[string]Usage `msgpack:"by_model,omitempty" json:"by_model,omitempty"`
+	ByRole    map[string]Usage `msgpack:"by_role,omitempty" json:"by_role,omitempty"`
+	// UnpricedModels lists models whose cost could not be computed.
+	UnpricedModels []string `msgpack:"unpriced_models,omitempty" json:"unpriced_models,omitempty"`
+}
+
+// ToolSpec is what a model is shown of a tool; toolhost publishes it to the tools KV.
+type ToolSpec struct {
+	Header
+	Name        string          `msgpack:"name" json:"name"`
+	Description string          `msgpack:"description" json:"description"`
+	InputSchema json.RawMessage `msgpack:"input_schema" json:"input_schema"`
+	// Agent is set when the tool is another agent answering on the tool subject.
+	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+}
+
+// ToolRequest calls a tool on Names.Tool(name).
+type ToolRequest struct {
+	Header
+	SessionID string          `msgpack:"session_id,omitempty" json:"session_id,omitempty"`
+	StepID    string          `msgpack:"step_id,omitempty" json:"step_id,omitempty"`
+	CallID    string          `msgpack:"call_id,omitempty" json:"call_id,omitempty"`
+	Tool      string          `msgpack:"tool" json:"tool"`
+	Args      json.RawMessage `msgpack:"args" json:"args"`
+	Depth     int             `msgpack:"depth,omitempty" json:"depth,omitempty"`
+}
+
+// ToolResult is the one normalized shape of every tool outcome: {ok, error?, result?, stderr?, truncated?}.
+type ToolResult struct {
+	OK        bool            `msgpack:"ok" json:"ok"`
+	Error     string          `msgpack:"error,omitempty" json:"error,omitempty"`
+	Result    json.RawMessage `msgpack:"result,omitempty" json:"result,omitempty"`
+	Stderr    string          `msgpack:"stderr,omitempty" json:"stderr,omitempty"`
+	Truncated bool            `msgpack:"truncated,omitempty" json:"truncated,omitempty"`
+	// Kind classifies a failure: see the ToolErr constants.
+	Kind string `msgpack:"kind,omitempty" json:"kind,omitempty"`
+}
+
+// Failure kinds of a tool call.
+const (
+	ToolErrUnknown     = "unknown_tool"
+	ToolErrBadArgs     = "invalid_arguments"
+	ToolErrStart       = "cannot_start"
+	ToolErrTimeout     = "timeout"
+	ToolErrMalformed   = "malformed_output"
+	ToolErrExit        = "nonzero_exit"
+	ToolErrTooLarge    = "output_too_large"
+	ToolErrUnavailable = "unavailable"
+	ToolErrToolError   = "tool_error" // the tool answered {ok:false}
+)
+
+// ToolReply answers a ToolRequest.
+type ToolReply struct {
+	Header
+	ToolResult
+	LatencyMS int64  `msgpack:"latency_ms" json:"latency_ms"`
+	Host      string `msgpack:"host,omitempty" json:"host,omitempty"`
+}
+
+// Polarity of a memory entry.
+type Polarity string
+
+const (
+	PolarityAvoid   Polarity = "avoid"   // mined from failures
+	PolarityPattern Polarity = "pattern" // mined from successes
+)
+
+// Tier of a memory entry.
+type Tier string
+
+const (
+	TierTactical  Tier = "tactical"
+	TierStrategic Tier = "strategic"
+)
+
+// Guideline is a memory entry as it is handed to a prompt.
+type Guideline struct {
+	ID       string   `msgpack:"id" json:"id"`
+	Text     string   `msgpack:"text" json:"text"`
+	Tier     Tier     `msgpack:"tier" json:"tier"`
+	Polarity Polarity `msgpack:"polarity" json:"polarity"`
+	Tools    []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	Score    float64  `msgpack:"score" json:"score"`
+}
+
+// RetrieveRequest asks memoryd for the guidelines that fit a task.
+type RetrieveRequest struct {
+	Header
+	Agent     string   `msgpack:"agent" json:"agent"`
+	Task      string   `msgpack:"task" json:"task"`
+	Tools     []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	TopK      int      `msgpack:"top_k,omitempty" json:"top_k,omitempty"`
+	SessionID string   `msgpack:"session_id,omitempty" json:"session_id,omitempty"`
+}
+
+// RetrieveReply carries guidelines, strategic first.
+type RetrieveReply struct {
+	Header
+	Guidelines []Guideline `msgpack:"guidelines" json:"guidelines"`
+	Error      string      `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// Candidate is one mined guideline offered to memoryd.
+type Candidate struct {
+	Text     string   `msgpack:"text" json:"text"`
+	Polarity Polarity `msgpack:"polarity" json:"polarity"`
+	Tools    []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	// Key identifies the candidate within its session (for example the tool and error kind), so
+	// re-mining a session is idempotent.
+	Key    string `msgpack:"key" json:"key"`
+	Source string `msgpack:"source,omitempty" json:"source,omitempty"`
+}
+
+// IngestRequest hands memoryd the candidates mined from one session.
+type IngestRequest struct {
+	Header
+	Agent      string      `msgpack:"agent" json:"agent"`
+	SessionID  string      `msgpack:"session_id" json:"session_id"`
+	Candidates []Candidate `msgpack:"candidates" json:"candidates"`
+}
+
+// IngestReply reports what memoryd did with each candidate.
+type IngestReply struct {
+	Header
+	Actions []IngestAction `msgpack:"actions" json:"actions"`
+	Error   string         `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// IngestAction is what happened to one candidate (added, merged, promoted, superseded, skipped).
+type IngestAction struct {
+	Key     string `msgpack:"key" json:"key"`
+	EntryID string `msgpack:"entry_id" json:"entry_id"`
+	Action  string `msgpack:"action" json:"action"`
+	Detail  string `msgpack:"detail,omitempty" json:"detail,omitempty"`
+}
+
+// FeedbackRequest marks retrieved entries helpful or harmful after a session.
+type FeedbackRequest struct {
+	Header
+	Agent     string   `msgpack:"agent" json:"agent"`
+	SessionID string   `msgpack:"session_id" json:"session_id"`
+	Helpful   []string `msgpack:"helpful,omitempty" json:"helpful,omitempty"`
+	Harmful   []string `msgpack:"harmful,omitempty" json:"harmful,omitempty"`
+	// Followed lists entries the session plainly followed (a stronger signal).
+	Followed []string `msgpack:"followed,omitempty" json:"followed,omitempty"`
+}
+
+// Ack is the generic reply of operations that return nothing else.
+type Ack struct {
+	Header
+	OK    bool   `msgpack:"ok" json:"ok"`
+	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
+}

@@ -1,0 +1,187 @@
+// Package protocol is the single place where skein's wire contract lives: every subject, stream,
+// consumer and KV bucket name, and every message type that crosses NATS. Services never spell a
+// subject themselves; they ask a Names value, so one namespace change moves a whole mesh.
+package protocol
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// DefaultNamespace is the subject prefix of a mesh when none is configured.
+const DefaultNamespace = "skein"
+
+// Base names of the JetStream streams. With the default namespace they are used as they are;
+// another namespace prefixes them so several meshes can share one NATS account.
+const (
+	StreamTasks   = "TASKS"
+	StreamWork    = "WORK"
+	StreamResults = "RESULTS"
+	StreamTrace   = "TRACE"
+	StreamUsage   = "USAGE"
+	StreamDLQ     = "DLQ"
+)
+
+// Base names of the KV buckets and the object store.
+const (
+	BucketSessions = "sessions"
+	BucketAgents   = "agents"
+	BucketTools    = "tools"
+	BucketMemory   = "memory"
+	BucketMined    = "mined"
+	ObjectPayloads = "payloads"
+)
+
+// Durable consumer names.
+const (
+	ConsumerPlanner        = "planner"
+	ConsumerPlannerResults = "planner-results"
+	ConsumerMiner          = "miner"
+	consumerExecutorPrefix = "executor-"
+)
+
+// Memory operations served by memoryd as micro endpoints on Names.Memory(op).
+const (
+	MemRetrieve = "retrieve"
+	MemIngest   = "ingest"
+	MemFeedback = "feedback"
+	MemInspect  = "inspect"
+	MemList     = "list"
+	MemGet      = "get"
+	MemImport   = "import"
+	MemEvict    = "evict"
+	MemMigrate  = "migrate"
+	MemEmbed    = "embed"
+	MemHealth   = "health"
+)
+
+// Queue groups for micro services, so that more replicas share the load.
+const (
+	QueueToolhost = "toolhost"
+	QueueMemoryd  = "memoryd"
+	QueueGateway  = "gateway"
+)
+
+// Micro service names as they appear in $SRV discovery.
+const (
+	ServiceToolhost = "skein-toolhost"
+	ServiceMemoryd  = "skein-memoryd"
+	ServiceGateway  = "skein-gateway"
+)
+
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// ValidToken reports whether s can stand as one subject token (agent, tool and session names).
+func ValidToken(s string) bool { return tokenRE.MatchString(s) }
+
+// CheckToken returns an error naming what is wrong with a subject token.
+func CheckToken(kind, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s is empty", kind)
+	}
+	if !ValidToken(s) {
+		return fmt.Errorf("%s %q may hold only letters, digits, '-' and '_'", kind, s)
+	}
+	return nil
+}
+
+// Names derives every subject and resource name of one mesh from its namespace.
+type Names struct {
+	NS string
+}
+
+// NewNames returns the names for namespace ns ("" means DefaultNamespace).
+func NewNames(ns string) Names {
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	return Names{NS: ns}
+}
+
+func (n Names) ns() string {
+	if n.NS == "" {
+		return DefaultNamespace
+	}
+	return n.NS
+}
+
+func (n Names) subj(parts ...string) string {
+	return n.ns() + "." + strings.Join(parts, ".")
+}
+
+// Submit is the gateway's request/reply subject for new tasks.
+func (n Names) Submit() string { return n.subj("gateway", "submit") }
+
+// Cancel is the gateway's request/reply subject to cancel a session.
+func (n Names) Cancel() string { return n.subj("gateway", "cancel") }
+
+// Task is the TASKS subject for one agent; TaskAll matches every agent.
+func (n Names) Task(agent string) string { return n.subj("task", agent) }
+func (n Names) TaskAll() string          { return n.subj("task", ">") }
+
+// Work is the WORK subject for one agent's steps; WorkAll matches every agent.
+func (n Names) Work(agent string) string { return n.subj("work", agent) }
+func (n Names) WorkAll() string          { return n.subj("work", ">") }
+
+// Result is the RESULTS subject of one session; ResultAll matches every session.
+func (n Names) Result(session string) string { return n.subj("result", session) }
+func (n Names) ResultAll() string            { return n.subj("result", ">") }
+
+// Trace is the TRACE subject of one session; TraceAll matches every session.
+func (n Names) Trace(session string) string { return n.subj("trace", session) }
+func (n Names) TraceAll() string            { return n.subj("trace", ">") }
+
+// Usage is the subject on which per-session usage totals are published for mesh-wide accounting.
+func (n Names) Usage(agent string) string { return n.subj("usage", agent) }
+func (n Names) UsageAll() string          { return n.subj("usage", ">") }
+
+// Tool is the micro endpoint subject of one tool (or agent-as-tool).
+func (n Names) Tool(name string) string { return n.subj("tool", name) }
+
+// Memory is the micro endpoint subject of one memoryd operation.
+func (n Names) Memory(op string) string { return n.subj("memory", op) }
+
+// DLQ is the subject dead letters are republished to.
+func (n Names) DLQ(stream string) string { return n.subj("dlq", strings.ToLower(stream)) }
+func (n Names) DLQAll() string           { return n.subj("dlq", ">") }
+
+// Stream returns the JetStream stream name for a base name (StreamTasks, ...).
+func (n Names) Stream(base string) string {
+	if n.ns() == DefaultNamespace {
+		return base
+	}
+	return strings.ToUpper(sanitize(n.ns())) + "_" + base
+}
+
+// Bucket returns the KV bucket (or object store) name for a base name (BucketSessions, ...).
+func (n Names) Bucket(base string) string {
+	if n.ns() == DefaultNamespace {
+		return base
+	}
+	return sanitize(n.ns()) + "_" + base
+}
+
+// ExecutorConsumer is the shared durable every executor of one agent pulls from; starting more
+// executor processes scales that agent.
+func (n Names) ExecutorConsumer(agent string) string { return consumerExecutorPrefix + agent }
+
+// MaxDeliveriesAdvisory is the JetStream advisory subject that feeds the DLQ.
+func (n Names) MaxDeliveriesAdvisory() string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '.' || r == '*' || r == '>' || r == ' ' {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// StepMsgID is the JetStream Msg-Id of a work item, so a replayed publish is deduplicated.
+func StepMsgID(session, step string) string { return session + "/" + step }
+
+// ResultMsgID is the Msg-Id of a step result.
+func ResultMsgID(session, step string) string { return session + "/" + step + "/result" }
