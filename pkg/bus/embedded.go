@@ -1,0 +1,98 @@
+// Package bus connects skein processes to NATS: an embedded server for the local default,
+// connections with retry, idempotent provisioning of every stream and bucket, and the
+// request/reply and dead-letter plumbing all services share.
+package bus
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// EmbeddedOptions configures an in-process NATS server.
+type EmbeddedOptions struct {
+	// StoreDir holds JetStream files; it is created if missing.
+	StoreDir string
+	// Listen is host:port; port 0 (or "127.0.0.1:-1") picks a free port.
+	Listen string
+	// Name identifies the server in logs and cluster views.
+	Name string
+	// Logs enables the server's own log lines on stderr.
+	Logs bool
+}
+
+// Embedded is a running in-process server.
+type Embedded struct {
+	Server *server.Server
+}
+
+// URL is the client URL of the server.
+func (e *Embedded) URL() string { return e.Server.ClientURL() }
+
+// Shutdown stops the server and waits for it.
+func (e *Embedded) Shutdown() {
+	e.Server.Shutdown()
+	e.Server.WaitForShutdown()
+}
+
+// StartEmbedded starts a JetStream-enabled NATS server in this process.
+func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
+	if o.StoreDir == "" {
+		return nil, fmt.Errorf("embedded nats: no store directory")
+	}
+	if err := os.MkdirAll(o.StoreDir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded nats: create %s: %w", o.StoreDir, err)
+	}
+	dir, err := filepath.Abs(o.StoreDir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	host, port := "127.0.0.1", -1
+	if o.Listen != "" {
+		h, p, err := net.SplitHostPort(o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: listen address %q: %w", o.Listen, err)
+		}
+		if h != "" {
+			host = h
+		}
+		if port, err = strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("embedded nats: listen port %q: %w", p, err)
+		}
+		if port == 0 {
+			port = -1
+		}
+	}
+	name := o.Name
+	if name == "" {
+		name = "skein-embedded"
+	}
+	opts := &server.Options{
+		ServerName: name,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		// Tool outputs and transcripts travel by reference, but leave room for large plans.
+		MaxPayload: 8 << 20,
+		NoSigs:     true,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	if o.Logs {
+		s.ConfigureLogger()
+	}
+	go s.Start()
+	if !s.ReadyForConnections(15 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded nats: not ready on %s:%d within 15s (is the port taken? try --listen 127.0.0.1:0)", host, port)
+	}
+	return &Embedded{Server: s}, nil
+}
