@@ -1,0 +1,386 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// Default returns the configuration every file is loaded over.
+func Default() *Config {
+	return &Config{
+		Agent: Agent{
+			Name:         "assistant",
+			MaxSteps:     10,
+			SystemPrompt: "You are a careful assistant. Use the tools when they help, and answer concisely.",
+			MaxDepth:     3,
+		},
+		LLM: LLM{
+			Provider:      "anthropic",
+			Model:         "claude-sonnet-4-5",
+			MaxTokens:     1024,
+			Cache:         "auto",
+			CacheTTL:      "5m",
+			ContextBudget: 0.8,
+			TimeoutS:      120,
+			MaxRetries:    5,
+		},
+		Tools: Tools{
+			MaxParallel:  4,
+			ResultFormat: "toon",
+			TimeoutS:     30,
+			MaxOutput:    1 << 20,
+			Retrieval:    Retrieval{TopK: 6},
+		},
+		Memory: Memory{
+			Enabled:             true,
+			TopK:                5,
+			SimilarityThreshold: 0.85,
+			PromotionSessions:   3,
+			GuidelineMaxTokens:  30,
+			TokenBudget:         400,
+			ToolFloor:           0.30,
+			PatternShare:        0.2,
+			Capacity:            500,
+			EvictEvery:          "1h",
+			Store:               "kv",
+			Embedder:            "minilm",
+		},
+		Planner: Planner{Mode: "off", MaxItems: 8},
+		Miner:   Miner{Enabled: true},
+		Mesh:    Mesh{Namespace: protocol.DefaultNamespace},
+	}
+}
+
+// Error is a configuration problem, naming the file and the key.
+type Error struct {
+	File string
+	Key  string
+	Line int
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Key != "" {
+		fmt.Fprintf(&b, ": %s", e.Key)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors collects every problem found in one file, so a user fixes them in one pass.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "\n")
+}
+
+// Load reads path over Default, resolves relative paths against the file's folder and validates.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, &Error{File: path, Msg: "config file not found (create one with `skein init`)"}
+		}
+		return nil, &Error{File: path, Msg: err.Error()}
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes data as if read from path.
+func Parse(path string, data []byte) (*Config, error) {
+	cfg := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	// An empty file means "all defaults".
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return nil, yamlError(path, err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	cfg.Path = abs
+	cfg.resolvePaths(filepath.Dir(abs))
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, errs
+	}
+	return cfg, nil
+}
+
+var (
+	yamlLineRE  = regexp.MustCompile(`^line (\d+): (.*)$`)
+	anyLineRE   = regexp.MustCompile(`line (\d+)`)
+	unknownKey  = regexp.MustCompile(`field (\S+) not found in type config\.(\w+)`)
+	typeMismach = regexp.MustCompile("cannot unmarshal !!(\\w+) `([^`]*)` into (\\S+)")
+)
+
+// section maps Go type names to YAML paths so errors name keys the user wrote.
+var section = map[string]string{
+	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.",
+	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Miner": "miner.", "Mesh": "mesh.",
+}
+
+func yamlError(path string, err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		var out Errors
+		for _, msg := range te.Errors {
+			e := &Error{File: path, Msg: msg}
+			if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+				e.Line, _ = strconv.Atoi(m[1])
+				e.Msg = m[2]
+			}
+			if m := unknownKey.FindStringSubmatch(e.Msg); m != nil {
+				e.Key = section[m[2]] + m[1]
+				e.Msg = "unknown key (check the spelling; see `skein init` for a full example)"
+			} else if m := typeMismach.FindStringSubmatch(e.Msg); m != nil {
+				e.Msg = fmt.Sprintf("wrong type: got %s %q, want %s", m[1], m[2], goTypeName(m[3]))
+			}
+			out = append(out, e)
+		}
+		return out
+	}
+	msg := err.Error()
+	e := &Error{File: path, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	if m := anyLineRE.FindStringSubmatch(msg); m != nil {
+		e.Line, _ = strconv.Atoi(m[1])
+	}
+	return e
+}
+
+func goTypeName(t string) string {
+	switch {
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case t == "int":
+		return "an integer"
+	case t == "float64":
+		return "a number"
+	case t == "bool":
+		return "true or false"
+	case t == "string":
+		return "a string"
+	}
+	return "a mapping"
+}
+
+func (c *Config) resolvePaths(dir string) {
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	for i, d := range c.Tools.ManifestDirs {
+		c.Tools.ManifestDirs[i] = abs(d)
+	}
+	for _, l := range c.llms() {
+		l.Script = abs(l.Script)
+	}
+}
+
+// llms returns every model binding in the file, the default first.
+func (c *Config) llms() []*LLM {
+	out := []*LLM{&c.LLM}
+	for _, l := range []*LLM{c.Planner.LLM, c.Executor.LLM, c.Miner.LLM} {
+		if l != nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Validate checks values; every problem is reported with its key.
+func (c *Config) Validate() Errors {
+	var errs Errors
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, &Error{File: c.Path, Key: key, Msg: fmt.Sprintf(format, a...)})
+	}
+	if err := protocol.CheckToken("agent.name", c.Agent.Name); err != nil {
+		bad("agent.name", "%v", err)
+	}
+	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 1000 {
+		bad("agent.max_steps", "must be between 1 and 1000, got %d", c.Agent.MaxSteps)
+	}
+	if c.Agent.MaxDepth < 0 || c.Agent.MaxDepth > 10 {
+		bad("agent.max_depth", "must be between 0 and 10, got %d", c.Agent.MaxDepth)
+	}
+	c.validateLLM("llm", &c.LLM, bad)
+	for key, l := range map[string]*LLM{"planner.llm": c.Planner.LLM, "executor.llm": c.Executor.LLM, "miner.llm": c.Miner.LLM} {
+		if l != nil {
+			c.inherit(l)
+			c.validateLLM(key, l, bad)
+		}
+	}
+	for i, d := range c.Tools.ManifestDirs {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			bad(fmt.Sprintf("tools.manifest_dirs[%d]", i), "folder %s does not exist", d)
+		}
+	}
+	for i, n := range c.Tools.Enabled {
+		if err := protocol.CheckToken("tool name", n); err != nil {
+			bad(fmt.Sprintf("tools.enabled[%d]", i), "%v", err)
+		}
+	}
+	if c.Tools.MaxParallel < 1 || c.Tools.MaxParallel > 64 {
+		bad("tools.max_parallel", "must be between 1 and 64, got %d", c.Tools.MaxParallel)
+	}
+	if c.Tools.ResultFormat != "toon" && c.Tools.ResultFormat != "json" {
+		bad("tools.result_format", "must be toon or json, got %q", c.Tools.ResultFormat)
+	}
+	if c.Tools.TimeoutS <= 0 {
+		bad("tools.timeout_s", "must be positive, got %v", c.Tools.TimeoutS)
+	}
+	if c.Memory.SimilarityThreshold <= 0 || c.Memory.SimilarityThreshold > 1 {
+		bad("memory.similarity_threshold", "must be in (0, 1], got %v", c.Memory.SimilarityThreshold)
+	}
+	if c.Memory.PromotionSessions < 1 {
+		bad("memory.promotion_sessions", "must be at least 1, got %d", c.Memory.PromotionSessions)
+	}
+	if c.Memory.GuidelineMaxTokens < 5 {
+		bad("memory.guideline_max_tokens", "must be at least 5, got %d", c.Memory.GuidelineMaxTokens)
+	}
+	if c.Memory.TopK < 0 {
+		bad("memory.top_k", "must not be negative, got %d", c.Memory.TopK)
+	}
+	if c.Memory.PatternShare < 0 || c.Memory.PatternShare > 1 {
+		bad("memory.pattern_share", "must be in [0, 1], got %v", c.Memory.PatternShare)
+	}
+	if c.Memory.Store != "kv" && c.Memory.Store != "milvus" {
+		bad("memory.store", "must be kv or milvus, got %q", c.Memory.Store)
+	}
+	if c.Memory.Store == "milvus" && c.Memory.MilvusAddr == "" {
+		bad("memory.milvus_addr", "is required when memory.store is milvus (for example localhost:19530)")
+	}
+	switch c.Memory.Embedder {
+	case "minilm", "ollama", "openai":
+	default:
+		bad("memory.embedder", "must be minilm, ollama or openai, got %q", c.Memory.Embedder)
+	}
+	if c.Memory.EvictEvery != "" {
+		if _, err := time.ParseDuration(c.Memory.EvictEvery); err != nil {
+			bad("memory.evict_every", "not a duration (like 1h or 30m): %q", c.Memory.EvictEvery)
+		}
+	}
+	switch c.Planner.Mode {
+	case "off", "auto", "force":
+	default:
+		bad("planner.mode", "must be off, auto or force, got %q", c.Planner.Mode)
+	}
+	if c.Mesh.Namespace != "" {
+		if err := protocol.CheckToken("mesh.namespace", c.Mesh.Namespace); err != nil {
+			bad("mesh.namespace", "%v", err)
+		}
+	}
+	return errs
+}
+
+// inherit fills a role override's empty fields from the default llm, so `planner.llm: {model: x}`
+// changes only the model.
+func (c *Config) inherit(l *LLM) {
+	d := c.LLM
+	if l.Provider == "" {
+		l.Provider = d.Provider
+		if l.APIKeyEnv == "" {
+			l.APIKeyEnv = d.APIKeyEnv
+		}
+		if l.BaseURL == "" {
+			l.BaseURL = d.BaseURL
+		}
+		if l.Script == "" {
+			l.Script = d.Script
+		}
+	}
+	if l.Model == "" {
+		l.Model = d.Model
+	}
+	if l.MaxTokens == 0 {
+		l.MaxTokens = d.MaxTokens
+	}
+	if l.Cache == "" {
+		l.Cache = d.Cache
+	}
+	if l.CacheTTL == "" {
+		l.CacheTTL = d.CacheTTL
+	}
+	if l.ContextBudget == 0 {
+		l.ContextBudget = d.ContextBudget
+	}
+	if l.TimeoutS == 0 {
+		l.TimeoutS = d.TimeoutS
+	}
+	if l.MaxRetries == 0 {
+		l.MaxRetries = d.MaxRetries
+	}
+}
+
+func (c *Config) validateLLM(key string, l *LLM, bad func(key, format string, a ...any)) {
+	switch l.Provider {
+	case "anthropic", "openai":
+	case "scripted":
+		if l.Script == "" {
+			bad(key+".script", "is required when %s.provider is scripted", key)
+		} else if _, err := os.Stat(l.Script); err != nil {
+			bad(key+".script", "file %s does not exist", l.Script)
+		}
+	default:
+		bad(key+".provider", "must be anthropic, openai or scripted, got %q", l.Provider)
+	}
+	if l.Model == "" {
+		bad(key+".model", "is required")
+	}
+	if l.MaxTokens < 1 || l.MaxTokens > 200000 {
+		bad(key+".max_tokens", "must be between 1 and 200000, got %d", l.MaxTokens)
+	}
+	if l.Cache != "auto" && l.Cache != "off" {
+		bad(key+".cache", "must be auto or off, got %q", l.Cache)
+	}
+	if l.CacheTTL != "5m" && l.CacheTTL != "1h" {
+		bad(key+".cache_ttl", "must be 5m or 1h, got %q", l.CacheTTL)
+	}
+	if l.ContextBudget <= 0 || l.ContextBudget > 1 {
+		bad(key+".context_budget", "must be in (0, 1], got %v", l.ContextBudget)
+	}
+	if l.TimeoutS <= 0 {
+		bad(key+".timeout_s", "must be positive, got %v", l.TimeoutS)
+	}
+}
+
+// ForRole returns the model binding a role uses: its override, or the default llm.
+func (c *Config) ForRole(role string) LLM {
+	var l *LLM
+	switch role {
+	case protocol.RolePlanner:
+		l = c.Planner.LLM
+	case protocol.RoleExecutor:
+		l = c.Executor.LLM
+	case protocol.RoleMiner:
+		l = c.Miner.LLM
+	}
+	if l == nil {
+		return c.LLM
+	}
+	return *l
+}

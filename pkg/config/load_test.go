@@ -1,0 +1,115 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func write(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadOverDefaultsResolvesRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "script.yaml", "rules: []\n")
+	if err := os.MkdirAll(filepath.Join(dir, "tools", "agent_tools"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := write(t, dir, "agent.yaml", `
+agent:
+  name: demo
+llm:
+  provider: scripted
+  model: scripted
+  script: script.yaml
+tools:
+  manifest_dirs: [tools/agent_tools]
+  enabled: [hello]
+planner:
+  llm:
+    model: cheap
+`)
+	cfg, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Agent.Name != "demo" || cfg.Agent.MaxSteps != 10 {
+		t.Fatalf("agent = %+v, want name demo and the default max_steps 10", cfg.Agent)
+	}
+	if want := filepath.Join(dir, "script.yaml"); cfg.LLM.Script != want {
+		t.Fatalf("llm.script = %q, want %q", cfg.LLM.Script, want)
+	}
+	if want := filepath.Join(dir, "tools", "agent_tools"); cfg.Tools.ManifestDirs[0] != want {
+		t.Fatalf("manifest dir = %q, want %q", cfg.Tools.ManifestDirs[0], want)
+	}
+	if cfg.Tools.ResultFormat != "toon" || cfg.Memory.SimilarityThreshold != 0.85 {
+		t.Fatalf("defaults lost: %+v %+v", cfg.Tools, cfg.Memory)
+	}
+	pl := cfg.ForRole("planner")
+	if pl.Model != "cheap" || pl.Provider != "scripted" || pl.Script != cfg.LLM.Script {
+		t.Fatalf("planner.llm did not inherit the default provider: %+v", pl)
+	}
+	if ex := cfg.ForRole("executor"); ex.Model != "scripted" {
+		t.Fatalf("executor without override = %+v", ex)
+	}
+}
+
+func TestEmptyFileMeansDefaults(t *testing.T) {
+	p := write(t, t.TempDir(), "agent.yaml", "")
+	cfg, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LLM.Provider != "anthropic" {
+		t.Fatalf("provider = %q", cfg.LLM.Provider)
+	}
+}
+
+func TestErrorsNameKeyAndFile(t *testing.T) {
+	cases := []struct {
+		name, body string
+		want       []string
+	}{
+		{"unknown key", "agent:\n  nmae: x\n", []string{"agent.yaml:2", "agent.nmae", "unknown key"}},
+		{"unknown nested key", "tools:\n  retrieval:\n    topk: 3\n", []string{"tools.retrieval.topk", "unknown key"}},
+		{"wrong type", "agent:\n  max_steps: many\n", []string{"agent.yaml:2", "wrong type", "an integer"}},
+		{"bad yaml", "agent: [\n", []string{"agent.yaml", "invalid YAML"}},
+		{"bad value", "tools:\n  result_format: xml\n", []string{"tools.result_format", "toon or json"}},
+		{"missing script", "llm:\n  provider: scripted\n  model: s\n  script: nope.yaml\n", []string{"llm.script", "does not exist"}},
+		{"missing tool dir", "tools:\n  manifest_dirs: [nope]\n", []string{"tools.manifest_dirs[0]", "does not exist"}},
+		{"bad provider", "llm:\n  provider: bard\n", []string{"llm.provider", "anthropic, openai or scripted"}},
+		{"bad role override", "miner:\n  llm:\n    cache: sometimes\n", []string{"miner.llm.cache", "auto or off"}},
+		{"bad agent name", "agent:\n  name: my agent\n", []string{"agent.name"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := write(t, t.TempDir(), "agent.yaml", c.body)
+			_, err := Load(p)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestMissingFileSaysHowToCreateOne(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "agent.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "skein init") {
+		t.Fatalf("err = %v", err)
+	}
+}
