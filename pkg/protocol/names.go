@@ -38,6 +38,7 @@ const (
 	ConsumerPlanner        = "planner"
 	ConsumerPlannerResults = "planner-results"
 	ConsumerMiner          = "miner"
+	ConsumerMirror         = "trace-mirror"
 	consumerExecutorPrefix = "executor-"
 )
 
