@@ -344,3 +344,16 @@ type Ack struct {
 	OK    bool   `msgpack:"ok" json:"ok"`
 	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
 }
+
+// AgentSpec is what the agents KV holds about an agent: enough for the gateway to accept its
+// tasks and for planners to plan them. Executors serving the agent write it at start.
+type AgentSpec struct {
+	Header
+	Name        string    `msgpack:"name" json:"name"`
+	MaxSteps    int       `msgpack:"max_steps" json:"max_steps"`
+	MaxDepth    int       `msgpack:"max_depth" json:"max_depth"`
+	PlannerMode string    `msgpack:"planner_mode" json:"planner_mode"`
+	MaxItems    int       `msgpack:"max_items" json:"max_items"`
+	Tools       []string  `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	Updated     time.Time `msgpack:"updated" json:"updated"`
+}

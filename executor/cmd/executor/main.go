@@ -1,0 +1,15 @@
+// Command executor runs steps for the agent named in its config; start more to scale it.
+package main
+
+import (
+	"os"
+
+	"github.com/skein-mesh/skein/executor"
+	"github.com/skein-mesh/skein/pkg/service"
+)
+
+func main() {
+	os.Exit(service.Main("executor", func(d service.Deps) error {
+		return executor.Run(d.Ctx, executor.Deps{Conn: d.Conn, Names: d.Names, Config: d.Config, Logger: d.Logger, Home: d.Home})
+	}))
+}

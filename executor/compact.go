@@ -1,0 +1,117 @@
+package executor
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tokenize"
+)
+
+// defaultWindow is used for models whose context window is unknown and not configured.
+const defaultWindow = 200_000
+
+// keepRecent is how many of the newest messages are never compacted: the model needs the results
+// it is about to reason over.
+const keepRecent = 2
+
+// compact keeps the transcript under llm.context_budget of the model's window. First it replaces
+// the bodies of old tool results with short stubs (keeping every call and its pairing); if that
+// is not enough it folds older turns into a digest in the first user message. The system blocks
+// and tools, the cached prefix, are never touched.
+func (r *run) compact(turn int) {
+	cfg := r.e.d.Config.ForRole(protocol.RoleExecutor)
+	window := cfg.ContextWindow
+	if window <= 0 {
+		window = defaultWindow
+	}
+	budget := int(float64(window) * cfg.ContextBudget)
+	size := r.transcriptTokens()
+	if size <= budget {
+		return
+	}
+	before := size
+	names := r.callNames()
+	for i := 1; i < len(r.msgs)-keepRecent; i++ {
+		for j, b := range r.msgs[i].Content {
+			if b.Type != llm.BlockToolResult || strings.HasPrefix(b.ToolResult.Content, "[elided") {
+				continue
+			}
+			tr := *b.ToolResult
+			tr.Content = fmt.Sprintf("[elided to save context: %d tokens of %s output; call it again if needed]",
+				tokenize.Count(tr.Content), names[tr.CallID])
+			r.msgs[i].Content[j].ToolResult = &tr
+		}
+	}
+	size = r.transcriptTokens()
+	r.e.emit(r.step, protocol.Event{Type: protocol.EvCompaction, Role: protocol.RoleExecutor, Turn: turn,
+		TokensSaved: int64(before - size), Reason: "dropped bodies of old tool results"})
+	if size <= budget || len(r.msgs) <= keepRecent+1 {
+		return
+	}
+	before = size
+	r.foldOldTurns(names)
+	size = r.transcriptTokens()
+	r.e.emit(r.step, protocol.Event{Type: protocol.EvCompaction, Role: protocol.RoleExecutor, Turn: turn,
+		TokensSaved: int64(before - size), Reason: "summarized older turns"})
+}
+
+// foldOldTurns replaces the turns between the task and the newest exchange with a digest of the
+// calls made and how they ended. The cut starts at an assistant message so that every remaining
+// tool result still follows its call.
+func (r *run) foldOldTurns(names map[string]string) {
+	end := len(r.msgs) - keepRecent
+	if end <= 1 || r.msgs[end].Role != llm.RoleAssistant {
+		return
+	}
+	var digest strings.Builder
+	digest.WriteString("Summary of earlier turns (compacted):")
+	for _, m := range r.msgs[1:end] {
+		for _, b := range m.Content {
+			switch {
+			case b.Type == llm.BlockToolUse:
+				fmt.Fprintf(&digest, "\n- called %s %s", b.ToolUse.Name, clipString(string(b.ToolUse.Args), 120))
+			case b.Type == llm.BlockToolResult && b.ToolResult.IsError:
+				fmt.Fprintf(&digest, " → failed (%s)", names[b.ToolResult.CallID])
+			case b.Type == llm.BlockToolResult:
+				fmt.Fprintf(&digest, " → ok")
+			case b.Type == llm.BlockText && m.Role == llm.RoleAssistant:
+				fmt.Fprintf(&digest, "\n- noted: %s", clipString(b.Text, 160))
+			}
+		}
+	}
+	first := r.msgs[0]
+	first.Content = append(append([]llm.Block{}, first.Content...), llm.Block{Type: llm.BlockText, Text: digest.String()})
+	r.msgs = append([]llm.Message{first}, r.msgs[end:]...)
+}
+
+func (r *run) callNames() map[string]string {
+	names := map[string]string{}
+	for _, m := range r.msgs {
+		for _, b := range m.Content {
+			if b.Type == llm.BlockToolUse {
+				names[b.ToolUse.ID] = b.ToolUse.Name
+			}
+		}
+	}
+	return names
+}
+
+// transcriptTokens counts the variable part of the prompt with the real tokenizer.
+func (r *run) transcriptTokens() int {
+	n := 0
+	for _, m := range r.msgs {
+		for _, b := range m.Content {
+			switch b.Type {
+			case llm.BlockText:
+				n += tokenize.Count(b.Text)
+			case llm.BlockToolUse:
+				n += tokenize.Count(b.ToolUse.Name) + tokenize.Count(string(b.ToolUse.Args))
+			case llm.BlockToolResult:
+				n += tokenize.Count(b.ToolResult.Content)
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,266 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
+)
+
+// maxBadArgTurns is how many model turns in a row may carry only malformed tool arguments before
+// the step fails: the model sees each error and may correct itself, but not forever.
+const maxBadArgTurns = 2
+
+// run is the state of one step's loop.
+type run struct {
+	e        *Executor
+	step     protocol.Step
+	tools    map[string]protocol.ToolSpec
+	defs     []llm.ToolDef
+	system   []llm.SystemBlock
+	msgs     []llm.Message
+	usage    protocol.Usage
+	toolFail bool
+	badTurns int
+}
+
+// RunStep runs the ReAct loop for one step and returns its result. It never panics on bad model
+// output: every protocol problem becomes the failed outcome with a reason.
+func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.StepResult {
+	res := protocol.StepResult{SessionID: step.SessionID, StepID: step.StepID}
+	r := &run{e: e, step: step}
+	e.emit(step, protocol.Event{Type: protocol.EvStepStarted, Role: protocol.RoleExecutor, Text: step.Instruction,
+		Attrs: map[string]string{"executor": e.d.ID}})
+	if err := r.prepare(ctx); err != nil {
+		return r.finish(res, 0, protocol.OutcomeFailed, "", err.Error())
+	}
+	maxTurns := e.d.Config.Agent.MaxSteps
+	for turn := 1; turn <= maxTurns; turn++ {
+		r.compact(turn)
+		resp, err := r.call(ctx, turn)
+		if err != nil {
+			return r.finish(res, turn, protocol.OutcomeFailed, "", "model call failed: "+err.Error())
+		}
+		if len(resp.ToolCalls) == 0 {
+			text := strings.TrimSpace(resp.Text)
+			if text == "" {
+				return r.finish(res, turn, protocol.OutcomeFailed, "", fmt.Sprintf("model returned an empty answer (stop reason %s)", resp.StopReason))
+			}
+			outcome := protocol.OutcomeSuccess
+			if r.toolFail {
+				outcome = protocol.OutcomeSuccessWithRecovery
+			}
+			return r.finish(res, turn, outcome, text, "")
+		}
+		if strings.TrimSpace(resp.Text) != "" {
+			e.emit(step, protocol.Event{Type: protocol.EvThought, Role: protocol.RoleExecutor, Turn: turn, Text: resp.Text})
+		}
+		allBad := r.runTools(ctx, turn, resp)
+		if allBad {
+			r.badTurns++
+			if r.badTurns >= maxBadArgTurns {
+				return r.finish(res, turn, protocol.OutcomeFailed, "", fmt.Sprintf("model sent malformed tool arguments %d turns in a row", r.badTurns))
+			}
+		} else {
+			r.badTurns = 0
+		}
+	}
+	outcome := protocol.OutcomeIncomplete
+	if r.toolFail {
+		outcome = protocol.OutcomeIncompleteToolFail
+	}
+	return r.finish(res, maxTurns, outcome, "", fmt.Sprintf("step limit of %d model turns reached without an answer", maxTurns))
+}
+
+func (r *run) finish(res protocol.StepResult, turns int, outcome protocol.Outcome, text, reason string) protocol.StepResult {
+	res.Outcome, res.FinalText, res.Reason, res.Turns, res.Usage = outcome, text, reason, turns, r.usage
+	r.e.emit(r.step, protocol.Event{Type: protocol.EvStepFinished, Role: protocol.RoleExecutor, Turn: turns,
+		Outcome: outcome, Reason: reason, Text: text})
+	return res
+}
+
+// prepare fixes the session's tool set and builds the prompt. The tool list and the system
+// blocks do not change during the step, so the provider can cache them.
+func (r *run) prepare(ctx context.Context) error {
+	cfg := r.e.d.Config
+	specs, err := tools.Catalog(ctx, r.e.d.Conn.JS, r.e.d.Names, cfg.Tools.Enabled)
+	if err != nil {
+		return fmt.Errorf("tool catalog: %w", err)
+	}
+	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
+	r.tools = map[string]protocol.ToolSpec{}
+	for _, s := range specs {
+		r.tools[s.Name] = s
+		r.defs = append(r.defs, llm.ToolDef{Name: s.Name, Description: s.Description, InputSchema: s.InputSchema})
+	}
+	names := make([]string, 0, len(specs))
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	guides := r.e.retrieve(ctx, r.step, names)
+	r.system, r.msgs = buildPrompt(cfg, r.step, guides, r.e.cacheOn())
+	return nil
+}
+
+func (e *Executor) cacheOn() bool { return e.d.Config.ForRole(protocol.RoleExecutor).Cache != "off" }
+
+// retrieve asks memoryd for guidelines; without memoryd the step still runs, and the trace says so.
+func (e *Executor) retrieve(ctx context.Context, step protocol.Step, toolNames []string) []protocol.Guideline {
+	if !e.d.Config.Memory.Enabled {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var rep protocol.RetrieveReply
+	req := protocol.RetrieveRequest{Agent: step.Agent, Task: step.Task + "\n" + step.Instruction, Tools: toolNames,
+		TopK: e.d.Config.Memory.TopK, SessionID: step.SessionID}
+	if err := bus.Request(rctx, e.d.Conn.NC, e.d.Names.Memory(protocol.MemRetrieve), &req, &rep, 2*time.Second); err != nil {
+		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + err.Error()})
+		return nil
+	}
+	if rep.Error != "" {
+		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + rep.Error})
+		return nil
+	}
+	e.emit(step, protocol.Event{Type: protocol.EvRetrieval, Role: protocol.RoleExecutor, Guidelines: rep.Guidelines})
+	return rep.Guidelines
+}
+
+func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
+	cfg := r.e.d.Config.ForRole(protocol.RoleExecutor)
+	msgs := make([]llm.Message, len(r.msgs))
+	copy(msgs, r.msgs)
+	if r.e.cacheOn() && len(msgs) > 0 {
+		// A breakpoint on the newest message lets the next turn read this whole prefix from cache.
+		msgs[len(msgs)-1].Cache = true
+	}
+	req := llm.Request{Model: cfg.Model, System: r.system, Tools: r.defs, Messages: msgs, MaxTokens: cfg.MaxTokens,
+		CacheTools: r.e.cacheOn() && len(r.defs) > 0, CacheTTL: cfg.CacheTTL, Role: protocol.RoleExecutor}
+	start := time.Now()
+	resp, err := r.e.model.Complete(ctx, req)
+	ev := protocol.Event{Type: protocol.EvModelCall, Role: protocol.RoleExecutor, Turn: turn, Model: cfg.Model,
+		Provider: r.e.model.Provider(), LatencyMS: time.Since(start).Milliseconds(), Attrs: map[string]string{"cache_ttl": cfg.CacheTTL}}
+	if err != nil {
+		ev.Reason = err.Error()
+		r.e.emit(r.step, ev)
+		return nil, err
+	}
+	r.usage = r.usage.Add(resp.Usage)
+	u := resp.Usage
+	ev.Usage, ev.StopReason = &u, resp.StopReason
+	if resp.Model != "" {
+		ev.Model = resp.Model
+	}
+	r.e.emit(r.step, ev)
+	// Record the assistant turn exactly as the model gave it, so tool results pair with calls.
+	var blocks []llm.Block
+	if resp.Text != "" {
+		blocks = append(blocks, llm.Block{Type: llm.BlockText, Text: resp.Text})
+	}
+	for i := range resp.ToolCalls {
+		tc := resp.ToolCalls[i]
+		if tc.ID == "" {
+			tc.ID = fmt.Sprintf("call_%d_%d", turn, i)
+			resp.ToolCalls[i].ID = tc.ID
+		}
+		blocks = append(blocks, llm.Block{Type: llm.BlockToolUse, ToolUse: &tc})
+	}
+	if len(blocks) > 0 {
+		r.msgs = append(r.msgs, llm.Message{Role: llm.RoleAssistant, Content: blocks})
+	}
+	return resp, nil
+}
+
+// runTools runs one turn's calls concurrently, bounded by tools.max_parallel, and appends their
+// results in the model's order. It reports whether every call had malformed arguments.
+func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
+	calls := resp.ToolCalls
+	results := make([]protocol.ToolReply, len(calls))
+	sem := make(chan struct{}, max(r.e.d.Config.Tools.MaxParallel, 1))
+	var wg sync.WaitGroup
+	bad := 0
+	for i, c := range calls {
+		if !c.ValidArgs() {
+			bad++
+			results[i] = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrBadArgs,
+				Error: fmt.Sprintf("the arguments of %s are not a valid JSON object: %s; send a JSON object that matches its input schema", c.Name, clipString(string(c.Args), 200))}}
+			continue
+		}
+		if _, ok := r.tools[c.Name]; !ok {
+			results[i] = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnknown,
+				Error: fmt.Sprintf("there is no tool named %q; the available tools are: %s", c.Name, strings.Join(r.toolNames(), ", "))}}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			req := protocol.ToolRequest{SessionID: r.step.SessionID, StepID: r.step.StepID, CallID: c.ID, Tool: c.Name, Args: c.Args, Depth: r.step.Depth}
+			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, r.toolTimeout())
+			if err != nil {
+				reply = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: err.Error()}}
+			}
+			results[i] = reply
+		}()
+	}
+	wg.Wait()
+	format := r.e.d.Config.Tools.ResultFormat
+	blocks := make([]llm.Block, len(calls))
+	for i, c := range calls {
+		res := results[i]
+		if !res.OK {
+			r.toolFail = true
+		}
+		tr := res.ToolResult
+		r.e.emit(r.step, protocol.Event{Type: protocol.EvToolCall, Role: protocol.RoleExecutor, Turn: turn, Tool: c.Name,
+			CallID: c.ID, Args: safeArgs(c.Args), Result: &tr, LatencyMS: res.LatencyMS})
+		blocks[i] = llm.Block{Type: llm.BlockToolResult, ToolResult: &llm.ToolResult{CallID: c.ID, Content: renderResult(tr, format), IsError: !tr.OK}}
+	}
+	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: blocks})
+	return bad == len(calls)
+}
+
+func (r *run) toolNames() []string {
+	out := make([]string, 0, len(r.tools))
+	for n := range r.tools {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (r *run) toolTimeout() time.Duration {
+	return time.Duration(r.e.d.Config.Tools.TimeoutS*float64(time.Second)) + 10*time.Second
+}
+
+// safeArgs keeps malformed arguments in the trace as a JSON string instead of breaking the event.
+func safeArgs(a json.RawMessage) json.RawMessage {
+	if json.Valid(a) {
+		return a
+	}
+	b, _ := json.Marshal(string(a))
+	return b
+}
+
+func clipString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func (e *Executor) emit(step protocol.Step, ev protocol.Event) {
+	ev.SessionID, ev.StepID, ev.Agent = step.SessionID, step.StepID, step.Agent
+	if err := e.trace.Emit(ev); err != nil {
+		e.d.Logger.Warn("trace", "session", step.SessionID, "type", ev.Type, "err", err)
+	}
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/service"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// runResult is the one JSON object `skein run --json` prints.
+type runResult struct {
+	SessionID string   `json:"session_id"`
+	Outcome   string   `json:"outcome"`
+	FinalText string   `json:"final_text"`
+	Reason    string   `json:"reason,omitempty"`
+	Usage     runUsage `json:"usage"`
+}
+
+type runUsage struct {
+	InputTokens              int64    `json:"input_tokens"`
+	OutputTokens             int64    `json:"output_tokens"`
+	CacheCreationInputTokens int64    `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64    `json:"cache_read_input_tokens"`
+	Steps                    int      `json:"steps"`
+	WallTimeS                float64  `json:"wall_time_s"`
+	CostUSD                  *float64 `json:"cost_usd"`
+}
+
+func newRunCmd() *cobra.Command {
+	var sessionID, agent string
+	var asJSON bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "run [flags] TASK",
+		Short: "Submit a task, stream its progress and print the result",
+		Long: "run submits TASK to the mesh at --nats / $SKEIN_NATS_URL; with neither it starts an embedded mesh\n" +
+			"for this run, keeping state in $SKEIN_HOME (default ./.skein) so later runs see it.\n" +
+			"Exit status is 0 only for the outcomes success and success_with_recovery.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return &exitError{code: 2, msg: err.Error()}
+			}
+			flagURL, _ := cmd.Flags().GetString("nats")
+			if service.NATSURL(flagURL, cfg) == "" {
+				// Services start in this process: their model keys must be present.
+				if err := checkKeys(cfg); err != nil {
+					return err
+				}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			cmd.SetContext(ctx)
+			conn, names, mesh, closeMesh, err := dialMeshFull(cmd, cfg, true)
+			if err != nil {
+				return err
+			}
+			defer closeMesh()
+			if agent == "" {
+				agent = cfg.Agent.Name
+			}
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			var rep protocol.SubmitReply
+			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli"}, &rep, 5*time.Second)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("submit: %w", err)
+			}
+			if rep.Error != "" {
+				return &exitError{code: 2, msg: "skein: " + rep.Error}
+			}
+			view := newProgress(cmd.ErrOrStderr(), asJSON)
+			res := runResult{SessionID: rep.SessionID}
+			fctx, fcancel := context.WithTimeout(ctx, timeout)
+			defer fcancel()
+			var ended bool
+			err = trace.Follow(fctx, conn.JS, names, rep.SessionID, func(ev protocol.Event) bool {
+				view.event(ev)
+				switch {
+				case ev.Type.Terminal():
+					res.Outcome, res.FinalText, res.Reason = string(ev.Outcome), ev.Text, ev.Reason
+				case ev.Type == protocol.EvUsage:
+					if r := ev.Report; r != nil {
+						res.Usage = runUsage{r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens, r.Steps, r.WallTimeS, r.CostUSD}
+					}
+					if res.Outcome == "" {
+						res.Outcome = string(ev.Outcome)
+					}
+					ended = true
+					return false
+				}
+				return true
+			})
+			view.done()
+			if !ended {
+				if err == nil {
+					err = fctx.Err()
+				}
+				return &exitError{code: 1, msg: fmt.Sprintf("skein: session %s did not finish: %v (follow it with `skein trace tail %s`)", rep.SessionID, err, rep.SessionID)}
+			}
+			if mesh != nil {
+				// Let the trace mirror write the last lines before the embedded mesh stops.
+				select {
+				case <-mesh.mirror.Done(rep.SessionID):
+				case <-time.After(5 * time.Second):
+				}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				if err := enc.Encode(res); err != nil {
+					return err
+				}
+			} else {
+				printResult(out, res, service.Home())
+			}
+			if !protocol.Outcome(res.Outcome).Succeeded() {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&sessionID, "session-id", "", "use this session id (resubmitting the same id does not run the task twice)")
+	cmd.Flags().StringVar(&agent, "agent", "", "agent to run the task (default: agent.name from the config)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print exactly one JSON object: session_id, outcome, final_text, usage")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up following the session after this long")
+	return cmd
+}
+
+func printResult(w io.Writer, r runResult, home string) {
+	if r.FinalText != "" {
+		fmt.Fprintln(w, r.FinalText)
+		fmt.Fprintln(w)
+	}
+	line := fmt.Sprintf("outcome: %s · session %s · %d step(s) · %.1fs · in %d / out %d tokens (cache write %d, read %d) · cost %s",
+		r.Outcome, r.SessionID, r.Usage.Steps, r.Usage.WallTimeS, r.Usage.InputTokens, r.Usage.OutputTokens,
+		r.Usage.CacheCreationInputTokens, r.Usage.CacheReadInputTokens, trace.Cost(r.Usage.CostUSD))
+	fmt.Fprintln(w, line)
+	if r.Reason != "" {
+		fmt.Fprintln(w, "reason:", r.Reason)
+	}
+	fmt.Fprintf(w, "trace: skein trace show %s  (files: %s, %s)\n", r.SessionID, trace.JSONLPath(home, r.SessionID), trace.LogPath(home, r.SessionID))
+}
+
+// progress shows a run as it happens: one live status line on a terminal, plain event lines
+// otherwise, nothing with --json.
+type progress struct {
+	w      io.Writer
+	quiet  bool
+	live   bool
+	start  time.Time
+	status string
+	tools  int
+	turn   int
+}
+
+func newProgress(w io.Writer, quiet bool) *progress {
+	live := false
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) && os.Getenv("TERM") != "dumb" {
+		live = true
+	}
+	return &progress{w: w, quiet: quiet, live: live, start: time.Now()}
+}
+
+func (p *progress) event(ev protocol.Event) {
+	if p.quiet {
+		return
+	}
+	if !p.live {
+		fmt.Fprintln(p.w, trace.Line(ev))
+		return
+	}
+	switch ev.Type {
+	case protocol.EvModelCall:
+		p.turn = ev.Turn
+		p.status = fmt.Sprintf("model %s answered in %dms", ev.Model, ev.LatencyMS)
+	case protocol.EvToolCall:
+		p.tools++
+		if ev.Result != nil && !ev.Result.OK {
+			p.clear()
+			fmt.Fprintf(p.w, "  ✗ %s failed (%s): %s\n", ev.Tool, ev.Result.Kind, firstLine(ev.Result.Error))
+		}
+		p.status = "tool " + ev.Tool
+	case protocol.EvRetrieval:
+		if len(ev.Guidelines) > 0 {
+			p.clear()
+			fmt.Fprintf(p.w, "  ↳ using %d guideline(s) from past runs\n", len(ev.Guidelines))
+		}
+	case protocol.EvCompaction:
+		p.status = fmt.Sprintf("compacted context (saved %d tokens)", ev.TokensSaved)
+	default:
+		p.status = string(ev.Type)
+	}
+	p.clear()
+	fmt.Fprintf(p.w, "⋯ %5.1fs · turn %d · %d tool call(s) · %s", time.Since(p.start).Seconds(), p.turn, p.tools, p.status)
+}
+
+func (p *progress) clear() {
+	if p.live {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+func (p *progress) done() {
+	if !p.quiet && p.live {
+		p.clear()
+	}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skein-mesh/skein/pkg/service"
+)
+
+func newUpCmd() *cobra.Command {
+	var listen, httpAddr string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the whole mesh in this process on an embedded NATS server",
+		Long: "up starts an in-process NATS server (JetStream files under $SKEIN_HOME, default ./.skein) listening\n" +
+			"on --listen so other processes (more executors, toolhosts) can join, and runs every service.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return &exitError{code: 2, msg: err.Error()}
+			}
+			if err := checkKeys(cfg); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			log := service.Logger("mesh")
+			mesh, err := startEmbedded(ctx, cfg, service.Home(), listen, log, httpAddr)
+			if err != nil {
+				return err
+			}
+			defer mesh.stop()
+			fmt.Fprintf(cmd.OutOrStdout(), "skein mesh up: %s (state in %s)\n", mesh.server.URL(), service.Home())
+			fmt.Fprintf(cmd.OutOrStdout(), "  join more executors: executor --nats %s --config agent.yaml\n", mesh.server.URL())
+			if httpAddr != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "  HTTP API: http://%s/v1/tasks\n", httpAddr)
+			}
+			<-ctx.Done()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "address the embedded NATS server listens on")
+	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the HTTP API on this address (e.g. 127.0.0.1:8080)")
+	return cmd
+}

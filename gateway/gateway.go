@@ -1,0 +1,244 @@
+// Package gateway is the mesh's front door: it accepts tasks on the submit subject (and over
+// HTTP), checks them, records the session as queued and hands it to the planners through TASKS.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// Deps are what the gateway needs.
+type Deps struct {
+	Conn   *bus.Conn
+	Names  protocol.Names
+	Config *config.Config
+	Logger *slog.Logger
+	Home   string
+	// HTTPAddr, when set, serves the HTTP API there.
+	HTTPAddr string
+	// Mirror receives the trace mirror so a one-shot run can wait for its files.
+	Mirror *trace.Mirror
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, d Deps) error {
+	g, err := New(ctx, d)
+	if err != nil {
+		return err
+	}
+	svc, err := micro.AddService(d.Conn.NC, micro.Config{
+		Name:        protocol.ServiceGateway,
+		Version:     "0.1.0",
+		Description: "skein task submission",
+		QueueGroup:  protocol.QueueGateway,
+	})
+	if err != nil {
+		return fmt.Errorf("gateway service: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
+	if err := svc.AddEndpoint("submit", micro.HandlerFunc(g.handleSubmit), micro.WithEndpointSubject(d.Names.Submit())); err != nil {
+		return fmt.Errorf("gateway submit endpoint: %w", err)
+	}
+	errc := make(chan error, 2)
+	if d.Home != "" {
+		m := d.Mirror
+		if m == nil {
+			m = &trace.Mirror{}
+		}
+		m.JS, m.Names, m.Home, m.Logger = d.Conn.JS, d.Names, d.Home, d.Logger
+		go func() { errc <- m.Run(ctx) }()
+	}
+	if d.HTTPAddr != "" {
+		go func() { errc <- g.serveHTTP(ctx, d.HTTPAddr) }()
+	}
+	d.Logger.Info("gateway ready", "subject", d.Names.Submit(), "http", d.HTTPAddr)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+// Gateway validates and enqueues tasks.
+type Gateway struct {
+	d        Deps
+	sessions jetstream.KeyValue
+	agents   jetstream.KeyValue
+	trace    *trace.Publisher
+}
+
+// New opens the gateway's buckets.
+func New(ctx context.Context, d Deps) (*Gateway, error) {
+	sessions, err := bus.KV(ctx, d.Conn.JS, d.Names, protocol.BucketSessions)
+	if err != nil {
+		return nil, err
+	}
+	agents, err := bus.KV(ctx, d.Conn.JS, d.Names, protocol.BucketAgents)
+	if err != nil {
+		return nil, err
+	}
+	return &Gateway{d: d, sessions: sessions, agents: agents, trace: trace.NewPublisher(d.Conn.JS, d.Names, "gateway")}, nil
+}
+
+func (g *Gateway) handleSubmit(req micro.Request) {
+	var in protocol.SubmitRequest
+	reply := protocol.SubmitReply{}
+	if err := protocol.Unmarshal(req.Data(), &in); err != nil {
+		reply.Error = "malformed submit request: " + err.Error()
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := g.Submit(ctx, in)
+		cancel()
+		reply = r
+		if err != nil {
+			reply.Error = err.Error()
+		}
+	}
+	data, err := protocol.Marshal(&reply)
+	if err != nil {
+		_ = req.Error("500", err.Error(), nil)
+		return
+	}
+	_ = req.Respond(data)
+}
+
+// ErrRejected wraps every reason a task is refused.
+var ErrRejected = errors.New("task rejected")
+
+// Submit checks a task, records its session as queued and publishes it. Submitting the same
+// session id again is harmless: the session is not duplicated and an unpublished task is
+// published once more (the stream deduplicates it).
+func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protocol.SubmitReply, error) {
+	if err := g.check(ctx, &in); err != nil {
+		return protocol.SubmitReply{}, err
+	}
+	if in.SessionID == "" {
+		in.SessionID = NewSessionID()
+	}
+	now := time.Now().UTC()
+	sess := protocol.Session{
+		SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, Status: protocol.StatusQueued,
+		Parent: in.Parent, Depth: in.Depth, Created: now, Updated: now,
+	}
+	data, err := protocol.Marshal(&sess)
+	if err != nil {
+		return protocol.SubmitReply{}, err
+	}
+	duplicate := false
+	if _, err := g.sessions.Create(ctx, in.SessionID, data); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return protocol.SubmitReply{}, fmt.Errorf("record session %s: %w", in.SessionID, err)
+		}
+		duplicate = true
+		entry, err := g.sessions.Get(ctx, in.SessionID)
+		if err != nil {
+			return protocol.SubmitReply{}, fmt.Errorf("read session %s: %w", in.SessionID, err)
+		}
+		var prev protocol.Session
+		if err := protocol.Unmarshal(entry.Value(), &prev); err != nil {
+			return protocol.SubmitReply{}, fmt.Errorf("read session %s: %w", in.SessionID, err)
+		}
+		if prev.Task != in.Task || prev.Agent != in.Agent {
+			return protocol.SubmitReply{}, fmt.Errorf("%w: session id %s is already used by another task", ErrRejected, in.SessionID)
+		}
+		if prev.Status != protocol.StatusQueued {
+			return protocol.SubmitReply{SessionID: in.SessionID, Duplicate: true}, nil
+		}
+		sess = prev
+	}
+	if !duplicate {
+		if err := g.trace.Emit(protocol.Event{
+			SessionID: in.SessionID, Type: protocol.EvSessionStarted, Agent: in.Agent, Task: in.Task,
+			Attrs: callerAttrs(in),
+		}); err != nil {
+			return protocol.SubmitReply{}, err
+		}
+		if err := g.trace.Flush(ctx); err != nil {
+			return protocol.SubmitReply{}, err
+		}
+	}
+	task := protocol.Task{SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, SubmittedAt: sess.Created, Parent: in.Parent, Depth: in.Depth}
+	tdata, err := protocol.Marshal(&task)
+	if err != nil {
+		return protocol.SubmitReply{}, err
+	}
+	if _, err := g.d.Conn.JS.Publish(ctx, g.d.Names.Task(in.Agent), tdata, jetstream.WithMsgID(in.SessionID)); err != nil {
+		return protocol.SubmitReply{}, fmt.Errorf("enqueue session %s: %w", in.SessionID, err)
+	}
+	return protocol.SubmitReply{SessionID: in.SessionID, Duplicate: duplicate}, nil
+}
+
+func callerAttrs(in protocol.SubmitRequest) map[string]string {
+	attrs := map[string]string{}
+	if in.Caller != "" {
+		attrs["caller"] = in.Caller
+	}
+	if in.Parent != "" {
+		attrs["parent"] = in.Parent
+	}
+	if len(attrs) == 0 {
+		return nil
+	}
+	return attrs
+}
+
+func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
+	in.Task = strings.TrimSpace(in.Task)
+	switch {
+	case in.Task == "":
+		return fmt.Errorf("%w: the task is empty", ErrRejected)
+	case len(in.Task) > protocol.MaxTaskBytes:
+		return fmt.Errorf("%w: the task is %d bytes; the limit is %d (put large inputs in a file a tool can read)", ErrRejected, len(in.Task), protocol.MaxTaskBytes)
+	case !utf8.ValidString(in.Task):
+		return fmt.Errorf("%w: the task is not valid UTF-8", ErrRejected)
+	}
+	if in.SessionID != "" {
+		if err := protocol.CheckToken("session id", in.SessionID); err != nil {
+			return fmt.Errorf("%w: %v", ErrRejected, err)
+		}
+		if len(in.SessionID) > 128 {
+			return fmt.Errorf("%w: session id is longer than 128 characters", ErrRejected)
+		}
+	}
+	if in.Agent == "" && g.d.Config != nil {
+		in.Agent = g.d.Config.Agent.Name
+	}
+	if err := protocol.CheckToken("agent", in.Agent); err != nil {
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	entry, err := g.agents.Get(ctx, in.Agent)
+	if err != nil {
+		if bus.IsNotFound(err) {
+			return fmt.Errorf("%w: unknown agent %q: no executor serves it (start one with `executor --config agent.yaml`)", ErrRejected, in.Agent)
+		}
+		return fmt.Errorf("look up agent %q: %w", in.Agent, err)
+	}
+	var spec protocol.AgentSpec
+	if err := protocol.Unmarshal(entry.Value(), &spec); err != nil {
+		return fmt.Errorf("agent %q: %w", in.Agent, err)
+	}
+	if spec.MaxDepth > 0 && in.Depth > spec.MaxDepth {
+		return fmt.Errorf("%w: agent-as-tool chain is %d deep; agent %q allows %d", ErrRejected, in.Depth, in.Agent, spec.MaxDepth)
+	}
+	return nil
+}
+
+// NewSessionID returns a fresh, subject-safe session id.
+func NewSessionID() string {
+	return "s-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:20]
+}

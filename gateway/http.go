@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// Handler is the HTTP API:
+//
+//	POST /v1/tasks                  {"task": "...", "agent"?: "...", "session_id"?: "..."} → 202 {"session_id"}
+//	GET  /v1/sessions/{id}          the session's state
+//	GET  /v1/sessions/{id}/events   the trace as server-sent events, until the usage event
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
+	mux.HandleFunc("GET /v1/sessions/{id}", g.httpSession)
+	mux.HandleFunc("GET /v1/sessions/{id}/events", g.httpEvents)
+	return mux
+}
+
+func (g *Gateway) serveHTTP(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("gateway http: %w", err)
+	}
+	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("gateway http: %w", err)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Task      string `json:"task"`
+		Agent     string `json:"agent"`
+		SessionID string `json:"session_id"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
+		return
+	}
+	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http"})
+	if err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, ErrRejected) {
+			status = http.StatusUnprocessableEntity
+		}
+		writeJSON(w, status, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusAccepted, rep)
+}
+
+func (g *Gateway) httpSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	entry, err := g.sessions.Get(r.Context(), id)
+	if err != nil {
+		if bus.IsNotFound(err) {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no session " + id})
+			return
+		}
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	var s protocol.Session
+	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !protocol.ValidToken(id) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad session id"})
+		return
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "streaming unsupported"})
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	_ = trace.Follow(r.Context(), g.d.Conn.JS, g.d.Names, id, func(ev protocol.Event) bool {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return true
+		}
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, data)
+		fl.Flush()
+		return ev.Type != protocol.EvUsage
+	})
+}

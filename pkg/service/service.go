@@ -1,0 +1,110 @@
+// Package service is the shared start-up of every role binary: flags, config, logging, signal
+// handling, the NATS connection and provisioning, so each cmd/<role>/main.go is a few lines.
+package service
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// Deps is what a role's main receives.
+type Deps struct {
+	Ctx    context.Context
+	Conn   *bus.Conn
+	Names  protocol.Names
+	Config *config.Config
+	Logger *slog.Logger
+	Home   string
+}
+
+// Home returns $SKEIN_HOME, or ./.skein.
+func Home() string {
+	if h := os.Getenv("SKEIN_HOME"); h != "" {
+		return h
+	}
+	return ".skein"
+}
+
+// NATSURL returns the URL from flag, then $SKEIN_NATS_URL, then the config file, then "".
+func NATSURL(flagValue string, cfg *config.Config) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if u := os.Getenv("SKEIN_NATS_URL"); u != "" {
+		return u
+	}
+	if cfg != nil {
+		return cfg.Mesh.NATSURL
+	}
+	return ""
+}
+
+// LoadConfig reads path, or ./agent.yaml when path is "" and that file exists, or the defaults.
+func LoadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		if _, err := os.Stat("agent.yaml"); err == nil {
+			path = "agent.yaml"
+		} else {
+			return config.Default(), nil
+		}
+	}
+	return config.Load(path)
+}
+
+// Logger returns a text logger on stderr; SKEIN_LOG=debug raises the level.
+func Logger(role string) *slog.Logger {
+	level := slog.LevelInfo
+	if os.Getenv("SKEIN_LOG") == "debug" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("role", role)
+}
+
+// Main parses the standard flags (--nats, --config), connects, provisions and runs fn until a
+// signal arrives. It returns the process exit code. Roles may define extra flags before calling.
+func Main(role string, fn func(Deps) error) int {
+	natsURL := flag.String("nats", "", "NATS server URL (default $SKEIN_NATS_URL, then "+bus.DefaultURL+")")
+	cfgPath := flag.String("config", "", "agent.yaml (default ./agent.yaml if present)")
+	flag.Parse()
+	log := Logger(role)
+	cfg, err := LoadConfig(*cfgPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	url := NATSURL(*natsURL, cfg)
+	if url == "" {
+		url = bus.DefaultURL
+	}
+	conn, err := bus.Connect(ctx, url, "skein-"+role, 30*time.Second)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer conn.Close()
+	names := protocol.NewNames(cfg.Mesh.Namespace)
+	if err := bus.Provision(ctx, conn.JS, names, bus.DefaultLimits()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	log.Info("started", "nats", url, "namespace", names.NS, "agent", cfg.Agent.Name)
+	err = fn(Deps{Ctx: ctx, Conn: conn, Names: names, Config: cfg, Logger: log, Home: Home()})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("stopped", "err", err)
+		return 1
+	}
+	return 0
+}
