@@ -1,0 +1,100 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// Eviction is one entry removed (or, in a dry run, that would be).
+type Eviction struct {
+	ID      string            `msgpack:"id" json:"id"`
+	Agent   string            `msgpack:"agent" json:"agent"`
+	Tier    protocol.Tier     `msgpack:"tier" json:"tier"`
+	Status  memory.Status     `msgpack:"status" json:"status"`
+	Text    string            `msgpack:"text" json:"text"`
+	Helpful int               `msgpack:"helpful" json:"helpful"`
+	Harmful int               `msgpack:"harmful" json:"harmful"`
+	LastAt  time.Time         `msgpack:"last_at" json:"last_at"`
+	Reason  string            `msgpack:"reason" json:"reason"`
+	Pol     protocol.Polarity `msgpack:"polarity" json:"polarity"`
+}
+
+func lastAt(e memory.Entry) time.Time {
+	if e.LastUsed.After(e.Updated) {
+		return e.LastUsed
+	}
+	return e.Updated
+}
+
+// Evict keeps every (agent, tier) at or under the capacity. It removes, in order, entries no
+// longer active (superseded or retired: their pointer has served its purpose once the store is
+// full), then the least helpful (helpful - harmful), then the least recently used or updated.
+// agent "" means every agent. With dryRun it only reports.
+func (e *Engine) Evict(ctx context.Context, agent string, dryRun bool) ([]Eviction, error) {
+	all, err := e.store.List(ctx, memory.Filter{Agent: agent, Status: memory.StatusAny})
+	if err != nil {
+		return nil, fmt.Errorf("evict: list: %w", err)
+	}
+	groups := map[[2]string][]memory.Entry{}
+	for _, x := range all {
+		k := [2]string{x.Agent, string(x.Tier)}
+		groups[k] = append(groups[k], x)
+	}
+	keys := make([][2]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	var out []Eviction
+	for _, k := range keys {
+		g := groups[k]
+		over := len(g) - e.opt.Capacity
+		if over <= 0 {
+			continue
+		}
+		SortForEviction(g)
+		for _, x := range g[:over] {
+			reason := fmt.Sprintf("over capacity %d: helpful-harmful %d, last used %s", e.opt.Capacity, x.Helpful-x.Harmful, lastAt(x).Format(time.RFC3339))
+			if x.Status != memory.StatusActive {
+				reason = fmt.Sprintf("over capacity %d: %s", e.opt.Capacity, x.Status)
+			}
+			out = append(out, Eviction{ID: x.ID, Agent: x.Agent, Tier: x.Tier, Status: x.Status, Text: x.Text,
+				Helpful: x.Helpful, Harmful: x.Harmful, LastAt: lastAt(x), Reason: reason, Pol: x.Polarity})
+			if dryRun {
+				continue
+			}
+			if err := e.store.Delete(ctx, x.ID); err != nil && !errors.Is(err, memory.ErrNotFound) {
+				return out, fmt.Errorf("evict %s: %w", x.ID, err)
+			}
+		}
+	}
+	return out, nil
+}
+
+// SortForEviction orders entries first-to-evict first.
+func SortForEviction(g []memory.Entry) {
+	sort.SliceStable(g, func(i, j int) bool {
+		a, b := g[i], g[j]
+		if (a.Status == memory.StatusActive) != (b.Status == memory.StatusActive) {
+			return a.Status != memory.StatusActive
+		}
+		if sa, sb := a.Helpful-a.Harmful, b.Helpful-b.Harmful; sa != sb {
+			return sa < sb
+		}
+		if ta, tb := lastAt(a), lastAt(b); !ta.Equal(tb) {
+			return ta.Before(tb)
+		}
+		return a.ID < b.ID
+	})
+}
