@@ -1,0 +1,514 @@
+// Package kvstore is the embedded default memory.Store: entries live in the mesh's JetStream KV
+// bucket `memory` (replicated with the cluster, compare-and-set on revision), and each process
+// keeps an in-memory vector index that a KV watch rebuilds on start and keeps current, so every
+// memoryd replica on one bucket answers the same searches.
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// metaKey holds the store's embedding model id and dimension. Entry ids are hex, so a key with an
+// underscore never collides with one.
+const metaKey = "_model"
+
+// recordVersion is the schema version of the values this package writes.
+const recordVersion = 1
+
+// Options configure Open.
+type Options struct {
+	// Model and Dim describe the embedder whose vectors this process writes and searches with.
+	Model string
+	Dim   int
+	// Bucket overrides the mesh's memory bucket (names.Bucket(protocol.BucketMemory)).
+	Bucket string
+	// AnyModel opens a store written by another model instead of refusing; only migration does
+	// this, and it must re-embed before it searches.
+	AnyModel bool
+}
+
+type record struct {
+	V            int `msgpack:"v"`
+	memory.Entry `msgpack:",inline"`
+}
+
+type meta struct {
+	V     int    `msgpack:"v"`
+	Model string `msgpack:"model"`
+	Dim   int    `msgpack:"dim"`
+}
+
+type item struct {
+	e   memory.Entry
+	inv float32 // 1/|embedding|, so scoring needs no normalized copy
+}
+
+// Store is a memory.Store over a JetStream KV bucket.
+type Store struct {
+	kv     jetstream.KeyValue
+	bucket string
+
+	mu    sync.RWMutex
+	model string
+	dim   int
+	index map[string]*item
+	// gone holds, per deleted id, the revision at or below which a late watch update is stale.
+	gone map[string]uint64
+
+	watcher   jetstream.KeyWatcher
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+var _ memory.Store = (*Store)(nil)
+
+// Open opens (creating the model record on first use) the memory bucket and loads its index.
+// A bucket written by another model is refused with memory.ErrModelMismatch unless AnyModel.
+func Open(ctx context.Context, js jetstream.JetStream, names protocol.Names, opt Options) (*Store, error) {
+	if opt.Model == "" || opt.Dim <= 0 {
+		return nil, fmt.Errorf("open memory KV store: embedding model and dimension are required (got %q, %d)", opt.Model, opt.Dim)
+	}
+	bucket := opt.Bucket
+	if bucket == "" {
+		bucket = names.Bucket(protocol.BucketMemory)
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("open memory KV bucket %s (is the mesh provisioned?): %w", bucket, err)
+	}
+	s := &Store{kv: kv, bucket: bucket, index: map[string]*item{}, gone: map[string]uint64{}, done: make(chan struct{})}
+	if err := s.checkModel(ctx, opt); err != nil {
+		return nil, err
+	}
+	if err := s.startWatch(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) checkModel(ctx context.Context, opt Options) error {
+	want := meta{V: recordVersion, Model: opt.Model, Dim: opt.Dim}
+	for {
+		got, err := s.readMeta(ctx)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			b, _ := msgpack.Marshal(want)
+			if _, err := s.kv.Create(ctx, metaKey, b); err != nil {
+				if errors.Is(err, jetstream.ErrKeyExists) {
+					continue // another replica recorded the model first; check against it
+				}
+				return fmt.Errorf("record embedding model in %s: %w", s.bucket, err)
+			}
+			s.model, s.dim = opt.Model, opt.Dim
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if got.Model != opt.Model || got.Dim != opt.Dim {
+			if !opt.AnyModel {
+				return mismatch(s.bucket, got, opt)
+			}
+		}
+		s.model, s.dim = got.Model, got.Dim
+		return nil
+	}
+}
+
+func mismatch(bucket string, got meta, opt Options) error {
+	return fmt.Errorf("%w: KV bucket %s holds %d-dim vectors of %q, but this process embeds with %q (%d dims); "+
+		"run `skein memory migrate` to re-embed every entry with the current model, or configure the old embedder back",
+		memory.ErrModelMismatch, bucket, got.Dim, got.Model, opt.Model, opt.Dim)
+}
+
+func (s *Store) readMeta(ctx context.Context) (meta, error) {
+	ent, err := s.kv.Get(ctx, metaKey)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return meta{}, err
+		}
+		return meta{}, fmt.Errorf("read embedding model of %s: %w", s.bucket, err)
+	}
+	m, err := decodeMeta(ent.Value())
+	if err != nil {
+		return meta{}, fmt.Errorf("decode embedding model record of %s: %w", s.bucket, err)
+	}
+	return m, nil
+}
+
+// startWatch replays the bucket into the index and keeps applying changes in the background.
+func (s *Store) startWatch(ctx context.Context) error {
+	wctx, cancel := context.WithCancel(context.Background())
+	w, err := s.kv.WatchAll(wctx)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("watch memory bucket %s: %w", s.bucket, err)
+	}
+	s.watcher, s.cancel = w, cancel
+	// Initial values end with a nil marker; until then the index is not yet complete.
+	for {
+		select {
+		case upd, ok := <-w.Updates():
+			if !ok {
+				cancel()
+				return fmt.Errorf("watch memory bucket %s: closed during initial load", s.bucket)
+			}
+			if upd == nil {
+				go s.follow()
+				return nil
+			}
+			s.apply(upd)
+		case <-ctx.Done():
+			_ = w.Stop()
+			cancel()
+			return fmt.Errorf("load memory index from %s: %w", s.bucket, ctx.Err())
+		}
+	}
+}
+
+func (s *Store) follow() {
+	defer close(s.done)
+	for upd := range s.watcher.Updates() {
+		if upd != nil {
+			s.apply(upd)
+		}
+	}
+}
+
+func (s *Store) apply(upd jetstream.KeyValueEntry) {
+	key := upd.Key()
+	if key == metaKey {
+		if m, err := decodeMeta(upd.Value()); err == nil && upd.Operation() == jetstream.KeyValuePut {
+			s.mu.Lock()
+			s.model, s.dim = m.Model, m.Dim
+			s.mu.Unlock()
+		}
+		return
+	}
+	rev := upd.Revision()
+	if upd.Operation() != jetstream.KeyValuePut {
+		s.mu.Lock()
+		s.remove(key, rev)
+		s.mu.Unlock()
+		return
+	}
+	e, err := decode(upd.Value())
+	if err != nil {
+		return // a value this build cannot read is not searchable; Get reports the error
+	}
+	e.Revision = rev
+	s.mu.Lock()
+	s.insert(e)
+	s.mu.Unlock()
+}
+
+func decodeMeta(b []byte) (meta, error) {
+	var m meta
+	err := msgpack.Unmarshal(b, &m)
+	return m, err
+}
+
+// insert keeps the newest revision of an entry; callers hold mu.
+func (s *Store) insert(e memory.Entry) {
+	if g, ok := s.gone[e.ID]; ok {
+		if e.Revision <= g {
+			return
+		}
+		delete(s.gone, e.ID)
+	}
+	if cur, ok := s.index[e.ID]; ok && cur.e.Revision >= e.Revision {
+		return
+	}
+	s.index[e.ID] = &item{e: e, inv: invNorm(e.Embedding)}
+}
+
+// remove drops an entry deleted at revision rev; callers hold mu.
+func (s *Store) remove(id string, rev uint64) {
+	if cur, ok := s.index[id]; ok && cur.e.Revision > rev {
+		return
+	}
+	delete(s.index, id)
+	if rev > s.gone[id] {
+		s.gone[id] = rev
+	}
+}
+
+func invNorm(v []float32) float32 {
+	var n float64
+	for _, x := range v {
+		n += float64(x) * float64(x)
+	}
+	if n == 0 {
+		return 0
+	}
+	return float32(1 / math.Sqrt(n))
+}
+
+func decode(b []byte) (memory.Entry, error) {
+	var r record
+	if err := msgpack.Unmarshal(b, &r); err != nil {
+		return memory.Entry{}, fmt.Errorf("decode memory entry: %w", err)
+	}
+	if r.V != recordVersion {
+		return memory.Entry{}, fmt.Errorf("decode memory entry %s: schema version %d, this build reads %d", r.ID, r.V, recordVersion)
+	}
+	return r.Entry, nil
+}
+
+// Model implements memory.Store.
+func (s *Store) Model() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.model
+}
+
+// Dim is the vector dimension of the store.
+func (s *Store) Dim() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.dim
+}
+
+// Len is the number of entries in the local index.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.index)
+}
+
+// Get implements memory.Store; it reads the bucket, not the index, so it sees every replica's
+// latest write.
+func (s *Store) Get(ctx context.Context, id string) (memory.Entry, error) {
+	if !validKey(id) {
+		return memory.Entry{}, fmt.Errorf("get memory entry %q: %w", id, memory.ErrNotFound)
+	}
+	ent, err := s.kv.Get(ctx, id)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return memory.Entry{}, fmt.Errorf("get memory entry %s: %w", id, memory.ErrNotFound)
+		}
+		return memory.Entry{}, fmt.Errorf("get memory entry %s: %w", id, err)
+	}
+	e, err := decode(ent.Value())
+	if err != nil {
+		return memory.Entry{}, err
+	}
+	e.Revision = ent.Revision()
+	return e, nil
+}
+
+func validKey(id string) bool {
+	if id == "" || id == metaKey {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '=') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Store) check(e *memory.Entry) error {
+	if !validKey(e.ID) {
+		return fmt.Errorf("put memory entry: id %q may hold only letters, digits, '-', '_' and '='", e.ID)
+	}
+	s.mu.RLock()
+	model, dim := s.model, s.dim
+	s.mu.RUnlock()
+	if e.Model == "" {
+		e.Model = model
+	}
+	if e.Model != model {
+		return fmt.Errorf("put memory entry %s: vector from %q into a store of %q: %w", e.ID, e.Model, model, memory.ErrModelMismatch)
+	}
+	if len(e.Embedding) != dim {
+		return fmt.Errorf("put memory entry %s: embedding has %d dimensions, the store holds %d", e.ID, len(e.Embedding), dim)
+	}
+	if invNorm(e.Embedding) == 0 {
+		return fmt.Errorf("put memory entry %s: zero embedding", e.ID)
+	}
+	return nil
+}
+
+// Put implements memory.Store: Create for revision 0, Update against the revision otherwise.
+func (s *Store) Put(ctx context.Context, e memory.Entry) (memory.Entry, error) {
+	if err := s.check(&e); err != nil {
+		return memory.Entry{}, err
+	}
+	b, err := msgpack.Marshal(record{V: recordVersion, Entry: e})
+	if err != nil {
+		return memory.Entry{}, fmt.Errorf("encode memory entry %s: %w", e.ID, err)
+	}
+	var rev uint64
+	if e.Revision == 0 {
+		rev, err = s.kv.Create(ctx, e.ID, b)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return memory.Entry{}, fmt.Errorf("create memory entry %s: it exists: %w", e.ID, memory.ErrConflict)
+		}
+	} else {
+		rev, err = s.kv.Update(ctx, e.ID, b, e.Revision)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			return memory.Entry{}, fmt.Errorf("update memory entry %s at revision %d: %w", e.ID, e.Revision, memory.ErrConflict)
+		}
+	}
+	if err != nil {
+		return memory.Entry{}, fmt.Errorf("put memory entry %s: %w", e.ID, err)
+	}
+	e.Revision = rev
+	// Apply locally now so this process reads its own write; the watch brings the same revision
+	// later and is ignored then.
+	s.mu.Lock()
+	s.insert(e)
+	s.mu.Unlock()
+	return e, nil
+}
+
+// Delete implements memory.Store; deleting a missing entry is not an error.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	if !validKey(id) {
+		return nil
+	}
+	ent, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete memory entry %s: %w", id, err)
+	}
+	if err := s.kv.Delete(ctx, id); err != nil {
+		return fmt.Errorf("delete memory entry %s: %w", id, err)
+	}
+	s.mu.Lock()
+	s.remove(id, ent.Revision())
+	s.mu.Unlock()
+	return nil
+}
+
+// Match reports whether e passes f (exported for other stores' tests and tools).
+func Match(e *memory.Entry, f *memory.Filter) bool {
+	switch f.Status {
+	case memory.StatusAny:
+	case "":
+		if e.Status != memory.StatusActive && e.Status != "" {
+			return false
+		}
+	default:
+		if e.Status != f.Status {
+			return false
+		}
+	}
+	if f.Agent != "" && e.Agent != f.Agent {
+		return false
+	}
+	if f.Tier != "" && e.Tier != f.Tier {
+		return false
+	}
+	if f.Polarity != "" && e.Polarity != f.Polarity {
+		return false
+	}
+	if len(f.Tools) > 0 && !slices.ContainsFunc(f.Tools, func(t string) bool { return slices.Contains(e.Tools, t) }) {
+		return false
+	}
+	return true
+}
+
+func clone(e memory.Entry) memory.Entry {
+	e.Tools = slices.Clone(e.Tools)
+	e.Sessions = slices.Clone(e.Sessions)
+	e.Mined = slices.Clone(e.Mined)
+	e.Embedding = slices.Clone(e.Embedding)
+	return e
+}
+
+// Search implements memory.Store by an exact scan of the local index.
+func (s *Store) Search(ctx context.Context, vec []float32, k int, f memory.Filter) ([]memory.Hit, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if len(vec) != s.dim {
+		return nil, fmt.Errorf("search memory: query has %d dimensions, the store holds %d", len(vec), s.dim)
+	}
+	if k <= 0 {
+		return nil, nil
+	}
+	qn := invNorm(vec)
+	if qn == 0 {
+		return nil, fmt.Errorf("search memory: zero query vector")
+	}
+	q := make([]float32, len(vec))
+	for i, x := range vec {
+		q[i] = x * qn
+	}
+	top := newTopK(k)
+	for _, it := range s.index {
+		if it.e.Model != s.model || !Match(&it.e, &f) {
+			continue
+		}
+		top.offer(it, dot(q, it.e.Embedding)*it.inv)
+	}
+	items := top.sorted()
+	hits := make([]memory.Hit, len(items))
+	for i, c := range items {
+		hits[i] = memory.Hit{Entry: clone(c.it.e), Score: float64(c.score)}
+	}
+	return hits, ctx.Err()
+}
+
+func dot(a, b []float32) float32 {
+	var s0, s1, s2, s3 float32
+	n := len(a) &^ 3
+	b = b[:len(a)]
+	for i := 0; i < n; i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for i := n; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return s0 + s1 + s2 + s3
+}
+
+// List implements memory.Store from the local index.
+func (s *Store) List(ctx context.Context, f memory.Filter) ([]memory.Entry, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []memory.Entry
+	for _, it := range s.index {
+		if Match(&it.e, &f) {
+			out = append(out, clone(it.e))
+		}
+	}
+	slices.SortFunc(out, func(a, b memory.Entry) int {
+		if a.ID < b.ID {
+			return -1
+		}
+		if a.ID > b.ID {
+			return 1
+		}
+		return 0
+	})
+	return out, ctx.Err()
+}
+
+// Close stops the watch. A connection that closed first has stopped it already.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		_ = s.watcher.Stop()
+		s.cancel()
+		<-s.done
+	})
+	return nil
+}
