@@ -113,4 +113,6 @@ type Miner struct {
 type Mesh struct {
 	Namespace string `yaml:"namespace"`
 	NATSURL   string `yaml:"nats_url"`
+	// Replicas of every stream and bucket: 1 on one server, 3 on a 3-node cluster.
+	Replicas int `yaml:"replicas"`
 }

@@ -59,7 +59,7 @@ func Default() *Config {
 		},
 		Planner: Planner{Mode: "off", MaxItems: 8},
 		Miner:   Miner{Enabled: true},
-		Mesh:    Mesh{Namespace: protocol.DefaultNamespace},
+		Mesh:    Mesh{Namespace: protocol.DefaultNamespace, Replicas: 1},
 	}
 }
 
@@ -288,6 +288,9 @@ func (c *Config) Validate() Errors {
 	case "off", "auto", "force":
 	default:
 		bad("planner.mode", "must be off, auto or force, got %q", c.Planner.Mode)
+	}
+	if c.Mesh.Replicas != 1 && c.Mesh.Replicas != 3 && c.Mesh.Replicas != 5 {
+		bad("mesh.replicas", "must be 1, 3 or 5, got %d", c.Mesh.Replicas)
 	}
 	if c.Mesh.Namespace != "" {
 		if err := protocol.CheckToken("mesh.namespace", c.Mesh.Namespace); err != nil {

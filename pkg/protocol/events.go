@@ -22,7 +22,11 @@ const (
 	EvFinal          EventType = "final"
 	EvIncomplete     EventType = "incomplete"
 	EvFailed         EventType = "failed"
-	EvUsage          EventType = "usage" // always the last event of a session
+	EvMined          EventType = "mined" // the miner's ingest actions for the session
+	// EvUsage is always the last event of a session. The planner writes one when the session
+	// ends; the miner, after mining the session, writes a final one whose totals include its own
+	// model calls (Role miner). The last usage event of a session is the authoritative total.
+	EvUsage EventType = "usage"
 )
 
 // Terminal reports whether t ends the work of a session (the usage event follows it).

@@ -96,7 +96,7 @@ func Main(role string, fn func(Deps) error) int {
 	}
 	defer conn.Close()
 	names := protocol.NewNames(cfg.Mesh.Namespace)
-	if err := bus.Provision(ctx, conn.JS, names, bus.DefaultLimits()); err != nil {
+	if err := bus.Provision(ctx, conn.JS, names, Limits(cfg)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -107,4 +107,11 @@ func Main(role string, fn func(Deps) error) int {
 		return 1
 	}
 	return 0
+}
+
+// Limits are the stream limits for a config: the defaults with mesh.replicas.
+func Limits(cfg *config.Config) bus.Limits {
+	l := bus.DefaultLimits()
+	l.Replicas = cfg.Mesh.Replicas
+	return l
 }
