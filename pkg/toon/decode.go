@@ -100,6 +100,11 @@ func (d *decoder) scan(s string) error {
 		if n := len(raw); n > 0 && raw[n-1] == '\r' {
 			raw = raw[:n-1]
 		}
+		if !d.strict && !utf8.ValidString(raw) {
+			// Non-strict decoding substitutes U+FFFD, so decoded strings
+			// are always valid UTF-8.
+			raw = strings.ToValidUTF8(raw, "\ufffd")
+		}
 		if d.strict && !utf8.ValidString(raw) {
 			i := 0
 			for i < len(raw) {

@@ -35,9 +35,10 @@
 // Non-strict decoding follows the permissions of the specification: duplicate
 // keys resolve last-write-wins (the value replaces the earlier one in its
 // original position), indentation that is not a multiple of the indent size
-// is floored, each tab in indentation counts as one level, blank lines inside
-// arrays are ignored, and a malformed array header falls through to a
-// key-value line with a literal key. Everything else the specification lists
+// is floored, each tab in indentation counts as one level, ill-formed UTF-8
+// is replaced by U+FFFD (strict mode rejects it), blank lines inside arrays
+// are ignored, and a malformed array header falls through to a key-value
+// line with a literal key. Everything else the specification lists
 // as a strict-mode error is an error in both modes.
 package toon
 
