@@ -1,0 +1,106 @@
+package tools_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/tools"
+)
+
+var (
+	fixturesOnce sync.Once
+	fixtures     map[string]*tools.Tool
+	fixturesErr  error
+)
+
+// fixture returns a fresh copy of one tool from testdata/tools, so a test may adjust it.
+func fixture(t *testing.T, name string) *tools.Tool {
+	t.Helper()
+	fixturesOnce.Do(func() {
+		ts, err := tools.LoadDir("testdata/tools")
+		fixtures, fixturesErr = map[string]*tools.Tool{}, err
+		for _, tl := range ts {
+			fixtures[tl.Name] = tl
+		}
+	})
+	if fixturesErr != nil {
+		t.Fatalf("load fixtures: %v", fixturesErr)
+	}
+	tl, ok := fixtures[name]
+	if !ok {
+		t.Fatalf("no fixture tool %q", name)
+	}
+	cp := *tl
+	cp.Argv = append([]string(nil), tl.Argv...)
+	if tl.Argv[0] == "python3" || tl.Argv[0] == "node" {
+		needProgram(t, tl.Argv[0])
+	}
+	return &cp
+}
+
+// needProgram skips when an interpreter is missing, except in CI where it must be there.
+func needProgram(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		if os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" {
+			t.Fatalf("%s is required but not on PATH: %v", name, err)
+		}
+		t.Skipf("%s not on PATH (install it; CI requires it)", name)
+	}
+}
+
+// readPID waits for a tool to have written a pid file.
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			pid, err := strconv.Atoi(string(bytes.TrimSpace(b)))
+			if err != nil {
+				t.Fatalf("pid file %s: %v", path, err)
+			}
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tool never wrote its pid file %s", path)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// assertGone waits for pid to have stopped running: gone, or a zombie waiting for a parent
+// that does not reap (PID 1 in some containers does not).
+func assertGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := syscall.Kill(pid, 0)
+		if errors.Is(err, syscall.ESRCH) || isZombie(pid) {
+			return
+		}
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("process %d is still running after the call ended", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func isZombie(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesized command name: "pid (comm) S ...".
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}

@@ -1,0 +1,440 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// Defaults of a Runner's zero value.
+const (
+	DefaultTimeout    = 30 * time.Second
+	DefaultMaxOutput  = 1 << 20
+	DefaultStderrTail = 2 << 10
+	maxErrorLen       = 2 << 10
+	// pipeGrace bounds how long output is still read after the process group is gone, in case
+	// something outside the group (a daemon that called setsid) holds the pipes open.
+	pipeGrace = 2 * time.Second
+)
+
+// Runner runs tools as subprocesses. The zero value is ready to use.
+type Runner struct {
+	// DefaultTimeout applies to tools whose manifest has no timeout_s (0: DefaultTimeout).
+	DefaultTimeout time.Duration
+	// MaxOutput caps stdout of tools whose manifest has no max_output_bytes (0: DefaultMaxOutput).
+	MaxOutput int
+	// StderrTail is how much of the end of stderr a failed call keeps (0: DefaultStderrTail).
+	StderrTail int
+	// LookupEnv reads the host environment the scrubbed one is built from (nil: os.LookupEnv).
+	LookupEnv func(string) (string, bool)
+}
+
+func (r *Runner) timeout(t *Tool) time.Duration {
+	def := r.DefaultTimeout
+	if def <= 0 {
+		def = DefaultTimeout
+	}
+	return t.Timeout(def)
+}
+
+func (r *Runner) maxOutput(t *Tool) int {
+	if t.MaxOutputBytes > 0 {
+		return t.MaxOutputBytes
+	}
+	if r.MaxOutput > 0 {
+		return r.MaxOutput
+	}
+	return DefaultMaxOutput
+}
+
+func (r *Runner) stderrTail() int {
+	if r.StderrTail > 0 {
+		return r.StderrTail
+	}
+	return DefaultStderrTail
+}
+
+// Run validates args against the tool's input_schema, runs the tool with args on stdin and
+// normalizes whatever happens into one ToolResult. It never returns a Go error: every failure is
+// a result with OK false and a Kind, so the model sees it and the miner can learn from it.
+func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protocol.ToolResult {
+	if len(bytes.TrimSpace(args)) == 0 {
+		args = json.RawMessage("{}")
+	}
+	if err := t.ValidateArgs(args); err != nil {
+		return failure(protocol.ToolErrBadArgs, err.Error(), "")
+	}
+	path, err := lookPath(t.Argv[0])
+	if err != nil {
+		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
+	}
+	lookup := r.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	p, err := r.start(path, t, scrubbedEnv(lookup, t.Env))
+	if err != nil {
+		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
+	}
+	go p.feed(args)
+
+	timeout := r.timeout(t)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var timedOut, cancelled bool
+	select {
+	case <-p.exited:
+	case <-timer.C:
+		timedOut = true
+	case <-ctx.Done():
+		cancelled = true
+	case <-p.stdout.overflow:
+	}
+	// Killing the group also ends anything the tool left running in the background after a
+	// normal exit: a tool call owns no processes once it has answered.
+	p.killGroup()
+	<-p.exited
+	p.drain()
+
+	tail := p.stderr.String()
+	switch {
+	case timedOut:
+		return failure(protocol.ToolErrTimeout, fmt.Sprintf("timed out after %s; the tool's process group was killed", timeout), tail)
+	case cancelled:
+		return failure(protocol.ToolErrTimeout, fmt.Sprintf("call abandoned (%v); the tool's process group was killed", context.Cause(ctx)), tail)
+	case p.stdout.over:
+		res := failure(protocol.ToolErrTooLarge, fmt.Sprintf("stdout exceeded the %d-byte cap; the tool was stopped and its output dropped", p.stdout.max), tail)
+		res.Truncated = true
+		return res
+	}
+	return interpret(p.stdout.buf.Bytes(), p.state, tail)
+}
+
+// proc is one running tool with its pipes.
+type proc struct {
+	cmd    *exec.Cmd
+	pgid   int
+	stdin  *os.File
+	outR   *os.File
+	errR   *os.File
+	stdout *capped
+	stderr *tailBuf
+	state  *os.ProcessState
+	exited chan struct{}
+	reads  sync.WaitGroup
+}
+
+func (r *Runner) start(path string, t *Tool, env []string) (*proc, error) {
+	// Plain pipes (not io.Writers) so Wait returns when the process exits even if a grandchild
+	// still holds stdout; reading is ours and is ended by killing the group.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW)
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW)
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   append([]string(nil), t.Argv...),
+		Dir:    t.Dir,
+		Env:    env,
+		Stdin:  inR,
+		Stdout: outW,
+		Stderr: errW,
+		// Its own process group, so a timeout kills the tool and everything it spawned.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	err = cmd.Start()
+	closeAll(inR, outW, errW) // the child has its copies
+	if err != nil {
+		closeAll(inW, outR, errR)
+		return nil, err
+	}
+	p := &proc{
+		cmd: cmd, pgid: cmd.Process.Pid, stdin: inW, outR: outR, errR: errR,
+		stdout: newCapped(r.maxOutput(t)),
+		stderr: &tailBuf{max: r.stderrTail()},
+		exited: make(chan struct{}),
+	}
+	p.reads.Add(2)
+	go func() { defer p.reads.Done(); p.stdout.readFrom(outR) }()
+	go func() { defer p.reads.Done(); p.stderr.readFrom(errR) }()
+	go func() {
+		_ = cmd.Wait() // the exit status is read from ProcessState
+		p.state = cmd.ProcessState
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// feed writes the arguments and closes stdin. A tool that never reads stdin makes the write
+// fail with EPIPE once it exits, which is fine.
+func (p *proc) feed(args []byte) {
+	_, _ = p.stdin.Write(args)
+	_ = p.stdin.Close()
+}
+
+func (p *proc) killGroup() {
+	_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+}
+
+// drain waits for the output readers, closing the pipes if something outside the process group
+// keeps them open.
+func (p *proc) drain() {
+	done := make(chan struct{})
+	go func() { p.reads.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(pipeGrace):
+		closeAll(p.outR, p.errR)
+		<-done
+	}
+	closeAll(p.outR, p.errR, p.stdin)
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}
+
+// capped keeps stdout up to max bytes and signals overflow once, then discards the rest so the
+// writer never blocks before it is killed.
+type capped struct {
+	buf      bytes.Buffer
+	max      int
+	over     bool
+	overflow chan struct{}
+}
+
+func newCapped(max int) *capped { return &capped{max: max, overflow: make(chan struct{})} }
+
+func (c *capped) readFrom(r io.Reader) {
+	p := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(p)
+		if n > 0 && !c.over {
+			if c.buf.Len()+n > c.max {
+				c.over = true
+				c.buf.Reset()
+				close(c.overflow)
+			} else {
+				c.buf.Write(p[:n])
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// tailBuf keeps the last max bytes written.
+type tailBuf struct {
+	buf     []byte
+	max     int
+	dropped bool
+}
+
+func (t *tailBuf) readFrom(r io.Reader) {
+	p := make([]byte, 8<<10)
+	for {
+		n, err := r.Read(p)
+		if n > 0 {
+			t.buf = append(t.buf, p[:n]...)
+			if len(t.buf) > 2*t.max {
+				t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+				t.dropped = true
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (t *tailBuf) String() string {
+	b := t.buf
+	dropped := t.dropped
+	if len(b) > t.max {
+		b = b[len(b)-t.max:]
+		dropped = true
+	}
+	if dropped {
+		// Start at a rune boundary so the tail is clean text.
+		for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.RuneStart(b[0]); i++ {
+			b = b[1:]
+		}
+	}
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	if dropped {
+		s = "…" + s
+	}
+	return s
+}
+
+func failure(kind, msg, stderr string) protocol.ToolResult {
+	return protocol.ToolResult{OK: false, Kind: kind, Error: clip(msg), Stderr: stderr}
+}
+
+func clip(s string) string {
+	if len(s) <= maxErrorLen {
+		return s
+	}
+	cut := maxErrorLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// interpret turns a finished process's stdout and exit status into a result. Stdout is checked
+// first: a tool that prints something that is not JSON is malformed whatever its exit code,
+// because its exit code cannot be trusted either.
+func interpret(stdout []byte, st *os.ProcessState, stderr string) protocol.ToolResult {
+	out := bytes.TrimSpace(stdout)
+	exitOK := st != nil && st.Success()
+	if len(out) == 0 {
+		if exitOK {
+			return failure(protocol.ToolErrMalformed, "the tool exited 0 but printed nothing on stdout; a tool must print one JSON value", stderr)
+		}
+		return failure(protocol.ToolErrExit, withStatus(lastLine(stderr), st), stderr)
+	}
+	if !json.Valid(out) {
+		var v json.RawMessage
+		detail := "invalid JSON"
+		if err := json.Unmarshal(out, &v); err != nil {
+			detail = err.Error()
+		}
+		msg := fmt.Sprintf("stdout is not one JSON value (%s); it began %q", detail, snippet(out, 120))
+		if !exitOK {
+			msg += "; " + describeExit(st)
+		}
+		return failure(protocol.ToolErrMalformed, msg, stderr)
+	}
+	env := parseEnvelope(out)
+	switch {
+	case !exitOK:
+		res := failure(protocol.ToolErrExit, withStatus(firstNonEmpty(env.err, lastLine(stderr)), st), stderr)
+		res.Result = env.result
+		return res
+	case env.isEnvelope && !env.ok:
+		res := failure(protocol.ToolErrToolError, firstNonEmpty(env.err, "the tool answered ok:false without an error message"), stderr)
+		res.Result = env.result
+		return res
+	}
+	return protocol.ToolResult{OK: true, Result: env.result}
+}
+
+// envelope is a tool's answer read as {ok, error?, result?}. A JSON value that is not an
+// object with a boolean "ok" is a plain result of a successful call.
+type envelope struct {
+	isEnvelope bool
+	ok         bool
+	err        string
+	result     json.RawMessage
+}
+
+func parseEnvelope(out []byte) envelope {
+	compact := func(b []byte) json.RawMessage {
+		var buf bytes.Buffer
+		if json.Compact(&buf, b) != nil {
+			return append(json.RawMessage(nil), b...)
+		}
+		return buf.Bytes()
+	}
+	var obj map[string]json.RawMessage
+	if out[0] != '{' || json.Unmarshal(out, &obj) != nil {
+		return envelope{ok: true, result: compact(out)}
+	}
+	okRaw, has := obj["ok"]
+	var ok bool
+	if !has || json.Unmarshal(okRaw, &ok) != nil {
+		return envelope{ok: true, result: compact(out)}
+	}
+	e := envelope{isEnvelope: true, ok: ok}
+	if raw, has := obj["error"]; has && string(raw) != "null" {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			e.err = s
+		} else {
+			e.err = string(compact(raw))
+		}
+	}
+	if raw, has := obj["result"]; has {
+		e.result = compact(raw)
+		return e
+	}
+	// {"ok": true, "count": 3}: the other fields are the result, so nothing the tool said is lost.
+	delete(obj, "ok")
+	delete(obj, "error")
+	if len(obj) > 0 {
+		if b, err := json.Marshal(obj); err == nil {
+			e.result = b
+		}
+	}
+	return e
+}
+
+func withStatus(msg string, st *os.ProcessState) string {
+	if msg == "" {
+		return "the tool " + describeExit(st) + " without an error message"
+	}
+	return msg + " (" + describeExit(st) + ")"
+}
+
+func describeExit(st *os.ProcessState) string {
+	if st == nil {
+		return "did not report an exit status"
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "was killed by signal " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exited with status %d", st.ExitCode())
+}
+
+// lastLine is the last non-empty line of stderr: where Python, Node and most CLIs put the error
+// itself ("ZeroDivisionError: division by zero").
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n\r\t "), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			return strings.TrimPrefix(l, "…")
+		}
+	}
+	return ""
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if strings.TrimSpace(s) != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func snippet(b []byte, n int) string {
+	if len(b) > n {
+		b = b[:n]
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}

@@ -1,0 +1,209 @@
+package tools_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
+)
+
+func run(t *testing.T, tl *tools.Tool, args string) protocol.ToolResult {
+	t.Helper()
+	var r tools.Runner
+	return r.Run(context.Background(), tl, json.RawMessage(args))
+}
+
+func wantFail(t *testing.T, res protocol.ToolResult, kind string, errHas ...string) {
+	t.Helper()
+	if res.OK || res.Kind != kind {
+		t.Fatalf("want failure kind %q, got ok=%v kind=%q error=%q stderr=%q", kind, res.OK, res.Kind, res.Error, res.Stderr)
+	}
+	for _, s := range errHas {
+		if !strings.Contains(res.Error, s) {
+			t.Errorf("error %q does not contain %q", res.Error, s)
+		}
+	}
+}
+
+func TestInvalidArgumentsAreRefusedBeforeTheProcessStarts(t *testing.T) {
+	// The program does not exist: had the runner tried to start it, the kind would be
+	// cannot_start. invalid_arguments proves validation comes first.
+	tl := fixture(t, "missing")
+	cases := map[string][]string{
+		`{}`:                           {"at '': missing property 'city'"},
+		`{"city": 3}`:                  {"at '/city'", "want string"},
+		`{"city": "Oslo", "days": 0}`:  {"at '/days'", "minimum"},
+		`{"city": "Oslo", "extra": 1}`: {"extra"},
+		`not json`:                     {"not valid JSON"},
+		`[1]`:                          {"want object"},
+	}
+	for args, want := range cases {
+		t.Run(args, func(t *testing.T) {
+			wantFail(t, run(t, tl, args), protocol.ToolErrBadArgs, want...)
+		})
+	}
+	wantFail(t, run(t, tl, `{"city": "Oslo"}`), protocol.ToolErrStart, "does-not-exist", "does not exist")
+}
+
+func TestCannotStart(t *testing.T) {
+	wantFail(t, run(t, fixture(t, "noexec"), `{}`), protocol.ToolErrStart, "not executable")
+	tl := fixture(t, "plain")
+	tl.Argv = []string{"skein-no-such-program-anywhere"}
+	wantFail(t, run(t, tl, `{}`), protocol.ToolErrStart, "not found on PATH")
+}
+
+func TestTimeoutKillsTheWholeProcessGroup(t *testing.T) {
+	pidfile := filepath.Join(t.TempDir(), "grandchild.pid")
+	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
+	tl := fixture(t, "sleeper")
+	tl.TimeoutS = 2 // room for a slow start; the tool would otherwise run 300s
+	res := run(t, tl, `{}`)
+	wantFail(t, res, protocol.ToolErrTimeout, "timed out after 2s", "process group was killed")
+	assertGone(t, readPID(t, pidfile))
+}
+
+func TestBackgroundProcessesDoNotOutliveTheCall(t *testing.T) {
+	pidfile := filepath.Join(t.TempDir(), "straggler.pid")
+	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
+	res := run(t, fixture(t, "straggler"), `{}`)
+	if !res.OK || string(res.Result) != `"done"` {
+		t.Fatalf("want ok \"done\", got %+v", res)
+	}
+	assertGone(t, readPID(t, pidfile))
+}
+
+func TestMalformedOutputIsCheckedBeforeTheExitCode(t *testing.T) {
+	res := run(t, fixture(t, "malformed"), `{}`)
+	wantFail(t, res, protocol.ToolErrMalformed, "not one JSON value", `"this is not json`, "exited with status 1")
+	wantFail(t, run(t, fixture(t, "empty"), `{}`), protocol.ToolErrMalformed, "printed nothing")
+}
+
+func TestNonZeroExitKeepsTheToolsOwnErrorAndJSON(t *testing.T) {
+	res := run(t, fixture(t, "failjson"), `{}`)
+	wantFail(t, res, protocol.ToolErrExit, "disk quota exceeded on /data", "exited with status 3")
+	if string(res.Result) != `{"written":0}` {
+		t.Errorf("result = %s, want the tool's own result", res.Result)
+	}
+	if !strings.Contains(res.Stderr, "write failed") {
+		t.Errorf("stderr tail %q lacks the tool's stderr", res.Stderr)
+	}
+}
+
+func TestNonZeroExitWithoutJSONSurfacesTheLastStderrLine(t *testing.T) {
+	res := run(t, fixture(t, "broken"), `{}`)
+	wantFail(t, res, protocol.ToolErrExit, "ZeroDivisionError: division by zero", "exited with status 1")
+	if !strings.Contains(res.Stderr, "Traceback") || !strings.Contains(res.Stderr, "about to divide") {
+		t.Errorf("stderr %q lacks the traceback", res.Stderr)
+	}
+	wantFail(t, run(t, fixture(t, "signaled"), `{}`), protocol.ToolErrExit, "killed by signal")
+}
+
+func TestStderrIsATailCappedAt2KiB(t *testing.T) {
+	res := run(t, fixture(t, "noisy"), `{}`)
+	wantFail(t, res, protocol.ToolErrExit, "upstream refused the request")
+	if len(res.Stderr) > tools.DefaultStderrTail+len("…") {
+		t.Errorf("stderr is %d bytes, want at most %d", len(res.Stderr), tools.DefaultStderrTail)
+	}
+	if !strings.HasPrefix(res.Stderr, "…") || !strings.HasSuffix(strings.TrimSpace(res.Stderr), "FATAL: ran out of retries") {
+		t.Errorf("stderr should be the marked tail of the output, got %q", res.Stderr)
+	}
+}
+
+func TestOutputOverTheCapIsStopped(t *testing.T) {
+	// flood writes forever: only the cap ends it, well before the 30s default timeout.
+	res := run(t, fixture(t, "flood"), `{}`)
+	wantFail(t, res, protocol.ToolErrTooLarge, "4096-byte cap")
+	if !res.Truncated || res.Result != nil {
+		t.Errorf("want truncated with no partial result, got %+v", res)
+	}
+}
+
+func TestToolErrorOnExitZero(t *testing.T) {
+	res := run(t, fixture(t, "toolerr"), `{}`)
+	wantFail(t, res, protocol.ToolErrToolError)
+	if res.Error != "no such city: Atlantis" {
+		t.Errorf("error = %q, want the tool's message as is", res.Error)
+	}
+}
+
+func TestResultShapes(t *testing.T) {
+	for name, want := range map[string]string{
+		"plain":   `[1,2,3]`,     // not an envelope: the value is the result
+		"okextra": `{"count":3}`, // an envelope without result: its other fields are the result
+	} {
+		res := run(t, fixture(t, name), `{}`)
+		if !res.OK || res.Kind != "" || string(res.Result) != want {
+			t.Errorf("%s: got %+v, want ok with result %s", name, res, want)
+		}
+	}
+}
+
+func TestArgumentsArriveOnStdinAndToolRunsInItsFolder(t *testing.T) {
+	tl := fixture(t, "stdincopy")
+	res := run(t, tl, `{"n": 7}`)
+	var got struct {
+		Args map[string]int `json:"args"`
+		Cwd  string         `json:"cwd"`
+	}
+	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
+		t.Fatalf("got %+v", res)
+	}
+	if got.Args["n"] != 7 || got.Cwd != tl.Dir {
+		t.Errorf("got args %v in %s, want n=7 in %s", got.Args, got.Cwd, tl.Dir)
+	}
+	// No arguments at all count as {}.
+	if res := run(t, tl, ``); !res.OK || !strings.Contains(string(res.Result), `"args":{}`) {
+		t.Errorf("empty args: %+v", res)
+	}
+}
+
+func TestEnvironmentIsScrubbed(t *testing.T) {
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+	t.Setenv("OPENAI_API_KEY", "sk-openai-secret")
+	t.Setenv("SECRET_X", "hunter2")
+	t.Setenv("SKEIN_TEST_ALLOWED", "visible")
+	t.Setenv("LANG", "C.UTF-8")
+	res := run(t, fixture(t, "envdump"), `{}`)
+	var env map[string]string
+	if !res.OK || json.Unmarshal(res.Result, &env) != nil {
+		t.Fatalf("got %+v", res)
+	}
+	for _, k := range []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "SECRET_X"} {
+		if _, ok := env[k]; ok {
+			t.Errorf("%s reached the tool", k)
+		}
+	}
+	if env["SKEIN_TEST_ALLOWED"] != "visible" || env["LANG"] != "C.UTF-8" || env["PATH"] == "" {
+		t.Errorf("allowed variables missing: %v", env)
+	}
+	allowed := map[string]bool{"SKEIN_TEST_ALLOWED": true}
+	for _, k := range tools.BaseEnv {
+		allowed[k] = true
+	}
+	for k := range env {
+		if !allowed[k] {
+			t.Errorf("unexpected variable %s reached the tool", k)
+		}
+	}
+}
+
+func TestCancelledContextKillsTheTool(t *testing.T) {
+	pidfile := filepath.Join(t.TempDir(), "grandchild.pid")
+	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
+	tl := fixture(t, "sleeper")
+	tl.TimeoutS = 600
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan protocol.ToolResult, 1)
+	go func() {
+		var r tools.Runner
+		done <- r.Run(ctx, tl, json.RawMessage(`{}`))
+	}()
+	pid := readPID(t, pidfile)
+	cancel()
+	wantFail(t, <-done, protocol.ToolErrTimeout, "abandoned")
+	assertGone(t, pid)
+}

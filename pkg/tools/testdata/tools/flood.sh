@@ -1,0 +1,1 @@
+exec yes '{"ok": true}'

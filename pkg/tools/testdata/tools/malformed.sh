@@ -1,0 +1,2 @@
+echo "this is not json"
+exit 1

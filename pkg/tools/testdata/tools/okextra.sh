@@ -1,0 +1,1 @@
+echo '{"ok": true, "count": 3}'

@@ -1,0 +1,3 @@
+sleep 300 &
+echo $! > "$SKEIN_TEST_PIDFILE.tmp" && mv "$SKEIN_TEST_PIDFILE.tmp" "$SKEIN_TEST_PIDFILE"
+echo '{"ok": true, "result": "done"}'

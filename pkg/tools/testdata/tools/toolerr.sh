@@ -1,0 +1,1 @@
+echo '{"ok": false, "error": "no such city: Atlantis"}'
