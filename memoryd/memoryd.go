@@ -1,0 +1,531 @@
+// Package memoryd is the memory service: it embeds, stores, ingests (dedup, promotion, conflict
+// resolution, eviction) and retrieves guidelines, answering every memory operation as a NATS
+// micro endpoint in one queue group, so more replicas share the load and agree through the
+// store's compare-and-set.
+package memoryd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/embed"
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/memory/ingest"
+	"github.com/skein-mesh/skein/pkg/memory/retrieve"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// Version is reported in micro discovery.
+const Version = "0.1.0"
+
+// Deps are what memoryd runs on. Store, Embedder and Judge are optional: when nil, Run opens
+// them from Config (tests and the all-in-one CLI may pass their own).
+type Deps struct {
+	Conn   *bus.Conn
+	Names  protocol.Names
+	Config *config.Config
+	Logger *slog.Logger
+	Home   string
+
+	Store    memory.Store
+	Embedder embed.Embedder
+	Judge    ingest.Judge
+	// Ready, when set, is closed once every endpoint is registered.
+	Ready chan<- struct{}
+}
+
+// maxInFlight bounds concurrent handlers per replica: embedding is CPU bound.
+const maxInFlight = 8
+
+type server struct {
+	d     Deps
+	log   *slog.Logger
+	store memory.Store
+	emb   embed.Embedder
+	eng   *ingest.Engine
+	ret   *retrieve.Retriever
+	sem   chan struct{}
+	wg    sync.WaitGroup
+
+	mu sync.RWMutex
+	// stale is set when the store holds another model's vectors: only migrate, list, get,
+	// health and export work until `skein memory migrate` runs.
+	stale string
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, d Deps) error {
+	if d.Conn == nil {
+		return errors.New("memoryd: no NATS connection")
+	}
+	if d.Config == nil {
+		d.Config = config.Default()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &server{d: d, log: d.Logger, sem: make(chan struct{}, maxInFlight)}
+	var closers []func() error
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			_ = closers[i]()
+		}
+	}()
+	s.emb = d.Embedder
+	if s.emb == nil {
+		e, err := openEmbedder(ctx, d.Config.Memory)
+		if err != nil {
+			return fmt.Errorf("memoryd: %w", err)
+		}
+		s.emb = e
+		closers = append(closers, e.Close)
+	}
+	s.store = d.Store
+	if s.store == nil {
+		st, stale, err := openStore(ctx, d, s.emb)
+		if err != nil {
+			return fmt.Errorf("memoryd: %w", err)
+		}
+		s.store, s.stale = st, stale
+		closers = append(closers, st.Close)
+		if stale != "" {
+			s.log.Warn("memory store needs migration; retrieval and ingest are off until `skein memory migrate`", "detail", stale)
+		}
+	}
+	opt := ingest.OptionsFrom(d.Config.Memory)
+	opt.Logger = s.log
+	opt.Judge = d.Judge
+	if opt.Judge == nil && d.Config.Miner.LLM != nil {
+		// Judging relations is a small task; it uses the miner's cheaper model only when one is
+		// configured, never the agent's main model, and the rules when the model fails.
+		m, err := newModel(*d.Config.Miner.LLM, s.log)
+		if err != nil {
+			s.log.Warn("no model judge for promotions; using the deterministic rules", "err", err)
+		} else {
+			opt.Judge = ingest.ModelJudge{Backend: m, Model: d.Config.Miner.LLM.Model}
+		}
+	}
+	s.eng = ingest.New(s.store, s.emb, opt)
+	s.ret = retrieve.New(s.store, s.emb, retrieve.OptionsFrom(d.Config.Memory))
+
+	svc, err := micro.AddService(d.Conn.NC, micro.Config{
+		Name: protocol.ServiceMemoryd, Version: Version, QueueGroup: protocol.QueueMemoryd,
+		Description: "skein memory: retrieval, ingest, promotion, eviction",
+	})
+	if err != nil {
+		return fmt.Errorf("memoryd: add micro service: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
+	for op, h := range map[string]func(context.Context, []byte) (protocol.Message, error){
+		protocol.MemRetrieve: s.retrieve, protocol.MemIngest: s.ingest, protocol.MemFeedback: s.feedback,
+		protocol.MemInspect: s.inspect, protocol.MemList: s.list, protocol.MemGet: s.get,
+		protocol.MemImport: s.importEntries, protocol.MemEvict: s.evict, protocol.MemMigrate: s.migrate,
+		protocol.MemHealth: s.health, protocol.MemEmbed: s.embed,
+	} {
+		if err := svc.AddEndpoint(op, s.handler(ctx, op, h), micro.WithEndpointSubject(d.Names.Memory(op))); err != nil {
+			return fmt.Errorf("memoryd: endpoint %s: %w", op, err)
+		}
+	}
+	if d.Ready != nil {
+		close(d.Ready)
+	}
+	s.log.Info("memoryd serving", "model", s.emb.Model(), "store", storeKind(d.Config.Memory))
+	s.evictLoop(ctx)
+	_ = svc.Stop()
+	s.wg.Wait()
+	return nil
+}
+
+func storeKind(m config.Memory) string {
+	if m.Store == "" {
+		return "kv"
+	}
+	return m.Store
+}
+
+// handler decodes, runs h off the subscription goroutine (bounded), and answers. Handlers put
+// failures in their reply's Error field; a transport-level failure becomes a micro error.
+func (s *server) handler(ctx context.Context, op string, h func(context.Context, []byte) (protocol.Message, error)) micro.HandlerFunc {
+	return func(req micro.Request) {
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			_ = req.Error("503", "memoryd shutting down", nil)
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.sem }()
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			rep, err := h(rctx, req.Data())
+			if err != nil {
+				s.log.Warn("bad request", "op", op, "err", err)
+				_ = req.Error("400", err.Error(), nil)
+				return
+			}
+			data, err := protocol.Marshal(rep)
+			if err != nil {
+				_ = req.Error("500", err.Error(), nil)
+				return
+			}
+			_ = req.Respond(data)
+		}()
+	}
+}
+
+func decode(data []byte, m protocol.Message) error { return protocol.Unmarshal(data, m) }
+
+func (s *server) staleErr() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.stale == "" {
+		return ""
+	}
+	return s.stale + "; run `skein memory migrate` to re-embed it with " + s.emb.Model()
+}
+
+func (s *server) retrieve(ctx context.Context, data []byte) (protocol.Message, error) {
+	var req protocol.RetrieveRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if e := s.staleErr(); e != "" {
+		return &protocol.RetrieveReply{Guidelines: []protocol.Guideline{}, Error: e}, nil
+	}
+	// An empty store answers at once, without embedding the task.
+	if l, ok := s.store.(interface{ Len() int }); ok && l.Len() == 0 {
+		return &protocol.RetrieveReply{Guidelines: []protocol.Guideline{}}, nil
+	}
+	gs, err := s.ret.Retrieve(ctx, req)
+	if err != nil {
+		return &protocol.RetrieveReply{Guidelines: []protocol.Guideline{}, Error: err.Error()}, nil
+	}
+	return &protocol.RetrieveReply{Guidelines: gs}, nil
+}
+
+func (s *server) ingest(ctx context.Context, data []byte) (protocol.Message, error) {
+	var req protocol.IngestRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if e := s.staleErr(); e != "" {
+		return &protocol.IngestReply{Error: e}, nil
+	}
+	acts, err := s.eng.Ingest(ctx, req)
+	rep := &protocol.IngestReply{Actions: acts}
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	for _, a := range acts {
+		s.log.Info("ingest", "agent", req.Agent, "session", req.SessionID, "key", a.Key, "entry", a.EntryID, "action", a.Action, "detail", a.Detail)
+	}
+	return rep, nil
+}
+
+func (s *server) feedback(ctx context.Context, data []byte) (protocol.Message, error) {
+	var req protocol.FeedbackRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if _, err := s.eng.Feedback(ctx, req); err != nil {
+		return &protocol.Ack{Error: err.Error()}, nil
+	}
+	return &protocol.Ack{OK: true}, nil
+}
+
+func strip(e memory.Entry) memory.Entry {
+	e.Embedding = nil
+	return e
+}
+
+func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, error) {
+	var req InspectRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	rep := &InspectReply{Model: s.emb.Model(), At: time.Now().UTC(), Counts: []Count{}}
+	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Status: memory.StatusAny})
+	if err != nil {
+		rep.Error = err.Error()
+		return rep, nil
+	}
+	counts := map[Count]int{}
+	for _, e := range all {
+		counts[Count{Agent: e.Agent, Tier: e.Tier, Status: e.Status}]++
+	}
+	for c, n := range counts {
+		c.N = n
+		rep.Counts = append(rep.Counts, c)
+	}
+	sort.Slice(rep.Counts, func(i, j int) bool {
+		a, b := rep.Counts[i], rep.Counts[j]
+		if a.Agent != b.Agent {
+			return a.Agent < b.Agent
+		}
+		if a.Tier != b.Tier {
+			return a.Tier < b.Tier
+		}
+		return a.Status < b.Status
+	})
+	k := req.TopK
+	if k <= 0 {
+		k = 10
+	}
+	if req.Query == "" {
+		// Without a query, the most used entries are the interesting ones.
+		var sel []memory.Entry
+		for _, e := range all {
+			if e.Status == memory.StatusActive && (req.Tier == "" || e.Tier == req.Tier) {
+				sel = append(sel, e)
+			}
+		}
+		sort.SliceStable(sel, func(i, j int) bool {
+			if (sel[i].Tier == protocol.TierStrategic) != (sel[j].Tier == protocol.TierStrategic) {
+				return sel[i].Tier == protocol.TierStrategic
+			}
+			if len(sel[i].Sessions) != len(sel[j].Sessions) {
+				return len(sel[i].Sessions) > len(sel[j].Sessions)
+			}
+			return sel[i].ID < sel[j].ID
+		})
+		for _, e := range sel[:min(k, len(sel))] {
+			rep.Hits = append(rep.Hits, Scored{Entry: strip(e)})
+		}
+		return rep, nil
+	}
+	if e := s.staleErr(); e != "" {
+		rep.Error = e
+		return rep, nil
+	}
+	vecs, err := s.emb.Embed(ctx, []string{req.Query})
+	if err != nil {
+		rep.Error = "embed query: " + err.Error()
+		return rep, nil
+	}
+	hits, err := s.store.Search(ctx, vecs[0], k, memory.Filter{Agent: req.Agent, Tier: req.Tier})
+	if err != nil {
+		rep.Error = err.Error()
+		return rep, nil
+	}
+	for _, h := range hits {
+		rep.Hits = append(rep.Hits, Scored{Entry: strip(h.Entry), Score: h.Score})
+	}
+	return rep, nil
+}
+
+func (s *server) list(ctx context.Context, data []byte) (protocol.Message, error) {
+	var req ListRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Tier: req.Tier, Status: req.Status})
+	if err != nil {
+		return &ListReply{Error: err.Error()}, nil
+	}
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		if a.Agent != b.Agent {
+			return a.Agent < b.Agent
+		}
+		if a.Tier != b.Tier {
+			return a.Tier == protocol.TierStrategic
+		}
+		return a.ID < b.ID
+	})
+	limit := req.Limit
+	if limit <= 0 || limit > 500 {
+		limit = 500 // keeps a reply well under the NATS payload limit
+	}
+	off := min(max(req.Offset, 0), len(all))
+	page := all[off:min(off+limit, len(all))]
+	rep := &ListReply{Total: len(all), Entries: make([]memory.Entry, 0, len(page))}
+	for _, e := range page {
+		rep.Entries = append(rep.Entries, strip(e))
+	}
+	return rep, nil
+}
+
+func (s *server) get(ctx context.Context, data []byte) (protocol.Message, error) {
+	var req GetRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	e, err := s.store.Get(ctx, req.ID)
+	if err != nil {
+		return &GetReply{Error: err.Error()}, nil
+	}
+	e = strip(e)
+	return &GetReply{Entry: &e}, nil
+}
+
+func (s *server) importEntries(ctx context.Context, data []byte) (protocol.Message, error) {
+	var req ImportRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if e := s.staleErr(); e != "" {
+		return &ImportReply{Error: e}, nil
+	}
+	rep := &ImportReply{}
+	for i, e := range req.Entries {
+		ok, err := s.importOne(ctx, e, req.Replace)
+		switch {
+		case err != nil:
+			rep.Skipped++
+			rep.Problems = append(rep.Problems, fmt.Sprintf("entry %d (%s): %v", i+1, e.ID, err))
+		case ok:
+			rep.Imported++
+		default:
+			rep.Skipped++
+		}
+	}
+	return rep, nil
+}
+
+func (s *server) importOne(ctx context.Context, e memory.Entry, replace bool) (bool, error) {
+	if err := protocol.CheckToken("agent", e.Agent); err != nil {
+		return false, err
+	}
+	if e.Text == "" {
+		return false, errors.New("text is empty")
+	}
+	if e.Polarity != protocol.PolarityAvoid && e.Polarity != protocol.PolarityPattern {
+		return false, fmt.Errorf("polarity must be avoid or pattern, got %q", e.Polarity)
+	}
+	if e.Tier == "" {
+		e.Tier = protocol.TierTactical
+	}
+	if e.Tier != protocol.TierTactical && e.Tier != protocol.TierStrategic {
+		return false, fmt.Errorf("tier must be tactical or strategic, got %q", e.Tier)
+	}
+	if e.Status == "" {
+		e.Status = memory.StatusActive
+	}
+	if e.ID == "" {
+		e.ID = memory.EntryID(e.Agent, e.Polarity, e.Text)
+	}
+	if e.Source == "" {
+		e.Source = memory.SourceHuman
+	}
+	now := time.Now().UTC()
+	if e.Created.IsZero() {
+		e.Created = now
+	}
+	if e.Updated.IsZero() {
+		e.Updated = now
+	}
+	// Vectors never travel in exports: every entry is embedded with this memoryd's model.
+	vecs, err := s.emb.Embed(ctx, []string{e.Text})
+	if err != nil {
+		return false, fmt.Errorf("embed: %w", err)
+	}
+	e.Embedding, e.Model, e.Revision = vecs[0], s.emb.Model(), 0
+	cur, err := s.store.Get(ctx, e.ID)
+	switch {
+	case errors.Is(err, memory.ErrNotFound):
+	case err != nil:
+		return false, err
+	case !replace:
+		return false, nil
+	default:
+		e.Revision = cur.Revision
+	}
+	if _, err := s.store.Put(ctx, e); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (s *server) evict(ctx context.Context, data []byte) (protocol.Message, error) {
+	var req EvictRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	ev, err := s.eng.Evict(ctx, req.Agent, req.DryRun)
+	rep := &EvictReply{Evicted: ev, DryRun: req.DryRun, Capacity: s.eng.Options().Capacity}
+	if rep.Evicted == nil {
+		rep.Evicted = []ingest.Eviction{}
+	}
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	return rep, nil
+}
+
+func (s *server) migrate(ctx context.Context, _ []byte) (protocol.Message, error) {
+	from := s.store.Model()
+	n, err := memory.Migrate(ctx, s.store, s.emb)
+	rep := &MigrateReply{Reembedded: n, From: from, Model: s.emb.Model()}
+	if err != nil {
+		rep.Error = err.Error()
+		return rep, nil
+	}
+	s.mu.Lock()
+	s.stale = ""
+	s.mu.Unlock()
+	s.log.Info("memory migrated", "from", from, "to", s.emb.Model(), "entries", n)
+	return rep, nil
+}
+
+func (s *server) health(ctx context.Context, _ []byte) (protocol.Message, error) {
+	rep := &HealthReply{OK: true, Store: storeKind(s.d.Config.Memory), Model: s.emb.Model(), Dim: s.emb.Dim()}
+	if e := s.staleErr(); e != "" {
+		rep.OK, rep.Error = false, e
+	}
+	if l, ok := s.store.(interface{ Len() int }); ok {
+		rep.Entries = l.Len()
+	} else if all, err := s.store.List(ctx, memory.Filter{Status: memory.StatusAny}); err == nil {
+		rep.Entries = len(all)
+	} else {
+		rep.OK, rep.Error = false, err.Error()
+	}
+	return rep, nil
+}
+
+func (s *server) embed(ctx context.Context, data []byte) (protocol.Message, error) {
+	var req EmbedRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	vecs, err := s.emb.Embed(ctx, req.Texts)
+	if err != nil {
+		return &EmbedReply{Model: s.emb.Model(), Error: err.Error()}, nil
+	}
+	return &EmbedReply{Vectors: vecs, Model: s.emb.Model()}, nil
+}
+
+// evictLoop applies the capacity policy every memory.evict_every until ctx ends. Replicas may
+// run it at once: eviction is deterministic and a second delete of the same id is a no-op.
+func (s *server) evictLoop(ctx context.Context) {
+	every, err := time.ParseDuration(s.d.Config.Memory.EvictEvery)
+	if err != nil || every <= 0 {
+		<-ctx.Done()
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			ev, err := s.eng.Evict(ctx, "", false)
+			if err != nil {
+				s.log.Warn("scheduled eviction", "err", err)
+			} else if len(ev) > 0 {
+				s.log.Info("scheduled eviction", "evicted", len(ev))
+			}
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package memoryd_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/memoryd"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/embed"
+	"github.com/skein-mesh/skein/pkg/embed/embedtest"
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// start runs memoryd on the test mesh and returns a client once it serves.
+func start(t *testing.T, m *bustest.Mesh, emb embed.Embedder, cfg *config.Config) memoryd.Client {
+	c, _ := startStoppable(t, m, emb, cfg)
+	return c
+}
+
+func startStoppable(t *testing.T, m *bustest.Mesh, emb embed.Embedder, cfg *config.Config) (memoryd.Client, func()) {
+	t.Helper()
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	conn := m.Connect(t, "memoryd")
+	go func() {
+		done <- memoryd.Run(ctx, memoryd.Deps{Conn: conn, Names: m.Names, Config: cfg, Embedder: emb, Ready: ready})
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("memoryd.Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	select {
+	case <-ready:
+	case err := <-done:
+		once.Do(func() {})
+		t.Fatalf("memoryd stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("memoryd did not start")
+	}
+	return memoryd.Client{NC: m.Conn.NC, Names: m.Names, PerTry: 10 * time.Second}, stop
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+const guideline = "Check that the CSV file exists with list_files before calling csv_read."
+
+func TestEndpointsOverTheBus(t *testing.T) {
+	m := bustest.Start(t)
+	c := start(t, m, embedtest.Hash{}, nil)
+	ctx := ctxT(t)
+
+	h, err := c.Health(ctx)
+	if err != nil || !h.OK || h.Store != "kv" || h.Entries != 0 {
+		t.Fatalf("health: %+v %v", h, err)
+	}
+	gs, err := c.Retrieve(ctx, protocol.RetrieveRequest{Agent: "demo", Task: "summarize /data/x.csv"})
+	if err != nil || gs == nil || len(gs) != 0 {
+		t.Fatalf("retrieve on empty store: %v %v", gs, err)
+	}
+
+	cand := protocol.Candidate{Text: guideline, Polarity: protocol.PolarityAvoid, Tools: []string{"csv_read"}, Key: "csv_read|tool_error|no such file"}
+	var last []protocol.IngestAction
+	for _, s := range []string{"s1", "s2", "s2", "s3"} {
+		last, err = c.Ingest(ctx, protocol.IngestRequest{Agent: "demo", SessionID: s, Candidates: []protocol.Candidate{cand}})
+		if err != nil {
+			t.Fatalf("ingest %s: %v", s, err)
+		}
+	}
+	if len(last) != 1 || last[0].Action != "promoted" {
+		t.Fatalf("third distinct session: %+v", last)
+	}
+	id := last[0].EntryID
+
+	ins, err := c.Inspect(ctx, memoryd.InspectRequest{Agent: "demo", Query: "read the csv file", TopK: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ins.Counts) != 1 || ins.Counts[0].Tier != protocol.TierStrategic || ins.Counts[0].N != 1 {
+		t.Fatalf("counts %+v", ins.Counts)
+	}
+	if len(ins.Hits) != 1 || ins.Hits[0].Entry.ID != id || ins.Hits[0].Score <= 0 || ins.Hits[0].Entry.Embedding != nil {
+		t.Fatalf("hits %+v", ins.Hits)
+	}
+
+	gs, err = c.Retrieve(ctx, protocol.RetrieveRequest{Agent: "demo", Task: "Read /data/x.csv with csv_read and check the file", Tools: []string{"csv_read"}})
+	if err != nil || len(gs) != 1 || gs[0].ID != id || gs[0].Tier != protocol.TierStrategic {
+		t.Fatalf("retrieve: %+v %v", gs, err)
+	}
+
+	if err := c.Feedback(ctx, protocol.FeedbackRequest{Agent: "demo", SessionID: "s4", Followed: []string{id}}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Get(ctx, id)
+	if err != nil || e.Helpful != 2 || len(e.Sessions) != 3 || e.Hits != 3 {
+		t.Fatalf("get: %+v %v", e, err)
+	}
+	if _, err := c.Get(ctx, "nope"); err == nil {
+		t.Fatal("get of a missing id did not fail")
+	}
+
+	list, err := c.ListAll(ctx, memoryd.ListRequest{Status: memory.StatusAny})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list: %d %v", len(list), err)
+	}
+
+	ev, err := c.Evict(ctx, memoryd.EvictRequest{DryRun: true})
+	if err != nil || len(ev.Evicted) != 0 || !ev.DryRun {
+		t.Fatalf("evict: %+v %v", ev, err)
+	}
+
+	vecs, err := c.Embed(ctx, []string{"a", "b c"})
+	if err != nil || len(vecs) != 2 || len(vecs[0]) != 64 {
+		t.Fatalf("embed: %v %v", len(vecs), err)
+	}
+}
+
+func TestImportExportRoundTrip(t *testing.T) {
+	m := bustest.Start(t)
+	c := start(t, m, embedtest.Hash{}, nil)
+	ctx := ctxT(t)
+	in := []memory.Entry{
+		{Agent: "demo", Text: "Use absolute paths with csv_read.", Polarity: protocol.PolarityPattern, Tier: protocol.TierStrategic, Sessions: []string{"a", "b", "c"}},
+		{Agent: "demo", Text: "Never retry fetch_url on a 404.", Polarity: protocol.PolarityAvoid},
+		{Agent: "bad agent", Text: "x", Polarity: protocol.PolarityAvoid},
+	}
+	rep, err := c.Import(ctx, memoryd.ImportRequest{Entries: in})
+	if err != nil || rep.Imported != 2 || rep.Skipped != 1 || len(rep.Problems) != 1 {
+		t.Fatalf("import: %+v %v", rep, err)
+	}
+	out, err := c.ListAll(ctx, memoryd.ListRequest{Agent: "demo"})
+	if err != nil || len(out) != 2 || out[0].Tier != protocol.TierStrategic || out[0].Model != (embedtest.Hash{}).Model() {
+		t.Fatalf("export: %+v %v", out, err)
+	}
+	// Importing the export again changes nothing; with replace it rewrites.
+	rep, err = c.Import(ctx, memoryd.ImportRequest{Entries: out})
+	if err != nil || rep.Imported != 0 || rep.Skipped != 2 {
+		t.Fatalf("re-import: %+v %v", rep, err)
+	}
+	rep, err = c.Import(ctx, memoryd.ImportRequest{Entries: out, Replace: true})
+	if err != nil || rep.Imported != 2 {
+		t.Fatalf("replace: %+v %v", rep, err)
+	}
+	// Retrieval finds imported entries: they were embedded on the way in.
+	gs, err := c.Retrieve(ctx, protocol.RetrieveRequest{Agent: "demo", Task: "use csv_read with absolute paths"})
+	if err != nil || len(gs) == 0 {
+		t.Fatalf("retrieve imported: %v %v", gs, err)
+	}
+}
+
+func TestMigrateAfterModelChange(t *testing.T) {
+	m := bustest.Start(t)
+	ctx := ctxT(t)
+	func() {
+		old := embedtest.Hash{ID: "old-model"}
+		c, stop := startStoppable(t, m, old, nil)
+		defer stop()
+		if _, err := c.Ingest(ctx, protocol.IngestRequest{Agent: "demo", SessionID: "s1",
+			Candidates: []protocol.Candidate{{Text: guideline, Polarity: protocol.PolarityAvoid, Key: "k"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	// A second memoryd with another model joins the same bucket: it serves, but refuses to mix
+	// vectors until the store is migrated.
+	c := start(t, m, embedtest.Hash{ID: "new-model"}, nil)
+	h, err := c.Health(ctx)
+	if err != nil || h.OK || h.Error == "" {
+		t.Fatalf("health before migrate: %+v %v", h, err)
+	}
+	if _, err := c.Retrieve(ctx, protocol.RetrieveRequest{Agent: "demo", Task: "csv"}); err == nil {
+		t.Fatal("retrieve on a stale store did not fail")
+	}
+	mr, err := c.Migrate(ctx)
+	if err != nil || mr.Reembedded != 1 || mr.Model != "new-model" {
+		t.Fatalf("migrate: %+v %v", mr, err)
+	}
+	if h, _ := c.Health(ctx); !h.OK || h.Entries != 1 {
+		t.Fatalf("health after migrate: %+v", h)
+	}
+}
