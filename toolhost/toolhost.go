@@ -1,0 +1,266 @@
+// Package toolhost serves subprocess tools on the mesh. It loads the manifests its configuration
+// enables, publishes each tool's spec to the tools KV, and answers every tool as a micro endpoint
+// in a shared queue group, so adding toolhost processes spreads the load.
+package toolhost
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
+)
+
+// Version is reported in micro service discovery.
+const Version = "0.1.0"
+
+// Deps are what a toolhost needs.
+type Deps struct {
+	Conn   *bus.Conn
+	Names  protocol.Names
+	Config *config.Config
+	Logger *slog.Logger
+	Home   string
+	// HostID names this toolhost in replies and logs ("" picks hostname-pid-random).
+	HostID string
+	// Concurrency bounds the tool processes running at once (0: 4 per CPU, at least 8).
+	Concurrency int
+	// ShutdownGrace is how long calls in flight may finish after ctx ends before their tools
+	// are killed (0: 10s).
+	ShutdownGrace time.Duration
+}
+
+// Run serves until ctx ends, then stops the micro service, lets calls in flight finish within
+// the grace period and returns nil.
+func Run(ctx context.Context, d Deps) error {
+	if d.Conn == nil || d.Conn.NC == nil {
+		return errors.New("toolhost: no NATS connection")
+	}
+	cfg := d.Config
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	host := d.HostID
+	if host == "" {
+		host = defaultHostID()
+	}
+	log = log.With("host", host)
+
+	loaded, err := tools.LoadDirs(cfg.Tools.ManifestDirs, cfg.Tools.Enabled)
+	if err != nil {
+		return fmt.Errorf("toolhost: load tool manifests (tools.manifest_dirs in %s): %w", configName(cfg), err)
+	}
+	for _, t := range loaded {
+		if err := t.CheckExecutable(); err != nil {
+			log.Warn("tool program not found yet; calls will fail with cannot_start until it exists", "tool", t.Name, "err", err)
+		}
+	}
+	specs := make([]protocol.ToolSpec, len(loaded))
+	for i, t := range loaded {
+		specs[i] = t.Spec()
+	}
+	if err := tools.Publish(ctx, d.Conn.JS, d.Names, specs); err != nil {
+		return fmt.Errorf("toolhost: %w", err)
+	}
+
+	h := &handler{
+		runner: &tools.Runner{
+			DefaultTimeout: time.Duration(cfg.Tools.TimeoutS * float64(time.Second)),
+			MaxOutput:      cfg.Tools.MaxOutput,
+		},
+		host:  host,
+		log:   log,
+		nc:    d.Conn.NC,
+		slots: make(chan struct{}, concurrency(d.Concurrency)),
+	}
+	// Calls run under their own context: ending ctx stops new calls, not the ones running,
+	// until the grace period is over.
+	runCtx, killRunning := context.WithCancel(context.WithoutCancel(ctx))
+	defer killRunning()
+	h.ctx = runCtx
+
+	svc, err := micro.AddService(d.Conn.NC, micro.Config{
+		Name:        protocol.ServiceToolhost,
+		Version:     Version,
+		Description: "skein subprocess tools",
+		QueueGroup:  protocol.QueueToolhost,
+		Metadata:    map[string]string{"host": host},
+	})
+	if err != nil {
+		return fmt.Errorf("toolhost: add micro service: %w", err)
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		if err := svc.Stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			log.Warn("stop micro service", "err", err)
+		}
+		// A round trip makes sure the server has dropped our interest before Run returns, so
+		// callers get "no responders" (and try another host) instead of waiting on us.
+		_ = d.Conn.NC.Flush()
+	}
+	defer stop()
+	for _, t := range loaded {
+		t := t
+		err := svc.AddEndpoint(t.Name, micro.HandlerFunc(func(r micro.Request) { h.serve(t, r) }),
+			micro.WithEndpointSubject(d.Names.Tool(t.Name)),
+			micro.WithEndpointQueueGroup(protocol.QueueToolhost),
+			micro.WithEndpointMetadata(map[string]string{"description": t.Description}))
+		if err != nil {
+			return fmt.Errorf("toolhost: endpoint for tool %s: %w", t.Name, err)
+		}
+	}
+	names := make([]string, len(loaded))
+	for i, t := range loaded {
+		names[i] = t.Name
+	}
+	if len(loaded) == 0 {
+		log.Warn("no tools to serve: tools.manifest_dirs is empty or holds no manifests")
+	}
+	log.Info("toolhost ready", "tools", names, "concurrency", cap(h.slots))
+
+	<-ctx.Done()
+	stop()
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
+	grace := d.ShutdownGrace
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	done := make(chan struct{})
+	go func() { h.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		log.Warn("calls still running after the shutdown grace period; killing their tools", "grace", grace)
+		killRunning()
+		<-done
+	}
+	log.Info("toolhost stopped")
+	return nil
+}
+
+type handler struct {
+	runner *tools.Runner
+	host   string
+	log    *slog.Logger
+	nc     *nats.Conn
+	ctx    context.Context
+	slots  chan struct{}
+
+	mu       sync.Mutex
+	closing  bool
+	inflight sync.WaitGroup
+}
+
+// serve takes one request off an endpoint. Endpoint callbacks are serialized per subscription,
+// so the call itself runs on its own goroutine; taking a slot first makes a busy host queue
+// requests instead of starting unbounded processes.
+func (h *handler) serve(t *tools.Tool, r micro.Request) {
+	start := time.Now()
+	reply := r.Reply()
+	data := r.Data()
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		h.respond(reply, t.Name, &protocol.ToolReply{Host: h.host, ToolResult: protocol.ToolResult{
+			Kind: protocol.ToolErrUnavailable, Error: fmt.Sprintf("toolhost %s is shutting down; call %s again", h.host, t.Name)}})
+		return
+	}
+	h.inflight.Add(1)
+	h.mu.Unlock()
+	select {
+	case h.slots <- struct{}{}:
+	case <-h.ctx.Done():
+		h.inflight.Done()
+		return
+	}
+	go func() {
+		defer h.inflight.Done()
+		defer func() { <-h.slots }()
+		res := h.call(t, data)
+		out := protocol.ToolReply{ToolResult: res, LatencyMS: time.Since(start).Milliseconds(), Host: h.host}
+		h.respond(reply, t.Name, &out)
+	}()
+}
+
+func (h *handler) call(t *tools.Tool, data []byte) (res protocol.ToolResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			h.log.Error("tool call panicked", "tool", t.Name, "panic", p)
+			res = protocol.ToolResult{Kind: protocol.ToolErrStart, Error: fmt.Sprintf("toolhost failed running %s: %v", t.Name, p)}
+		}
+	}()
+	var req protocol.ToolRequest
+	if err := protocol.Unmarshal(data, &req); err != nil {
+		return protocol.ToolResult{Kind: protocol.ToolErrBadArgs, Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}
+	}
+	if req.Tool != "" && req.Tool != t.Name {
+		return protocol.ToolResult{Kind: protocol.ToolErrUnknown, Error: fmt.Sprintf("request for tool %q arrived on the endpoint of %q", req.Tool, t.Name)}
+	}
+	res = h.runner.Run(h.ctx, t, req.Args)
+	h.log.Debug("tool call", "tool", t.Name, "session", req.SessionID, "call", req.CallID, "ok", res.OK, "kind", res.Kind)
+	return res
+}
+
+// respond publishes the reply itself: micro's Request must not be touched once its handler has
+// returned, and calls finish on their own goroutines.
+func (h *handler) respond(subject, tool string, out *protocol.ToolReply) {
+	if subject == "" {
+		return // a plain publish, nobody waits for the answer
+	}
+	data, err := protocol.Marshal(out)
+	if err != nil {
+		h.log.Error("encode tool reply", "tool", tool, "err", err)
+		data, _ = protocol.Marshal(&protocol.ToolReply{Host: h.host, ToolResult: protocol.ToolResult{
+			Kind: protocol.ToolErrMalformed, Error: "toolhost could not encode the tool's result: " + err.Error()}})
+	}
+	if err := h.nc.Publish(subject, data); err != nil {
+		h.log.Warn("send tool reply", "tool", tool, "err", err)
+	}
+}
+
+func concurrency(n int) int {
+	if n > 0 {
+		return n
+	}
+	return max(8, 4*runtime.NumCPU())
+}
+
+func defaultHostID() string {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "toolhost"
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", name, os.Getpid(), hex.EncodeToString(b))
+}
+
+func configName(c *config.Config) string {
+	if c.Path == "" {
+		return "the default configuration"
+	}
+	return c.Path
+}

@@ -1,0 +1,314 @@
+package toolhost_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/toolhost"
+)
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	if r := os.Getenv("SKEIN_REPO_ROOT"); r != "" {
+		return r
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.work not found above the test; set SKEIN_REPO_ROOT")
+		}
+		dir = parent
+	}
+}
+
+func needPrograms(t *testing.T, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			if os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" {
+				t.Fatalf("%s is required but not on PATH", n)
+			}
+			t.Skipf("%s not on PATH", n)
+		}
+	}
+}
+
+// testConfig serves two example tools and two test fixtures; everything else in those folders
+// stays off, as the allow-list says.
+func testConfig(t *testing.T) *config.Config {
+	root := repoRoot(t)
+	cfg := config.Default()
+	cfg.Tools.ManifestDirs = []string{
+		filepath.Join(root, "examples", "tools"),
+		filepath.Join(root, "pkg", "tools", "testdata", "tools"),
+	}
+	cfg.Tools.Enabled = []string{"echo", "wordcount", "broken", "sleeper"}
+	return cfg
+}
+
+type host struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startHost(t *testing.T, m *bustest.Mesh, cfg *config.Config, id string) *host {
+	t.Helper()
+	conn := m.Connect(t, id)
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &host{cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		h.done <- toolhost.Run(ctx, toolhost.Deps{Conn: conn, Names: m.Names, Config: cfg, HostID: id, Concurrency: 4, ShutdownGrace: 5 * time.Second})
+	}()
+	t.Cleanup(func() { h.stop(t) })
+	return h
+}
+
+func (h *host) stop(t *testing.T) {
+	t.Helper()
+	h.cancel()
+	select {
+	case err, ok := <-h.done:
+		if !ok {
+			return // stopped before
+		}
+		if err != nil {
+			t.Errorf("toolhost returned %v", err)
+		}
+		close(h.done)
+	case <-time.After(20 * time.Second):
+		t.Fatal("toolhost did not stop")
+	}
+}
+
+func call(t *testing.T, m *bustest.Mesh, tool, args string, timeout time.Duration) protocol.ToolReply {
+	t.Helper()
+	rep, err := tools.Call(context.Background(), m.Conn.NC, m.Names, protocol.ToolRequest{Tool: tool, Args: json.RawMessage(args)}, timeout)
+	if err != nil {
+		t.Fatalf("call %s: %v", tool, err)
+	}
+	return rep
+}
+
+func TestTwoToolhostsShareTheQueueGroup(t *testing.T) {
+	needPrograms(t, "python3", "node")
+	m := bustest.Start(t)
+	cfg := testConfig(t)
+	startHost(t, m, cfg, "host-a")
+	startHost(t, m, cfg, "host-b")
+
+	// Both hosts answer on the same subjects; keep calling until each has served some, which
+	// random queue-group delivery makes certain within a few rounds.
+	served := map[string]int{}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(served) < 2 && time.Now().Before(deadline) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rep := call(t, m, "echo", `{"text": "hi"}`, 30*time.Second)
+				if !rep.OK || !strings.Contains(string(rep.Result), `"text": "hi"`) && !strings.Contains(string(rep.Result), `"text":"hi"`) {
+					t.Errorf("echo: %+v", rep)
+					return
+				}
+				mu.Lock()
+				served[rep.Host]++
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	}
+	if served["host-a"] == 0 || served["host-b"] == 0 {
+		t.Fatalf("want both toolhosts to serve calls, got %v", served)
+	}
+
+	info := discover(t, m)
+	if info != 2 {
+		t.Errorf("micro discovery shows %d toolhost instances, want 2", info)
+	}
+}
+
+// discover counts toolhost instances answering micro's $SRV.INFO.
+func discover(t *testing.T, m *bustest.Mesh) int {
+	t.Helper()
+	subj, err := micro.ControlSubject(micro.InfoVerb, protocol.ServiceToolhost, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := m.Conn.NC.NewInbox()
+	sub, err := m.Conn.NC.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := m.Conn.NC.PublishRequest(subj, inbox, nil); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		msg, err := sub.NextMsg(time.Second)
+		if err != nil {
+			return n
+		}
+		var info micro.Info
+		if json.Unmarshal(msg.Data, &info) == nil && len(info.Endpoints) == len(testConfig(t).Tools.Enabled) {
+			for _, e := range info.Endpoints {
+				if e.QueueGroup != protocol.QueueToolhost || e.Subject != m.Names.Tool(e.Name) {
+					t.Errorf("endpoint %+v: want subject %s in queue group %s", e, m.Names.Tool(e.Name), protocol.QueueToolhost)
+				}
+			}
+			n++
+		}
+	}
+}
+
+func TestCatalogHoldsThePublishedSpecs(t *testing.T) {
+	m := bustest.Start(t)
+	cfg := testConfig(t)
+	startHost(t, m, cfg, "host-a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	var specs []protocol.ToolSpec
+	for {
+		var err error
+		specs, err = tools.Catalog(ctx, m.Conn.JS, m.Names, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(specs) == 4 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	if strings.Join(names, ",") != "broken,echo,sleeper,wordcount" {
+		t.Fatalf("catalog = %v, want exactly the enabled tools", names)
+	}
+	echo := specs[1]
+	if !strings.Contains(echo.Description, "text unchanged") || !json.Valid(echo.InputSchema) || !strings.Contains(string(echo.InputSchema), `"required":["text"]`) {
+		t.Errorf("echo spec = %+v (%s)", echo, echo.InputSchema)
+	}
+
+	some, err := tools.Catalog(ctx, m.Conn.JS, m.Names, []string{"wordcount", "echo"})
+	if err != nil || len(some) != 2 || some[0].Name != "echo" || some[1].Name != "wordcount" {
+		t.Errorf("allow-listed catalog = %v, %v", some, err)
+	}
+	some, err = tools.Catalog(ctx, m.Conn.JS, m.Names, []string{"echo", "python_exec"})
+	var missing *tools.MissingToolsError
+	if !errors.As(err, &missing) || len(missing.Names) != 1 || missing.Names[0] != "python_exec" || len(some) != 1 {
+		t.Errorf("want echo plus an error naming python_exec, got %v, %v", some, err)
+	}
+}
+
+func TestFailuresTravelAsResults(t *testing.T) {
+	needPrograms(t, "python3")
+	m := bustest.Start(t)
+	startHost(t, m, testConfig(t), "host-a")
+
+	rep := call(t, m, "broken", `{}`, 30*time.Second)
+	if rep.OK || rep.Kind != protocol.ToolErrExit || !strings.Contains(rep.Error, "ZeroDivisionError") || rep.Host != "host-a" {
+		t.Errorf("broken: %+v", rep)
+	}
+	rep = call(t, m, "echo", `{"text": 5}`, 30*time.Second)
+	if rep.OK || rep.Kind != protocol.ToolErrBadArgs || !strings.Contains(rep.Error, "/text") {
+		t.Errorf("bad args: %+v", rep)
+	}
+	// A tool the host does not serve (test-only, not enabled) is unavailable, quickly.
+	rep = call(t, m, "flood", `{}`, 2*time.Second)
+	if rep.OK || rep.Kind != protocol.ToolErrUnavailable || !strings.Contains(rep.Error, `no toolhost serves tool "flood"`) {
+		t.Errorf("not served: %+v", rep)
+	}
+	// A call that outlives the caller's deadline is reported as a timeout, not retried.
+	t.Setenv("SKEIN_TEST_PIDFILE", filepath.Join(t.TempDir(), "pid"))
+	rep = call(t, m, "sleeper", `{}`, 300*time.Millisecond)
+	if rep.OK || rep.Kind != protocol.ToolErrTimeout {
+		t.Errorf("client timeout: %+v", rep)
+	}
+	if rep := call(t, m, "bad name", `{}`, time.Second); rep.Kind != protocol.ToolErrUnknown {
+		t.Errorf("bad tool name: %+v", rep)
+	}
+}
+
+func TestMalformedRequestsGetAnErrorReply(t *testing.T) {
+	m := bustest.Start(t)
+	startHost(t, m, testConfig(t), "host-a")
+	call(t, m, "broken", `{"warm": "up"}`, 30*time.Second) // the host is serving
+
+	future, err := msgpack.Marshal(map[string]any{"v": 99, "tool": "echo", "args": []byte(`{"text":"x"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, payload := range map[string][]byte{
+		"garbage":        []byte("this is not msgpack"),
+		"empty":          nil,
+		"wrong shape":    {0xa3, 'a', 'b', 'c'}, // a msgpack string where a map belongs
+		"future version": future,
+	} {
+		msg, err := m.Conn.NC.Request(m.Names.Tool("echo"), payload, 10*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var rep protocol.ToolReply
+		if err := protocol.Unmarshal(msg.Data, &rep); err != nil {
+			t.Fatalf("%s: reply is not a ToolReply: %v", name, err)
+		}
+		if rep.OK || rep.Kind != protocol.ToolErrBadArgs || !strings.Contains(rep.Error, "malformed tool request for echo") {
+			t.Errorf("%s: %+v", name, rep)
+		}
+	}
+	// The host is still alive and serving.
+	if rep := call(t, m, "broken", `{}`, 30*time.Second); rep.Kind != protocol.ToolErrExit {
+		t.Errorf("after bad requests: %+v", rep)
+	}
+}
+
+func TestShutdownStopsServing(t *testing.T) {
+	m := bustest.Start(t)
+	h := startHost(t, m, testConfig(t), "host-a")
+	if rep := call(t, m, "broken", `{}`, 30*time.Second); rep.Host != "host-a" {
+		t.Fatalf("not serving: %+v", rep)
+	}
+	h.stop(t)
+	rep := call(t, m, "broken", `{}`, time.Second)
+	if rep.Kind != protocol.ToolErrUnavailable {
+		t.Errorf("after shutdown: %+v", rep)
+	}
+}
+
+func TestBadManifestsStopTheHostWithAClearError(t *testing.T) {
+	m := bustest.Start(t)
+	cfg := config.Default()
+	cfg.Tools.ManifestDirs = []string{filepath.Join(repoRoot(t), "examples", "tools")}
+	cfg.Tools.Enabled = []string{"echo", "python_exec"}
+	err := toolhost.Run(context.Background(), toolhost.Deps{Conn: m.Conn, Names: m.Names, Config: cfg})
+	if err == nil || !strings.Contains(err.Error(), `"python_exec"`) {
+		t.Fatalf("want an error naming python_exec, got %v", err)
+	}
+}
