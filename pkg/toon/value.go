@@ -103,6 +103,9 @@ func (o *Object) MarshalJSON() ([]byte, error) {
 // digits, so no precision is lost. ok is false if s is not a JSON-grammar
 // number (the TOON decoder grammar is the same, with E allowed).
 func Canonical(s string) (out string, ok bool) {
+	if alreadyCanonical(s) {
+		return s, true
+	}
 	i := 0
 	neg := false
 	if i < len(s) && s[i] == '-' {
@@ -220,6 +223,44 @@ func Canonical(s string) (out string, ok bool) {
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// alreadyCanonical recognizes the common canonical shapes without
+// allocating: -?(0|[1-9]\d*)(\.\d*[1-9])? inside the plain-decimal range.
+func alreadyCanonical(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	start := i
+	for i < len(s) && isDigit(s[i]) {
+		i++
+	}
+	intLen := i - start
+	if intLen == 0 || intLen > 21 || (intLen > 1 && s[start] == '0') {
+		return false
+	}
+	if i == len(s) {
+		return s != "-0"
+	}
+	if s[i] != '.' || s[len(s)-1] == '0' {
+		return false
+	}
+	fs := i + 1
+	for i = fs; i < len(s) && isDigit(s[i]); i++ {
+	}
+	if i != len(s) || i == fs {
+		return false
+	}
+	if intLen == 1 && s[start] == '0' {
+		// 0.000000x is below 1e-6 and takes exponent form.
+		z := fs
+		for z < len(s) && s[z] == '0' {
+			z++
+		}
+		return z < len(s) && z-fs < 6
+	}
+	return true
+}
 
 // Equal reports JSON-model equality (spec §2): ordered object keys,
 // numbers by mathematical value.
