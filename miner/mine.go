@@ -1,0 +1,279 @@
+package miner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tokenize"
+)
+
+// Session is what mining needs from one session's trace.
+type Session struct {
+	ID      string
+	Agent   string
+	Task    string
+	Outcome protocol.Outcome
+	// Ended is true once the usage event (always last) was seen.
+	Ended     bool
+	Calls     []Call
+	Retrieved []protocol.Guideline
+}
+
+// Call is one tool call and its normalized result.
+type Call struct {
+	Tool   string
+	Args   json.RawMessage
+	Result protocol.ToolResult
+}
+
+// Failed reports whether the call failed.
+func (c Call) Failed() bool { return !c.Result.OK }
+
+// ParseSession folds a session's events. Events the miner itself wrote are ignored.
+func ParseSession(session string, events []protocol.Event) Session {
+	s := Session{ID: session}
+	seen := map[string]bool{}
+	for _, ev := range events {
+		if ev.Role == protocol.RoleMiner {
+			continue
+		}
+		if s.Agent == "" && ev.Agent != "" {
+			s.Agent = ev.Agent
+		}
+		switch ev.Type {
+		case protocol.EvSessionStarted:
+			if ev.Agent != "" {
+				s.Agent = ev.Agent
+			}
+			s.Task = ev.Task
+		case protocol.EvToolCall:
+			if ev.Result == nil || ev.Tool == "" {
+				continue
+			}
+			s.Calls = append(s.Calls, Call{Tool: ev.Tool, Args: ev.Args, Result: *ev.Result})
+		case protocol.EvRetrieval:
+			for _, g := range ev.Guidelines {
+				if !seen[g.ID] {
+					seen[g.ID] = true
+					s.Retrieved = append(s.Retrieved, g)
+				}
+			}
+		case protocol.EvUsage:
+			s.Ended = true
+		}
+		if ev.Type.Terminal() && ev.Outcome != "" {
+			s.Outcome = ev.Outcome
+		}
+		if s.Task == "" && ev.Task != "" {
+			s.Task = ev.Task
+		}
+	}
+	return s
+}
+
+// Evidence is one mined candidate before compression: the facts a model (or the template) turns
+// into a guideline.
+type Evidence struct {
+	Key      string
+	Polarity protocol.Polarity
+	Tools    []string
+	Task     string
+	// Failure facts.
+	Tool, Kind, Error, Stderr, Args string
+	Recovery                        string
+	// Success facts: the tools in the order they first succeeded, with example arguments.
+	Steps []string
+}
+
+var (
+	digitsRE  = regexp.MustCompile(`\d+`)
+	hexRE     = regexp.MustCompile(`\b[0-9a-f]{8,}\b`)
+	genericRE = regexp.MustCompile(`(?i)^\s*((tool|process|command)\s+)?(exited|exit status|exit code|failed|error)(\s+(with\s+)?(code|status)?\s*-?\d+)?\.?\s*$`)
+)
+
+// normalizeError folds an error message so the same failure with different counters or ids
+// yields one candidate per session.
+func normalizeError(s string) string {
+	s = strings.ToLower(strings.Join(strings.Fields(s), " "))
+	s = hexRE.ReplaceAllString(s, "#")
+	s = digitsRE.ReplaceAllString(s, "N")
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// stderrTail keeps the last lines of stderr, which is where tools print the actual cause.
+func stderrTail(s string, lines, chars int) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ""
+	}
+	ls := strings.Split(s, "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	out := strings.TrimSpace(strings.Join(ls, "\n"))
+	if len(out) > chars {
+		out = strings.ToValidUTF8(out[len(out)-chars:], "")
+	}
+	return out
+}
+
+// realError is the most specific message a failed call left: the tool's own error, unless it
+// is a generic "exited 1", in which case the last stderr line says more.
+func realError(r protocol.ToolResult) string {
+	e := strings.TrimSpace(r.Error)
+	last := stderrTail(r.Stderr, 1, 300)
+	if e == "" || genericRE.MatchString(e) {
+		if last != "" {
+			if e != "" {
+				return last + " (" + e + ")"
+			}
+			return last
+		}
+	}
+	if e == "" {
+		e = r.Kind
+	}
+	return e
+}
+
+func compact(raw json.RawMessage, max int) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		s := string(raw)
+		if len(s) > max {
+			s = s[:max] + "…"
+		}
+		return s
+	}
+	b, _ := json.Marshal(v)
+	s := string(b)
+	if len(s) > max {
+		s = strings.ToValidUTF8(s[:max], "") + "…"
+	}
+	return s
+}
+
+func hashKey(parts ...string) string {
+	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return hex.EncodeToString(h[:6])
+}
+
+// Mine returns the session's candidates: one per distinct (tool, error kind, normalized error)
+// failure, and one success pattern when the session succeeded using tools.
+func Mine(s Session) []Evidence {
+	var out []Evidence
+	seen := map[string]bool{}
+	for i, c := range s.Calls {
+		if !c.Failed() {
+			continue
+		}
+		msg := realError(c.Result)
+		kind := c.Result.Kind
+		if kind == "" {
+			kind = protocol.ToolErrToolError
+		}
+		key := "fail:" + c.Tool + ":" + kind + ":" + hashKey(normalizeError(msg))
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		ev := Evidence{Key: key, Polarity: protocol.PolarityAvoid, Tools: []string{c.Tool}, Task: s.Task,
+			Tool: c.Tool, Kind: kind, Error: msg, Stderr: stderrTail(c.Result.Stderr, 5, 400), Args: compact(c.Args, 200)}
+		// What worked afterwards is the most useful half of a failure lesson.
+		for _, later := range s.Calls[i+1:] {
+			if later.Failed() {
+				continue
+			}
+			if later.Tool == c.Tool {
+				ev.Recovery = fmt.Sprintf("%s succeeded with %s", later.Tool, compact(later.Args, 120))
+				break
+			}
+			if ev.Recovery == "" {
+				ev.Recovery = fmt.Sprintf("%s then succeeded with %s", later.Tool, compact(later.Args, 120))
+			}
+		}
+		out = append(out, ev)
+	}
+	if s.Outcome.Succeeded() {
+		var tools, steps []string
+		for _, c := range s.Calls {
+			if c.Failed() || slices.Contains(tools, c.Tool) {
+				continue
+			}
+			tools = append(tools, c.Tool)
+			steps = append(steps, fmt.Sprintf("%s %s", c.Tool, compact(c.Args, 120)))
+		}
+		if len(tools) > 0 {
+			out = append(out, Evidence{Key: "pattern:" + strings.Join(tools, ">"), Polarity: protocol.PolarityPattern,
+				Tools: tools, Task: s.Task, Steps: steps})
+		}
+	}
+	return out
+}
+
+// Prompt is the evidence as the compressing model reads it.
+func (e Evidence) Prompt() string {
+	var b strings.Builder
+	if e.Polarity == protocol.PolarityAvoid {
+		fmt.Fprintf(&b, "A tool call failed.\nTask: %s\nTool: %s\nFailure kind: %s\nArguments: %s\nError: %s\n",
+			clip(e.Task, 300), e.Tool, e.Kind, e.Args, e.Error)
+		if e.Stderr != "" {
+			fmt.Fprintf(&b, "Stderr (tail):\n%s\n", e.Stderr)
+		}
+		if e.Recovery != "" {
+			fmt.Fprintf(&b, "Afterwards: %s\n", e.Recovery)
+		}
+		return b.String()
+	}
+	fmt.Fprintf(&b, "The run succeeded.\nTask: %s\nTools used, in order:\n", clip(e.Task, 300))
+	for _, s := range e.Steps {
+		fmt.Fprintf(&b, "- %s\n", s)
+	}
+	return b.String()
+}
+
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
+}
+
+// Template is the deterministic guideline used when no model is configured (and when a model
+// answers nothing usable). It keeps the tool's real error, cut to fit maxTokens.
+func (e Evidence) Template(maxTokens int) string {
+	var text string
+	if e.Polarity == protocol.PolarityAvoid {
+		errPart, _ := tokenize.Truncate(clip(e.Error, 200), max(6, maxTokens/2))
+		text = fmt.Sprintf("Check inputs before calling %s: it failed with %q", e.Tool, errPart)
+		if e.Args != "" && e.Args != "{}" {
+			text = fmt.Sprintf("Avoid calling %s with %s: it failed with %q", e.Tool, clip(e.Args, 80), errPart)
+		}
+	} else {
+		task, _ := tokenize.Truncate(clip(e.Task, 120), 8)
+		text = fmt.Sprintf("For tasks like %q, use %s.", task, strings.Join(e.Tools, ", then "))
+	}
+	return capTokens(text, maxTokens)
+}
+
+// capTokens cuts text at a word boundary to maxTokens.
+func capTokens(text string, maxTokens int) string {
+	out, cut := tokenize.Truncate(text, maxTokens)
+	if cut {
+		out = strings.TrimRight(out, " ,;:-\"'(")
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+package miner
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tokenize"
+)
+
+func toolEv(tool, args string, r protocol.ToolResult) protocol.Event {
+	return protocol.Event{Type: protocol.EvToolCall, Tool: tool, Args: json.RawMessage(args), Result: &r}
+}
+
+func failingSession(id string, outcome protocol.Outcome) []protocol.Event {
+	return []protocol.Event{
+		{SessionID: id, Type: protocol.EvSessionStarted, Agent: "demo", Task: "Summarize the sales in /data/x.csv"},
+		{SessionID: id, Type: protocol.EvRetrieval, Guidelines: []protocol.Guideline{
+			{ID: "g-avoid", Text: "Check that the file exists before csv_read: it fails with \"no such file\".", Polarity: protocol.PolarityAvoid, Tools: []string{"csv_read"}},
+			{ID: "g-pattern", Text: "List files, then read with csv_read.", Polarity: protocol.PolarityPattern, Tools: []string{"list_files", "csv_read"}},
+		}},
+		toolEv("csv_read", `{"path":"/data/x.csv"}`, protocol.ToolResult{OK: false, Kind: protocol.ToolErrToolError,
+			Error: "no such file: /data/x.csv", Stderr: "reading input\ntraceback line 1\nFileNotFoundError: /data/x.csv"}),
+		// The same failure again: still one candidate.
+		toolEv("csv_read", `{"path":"/data/x.csv"}`, protocol.ToolResult{OK: false, Kind: protocol.ToolErrToolError, Error: "no such file: /data/x.csv"}),
+		// A generic exit with the cause in stderr.
+		toolEv("shell", `{"cmd":"wc -l x"}`, protocol.ToolResult{OK: false, Kind: protocol.ToolErrExit, Error: "exited 1",
+			Stderr: "warming up\nwc: x: No such file or directory\n"}),
+		toolEv("list_files", `{"dir":"/data"}`, protocol.ToolResult{OK: true, Result: json.RawMessage(`["y.csv"]`)}),
+		toolEv("csv_read", `{"path":"/data/y.csv"}`, protocol.ToolResult{OK: true, Result: json.RawMessage(`{"rows":3}`)}),
+		{SessionID: id, Type: protocol.EvFinal, Outcome: outcome, Text: "done"},
+		{SessionID: id, Type: protocol.EvUsage, Report: &protocol.UsageReport{}},
+	}
+}
+
+func TestMineFailuresCarryTheRealError(t *testing.T) {
+	s := ParseSession("s1", failingSession("s1", protocol.OutcomeSuccessWithRecovery))
+	if s.Agent != "demo" || !s.Ended || s.Outcome != protocol.OutcomeSuccessWithRecovery || len(s.Calls) != 5 || len(s.Retrieved) != 2 {
+		t.Fatalf("parsed %+v", s)
+	}
+	evs := Mine(s)
+	if len(evs) != 3 {
+		t.Fatalf("want 2 failures and 1 pattern, got %d: %+v", len(evs), evs)
+	}
+	csv, sh, pat := evs[0], evs[1], evs[2]
+	if csv.Error != "no such file: /data/x.csv" || !strings.Contains(csv.Stderr, "FileNotFoundError: /data/x.csv") ||
+		!strings.Contains(csv.Recovery, "/data/y.csv") || csv.Polarity != protocol.PolarityAvoid {
+		t.Fatalf("csv evidence %+v", csv)
+	}
+	if !strings.Contains(sh.Error, "wc: x: No such file or directory") {
+		t.Fatalf("generic exit not replaced by stderr: %q", sh.Error)
+	}
+	if pat.Polarity != protocol.PolarityPattern || pat.Key != "pattern:list_files>csv_read" {
+		t.Fatalf("pattern %+v", pat)
+	}
+	for _, want := range []string{"no such file: /data/x.csv", "FileNotFoundError", "Afterwards: csv_read succeeded"} {
+		if !strings.Contains(csv.Prompt(), want) {
+			t.Errorf("prompt lacks %q:\n%s", want, csv.Prompt())
+		}
+	}
+	tpl := csv.Template(30)
+	if !strings.Contains(tpl, "no such file") || tokenize.Count(tpl) > 30 {
+		t.Fatalf("template %q (%d tokens)", tpl, tokenize.Count(tpl))
+	}
+	// Keys are stable: mining the same trace again yields the same keys.
+	again := Mine(ParseSession("s1", failingSession("s1", protocol.OutcomeSuccessWithRecovery)))
+	for i := range evs {
+		if again[i].Key != evs[i].Key {
+			t.Fatalf("unstable key %s vs %s", evs[i].Key, again[i].Key)
+		}
+	}
+}
+
+func TestNoPatternFromFailedSession(t *testing.T) {
+	for _, ev := range Mine(ParseSession("s1", failingSession("s1", protocol.OutcomeIncompleteToolFail))) {
+		if ev.Polarity == protocol.PolarityPattern {
+			t.Fatalf("pattern mined from a failed session: %+v", ev)
+		}
+	}
+}
+
+func TestTemplateStaysUnderCap(t *testing.T) {
+	ev := Evidence{Polarity: protocol.PolarityAvoid, Tool: "http_get", Args: `{"url":"https://example.invalid/a/very/long/path?with=query&and=more"}`,
+		Error: strings.Repeat("connection refused by upstream proxy while resolving ", 5)}
+	for _, n := range []int{10, 20, 30} {
+		if got := ev.Template(n); tokenize.Count(got) > n || got == "" {
+			t.Fatalf("cap %d: %q has %d tokens", n, got, tokenize.Count(got))
+		}
+	}
+	p := Evidence{Polarity: protocol.PolarityPattern, Tools: []string{"list_files", "csv_read"}, Task: "Summarize the sales figures in the quarterly csv file for the board"}
+	if got := p.Template(30); !strings.Contains(got, "list_files, then csv_read") {
+		t.Fatalf("pattern template %q", got)
+	}
+}
+
+func TestFeedbackMarks(t *testing.T) {
+	ok := Feedback(ParseSession("s1", failingSession("s1", protocol.OutcomeSuccess)))
+	if strings.Join(ok.Helpful, ",") != "g-avoid,g-pattern" || len(ok.Harmful) != 0 {
+		t.Fatalf("success: %+v", ok)
+	}
+	// The session did call csv_read on the missing file, so the avoid guideline was not followed;
+	// the pattern's tools both ran successfully.
+	if strings.Join(ok.Followed, ",") != "g-pattern" {
+		t.Fatalf("followed: %v", ok.Followed)
+	}
+	bad := Feedback(ParseSession("s1", failingSession("s1", protocol.OutcomeIncompleteToolFail)))
+	if len(bad.Helpful) != 0 || strings.Join(bad.Harmful, ",") != "g-avoid" {
+		t.Fatalf("failure: %+v", bad)
+	}
+
+	// A session that heeded the guideline: it never touched the path the guideline named.
+	heed := []protocol.Event{
+		{Type: protocol.EvSessionStarted, Agent: "demo", Task: "t"},
+		{Type: protocol.EvRetrieval, Guidelines: []protocol.Guideline{{ID: "g", Polarity: protocol.PolarityAvoid, Tools: []string{"csv_read"},
+			Text: `Avoid calling csv_read with {"path":"/data/x.csv"}: it failed with "no such file: /data/x.csv"`}}},
+		toolEv("csv_read", `{"path":"/data/y.csv"}`, protocol.ToolResult{OK: true}),
+		{Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess},
+	}
+	if fb := Feedback(ParseSession("s2", heed)); strings.Join(fb.Followed, ",") != "g" {
+		t.Fatalf("heeded guideline not followed: %+v", fb)
+	}
+	heed[2] = toolEv("csv_read", `{"path":"/data/x.csv"}`, protocol.ToolResult{OK: true})
+	if fb := Feedback(ParseSession("s2", heed)); len(fb.Followed) != 0 {
+		t.Fatalf("used the avoided path yet followed: %+v", fb)
+	}
+}
+
+func TestLiterals(t *testing.T) {
+	got := literals(`Avoid calling csv_read with {"path":"/data/x.csv"} or --header; use 'report.md' not "path"`, []string{"csv_read"})
+	want := "/data/x.csv,--header,report.md"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("literals %v, want %s", got, want)
+	}
+}
+
+func TestCleanGuideline(t *testing.T) {
+	for in, want := range map[string]string{
+		"\n- \"Check the path first.\"\n": "Check the path first.",
+		"Guideline: Use list_files.":      "Use list_files.",
+		"":                                "",
+	} {
+		if got := cleanGuideline(in); got != want {
+			t.Errorf("cleanGuideline(%q) = %q", in, got)
+		}
+	}
+}

@@ -1,0 +1,277 @@
+// Package miner turns finished sessions into guidelines. A durable consumer on the TRACE stream
+// waits for each session's usage event (always the last), reads that session's whole trace with
+// an ordered consumer (so the miner keeps no state across restarts), mines failure lessons from
+// the tools' real errors and success patterns, compresses each into one short imperative
+// guideline, and hands them to memoryd with stable candidate keys, so re-mining is idempotent.
+// It then marks the guidelines the session had retrieved helpful or harmful.
+package miner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// Deps are what the miner runs on. Model is optional: nil means the model of the miner role
+// from Config (miner.llm, else llm), and the deterministic template when none can be built.
+type Deps struct {
+	Conn   *bus.Conn
+	Names  protocol.Names
+	Config *config.Config
+	Logger *slog.Logger
+	Home   string
+
+	Model llm.Backend
+	// NoModel forces the template even when a model is configured.
+	NoModel bool
+	// Ready, when set, is closed once the durable consumer is consuming.
+	Ready chan<- struct{}
+}
+
+// Result is what mining one session did.
+type Result struct {
+	Session    string                   `json:"session"`
+	Agent      string                   `json:"agent"`
+	Outcome    protocol.Outcome         `json:"outcome"`
+	Candidates []protocol.Candidate     `json:"candidates"`
+	Actions    []protocol.IngestAction  `json:"actions"`
+	Feedback   protocol.FeedbackRequest `json:"feedback"`
+	// Usage is what compression cost (also emitted as model_call events with role miner).
+	Usage protocol.Usage `json:"usage"`
+}
+
+func (d *Deps) defaults() {
+	if d.Config == nil {
+		d.Config = config.Default()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// model returns the backend used for compression, or nil for the template.
+func (d *Deps) model() llm.Backend {
+	if d.NoModel {
+		return nil
+	}
+	if d.Model != nil {
+		return d.Model
+	}
+	m, err := newModel(d.Config.ForRole(protocol.RoleMiner), d.Logger)
+	if err != nil {
+		d.Logger.Warn("mining with the deterministic template: no model", "err", err)
+		d.NoModel = true
+		return nil
+	}
+	d.Model = m
+	return m
+}
+
+// Run consumes the trace stream until ctx ends.
+func Run(ctx context.Context, d Deps) error {
+	d.defaults()
+	if d.Conn == nil {
+		return errors.New("miner: no NATS connection")
+	}
+	if !d.Config.Miner.Enabled {
+		d.Logger.Info("miner disabled in config (miner.enabled: false)")
+		if d.Ready != nil {
+			close(d.Ready)
+		}
+		<-ctx.Done()
+		return nil
+	}
+	d.model() // resolve once, so every session uses the same backend
+	stream, err := d.Conn.JS.Stream(ctx, d.Names.Stream(protocol.StreamTrace))
+	if err != nil {
+		return fmt.Errorf("miner: trace stream: %w", err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       protocol.ConsumerMiner,
+		Description:   "mines finished sessions into guidelines",
+		FilterSubject: d.Names.TraceAll(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		// Everything still in the stream is mined once; mining is idempotent, so a first start
+		// on an old stream only costs time.
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       time.Minute,
+		MaxDeliver:    5,
+		MaxAckPending: 256,
+	})
+	if err != nil {
+		return fmt.Errorf("miner: durable consumer %s: %w", protocol.ConsumerMiner, err)
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) { handle(ctx, &d, msg) })
+	if err != nil {
+		return fmt.Errorf("miner: consume: %w", err)
+	}
+	defer cc.Stop()
+	if d.Ready != nil {
+		close(d.Ready)
+	}
+	d.Logger.Info("miner consuming", "stream", d.Names.Stream(protocol.StreamTrace), "template", d.NoModel)
+	<-ctx.Done()
+	return nil
+}
+
+func handle(ctx context.Context, d *Deps, msg jetstream.Msg) {
+	var ev protocol.Event
+	if err := protocol.Unmarshal(msg.Data(), &ev); err != nil || ev.Type != protocol.EvUsage || ev.Role == protocol.RoleMiner {
+		_ = msg.Ack()
+		return
+	}
+	// Mining may wait on a model; keep the message ours meanwhile.
+	hb, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		t := time.NewTicker(20 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-hb.Done():
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	res, err := MineSession(ctx, *d, ev.SessionID)
+	if err != nil {
+		d.Logger.Warn("mining failed; will retry", "session", ev.SessionID, "err", err)
+		_ = msg.NakWithDelay(5 * time.Second)
+		return
+	}
+	d.Logger.Info("mined", "session", ev.SessionID, "candidates", len(res.Candidates), "helpful", len(res.Feedback.Helpful),
+		"harmful", len(res.Feedback.Harmful), "followed", len(res.Feedback.Followed))
+	_ = msg.Ack()
+}
+
+// ErrNoTrace is returned by MineSession for a session with no events in the stream.
+var ErrNoTrace = errors.New("no trace events for session")
+
+// MineSession reads one session's trace and mines it; `skein ingest-traces SESSION` runs it.
+// Running it again for the same session changes no counts.
+func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
+	d.defaults()
+	if err := protocol.CheckToken("session id", session); err != nil {
+		return nil, err
+	}
+	events, err := trace.Read(ctx, d.Conn.JS, d.Names, session)
+	if err != nil {
+		return nil, fmt.Errorf("mine %s: %w", session, err)
+	}
+	if len(events) == 0 {
+		return nil, fmt.Errorf("mine %s: %w", session, ErrNoTrace)
+	}
+	s := ParseSession(session, events)
+	if s.Agent == "" {
+		s.Agent = d.Config.Agent.Name
+	}
+	res := &Result{Session: session, Agent: s.Agent, Outcome: s.Outcome}
+	c := newCompressor(d, s)
+	for _, ev := range Mine(s) {
+		text, err := c.compress(ctx, ev)
+		if err != nil {
+			return nil, fmt.Errorf("mine %s: %w", session, err)
+		}
+		res.Candidates = append(res.Candidates, protocol.Candidate{Text: text, Polarity: ev.Polarity, Tools: ev.Tools,
+			Key: ev.Key, Source: "miner"})
+	}
+	res.Usage = c.usage
+	if err := c.flush(ctx); err != nil {
+		d.Logger.Warn("miner model_call events", "session", session, "err", err)
+	}
+	if len(res.Candidates) > 0 {
+		var rep protocol.IngestReply
+		req := protocol.IngestRequest{Agent: s.Agent, SessionID: session, Candidates: res.Candidates}
+		if err := bus.Request(ctx, d.Conn.NC, d.Names.Memory(protocol.MemIngest), &req, &rep, 30*time.Second); err != nil {
+			return nil, fmt.Errorf("mine %s: ingest: %w", session, err)
+		}
+		res.Actions = rep.Actions
+		if rep.Error != "" {
+			return res, fmt.Errorf("mine %s: ingest: %s", session, rep.Error)
+		}
+	}
+	res.Feedback = Feedback(s)
+	if fb := res.Feedback; len(fb.Helpful)+len(fb.Harmful)+len(fb.Followed) > 0 {
+		var ack protocol.Ack
+		if err := bus.Request(ctx, d.Conn.NC, d.Names.Memory(protocol.MemFeedback), &fb, &ack, 30*time.Second); err != nil {
+			return res, fmt.Errorf("mine %s: feedback: %w", session, err)
+		}
+		if ack.Error != "" {
+			return res, fmt.Errorf("mine %s: feedback: %s", session, ack.Error)
+		}
+	}
+	return res, nil
+}
+
+// Replay re-mines every session whose usage event lies in a range of the trace stream: the
+// last `since` (when > 0) or from stream sequence fromSeq. It reads with an ordered consumer,
+// so it leaves nothing behind and does not disturb the durable miner.
+func Replay(ctx context.Context, d Deps, since time.Duration, fromSeq uint64) ([]*Result, error) {
+	d.defaults()
+	d.model()
+	stream, err := d.Conn.JS.Stream(ctx, d.Names.Stream(protocol.StreamTrace))
+	if err != nil {
+		return nil, fmt.Errorf("replay: trace stream: %w", err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{d.Names.TraceAll()}}
+	switch {
+	case fromSeq > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
+	case since > 0:
+		t := time.Now().Add(-since)
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	var sessions []string
+	seen := map[string]bool{}
+	for pending := info.NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			var ev protocol.Event
+			if protocol.Unmarshal(msg.Data(), &ev) != nil || ev.Type != protocol.EvUsage || ev.Role == protocol.RoleMiner {
+				continue
+			}
+			if !seen[ev.SessionID] {
+				seen[ev.SessionID] = true
+				sessions = append(sessions, ev.SessionID)
+			}
+		}
+		if n == 0 {
+			break
+		}
+		pending -= uint64(n)
+	}
+	var out []*Result
+	for _, s := range sessions {
+		r, err := MineSession(ctx, d, s)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
