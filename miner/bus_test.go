@@ -1,0 +1,248 @@
+package miner_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/memoryd"
+	"github.com/skein-mesh/skein/miner"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/embed/embedtest"
+	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tokenize"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+type env struct {
+	m   *bustest.Mesh
+	cfg *config.Config
+	mem memoryd.Client
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	m := bustest.Start(t)
+	cfg := config.Default()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: cfg, Embedder: embedtest.Hash{}, Ready: ready})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("memoryd: %v", err)
+	}
+	return &env{m: m, cfg: cfg, mem: memoryd.Client{NC: m.Conn.NC, Names: m.Names, PerTry: 10 * time.Second}}
+}
+
+func (e *env) deps(t *testing.T) miner.Deps {
+	return miner.Deps{Conn: e.m.Conn, Names: e.m.Names, Config: e.cfg, NoModel: true}
+}
+
+// publish writes a synthetic session trace: a csv_read that fails with a real error, then the
+// final and usage events.
+func (e *env) publish(t *testing.T, session string, extra ...protocol.Event) {
+	t.Helper()
+	pub := trace.NewPublisher(e.m.Conn.JS, e.m.Names, "test")
+	evs := []protocol.Event{
+		{Type: protocol.EvSessionStarted, Agent: "demo", Task: "Summarize the sales in /data/x.csv"},
+		{Type: protocol.EvToolCall, Tool: "csv_read", Args: json.RawMessage(`{"path":"/data/x.csv"}`), Result: &protocol.ToolResult{
+			OK: false, Kind: protocol.ToolErrToolError, Error: "no such file: /data/x.csv",
+			Stderr: "opening input\nFileNotFoundError: [Errno 2] No such file or directory: '/data/x.csv'"}},
+	}
+	evs = append(evs, extra...)
+	evs = append(evs,
+		protocol.Event{Type: protocol.EvFinal, Outcome: protocol.OutcomeIncompleteToolFail},
+		protocol.Event{Type: protocol.EvUsage, Report: &protocol.UsageReport{}})
+	for _, ev := range evs {
+		ev.SessionID = session
+		if err := pub.Emit(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) entries(t *testing.T) []memory.Entry {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	es, err := e.mem.ListAll(ctx, memoryd.ListRequest{Status: memory.StatusAny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+func TestMineSessionCarriesRealErrorAndIsIdempotent(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e.publish(t, "sess-1")
+	res, err := miner.MineSession(ctx, e.deps(t), "sess-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Candidates) != 1 || !strings.Contains(res.Candidates[0].Text, "no such file: /data/x.csv") ||
+		res.Candidates[0].Polarity != protocol.PolarityAvoid || res.Agent != "demo" {
+		t.Fatalf("candidates %+v", res.Candidates)
+	}
+	if len(res.Actions) != 1 || res.Actions[0].Action != "added" {
+		t.Fatalf("actions %+v", res.Actions)
+	}
+	for range 2 {
+		again, err := miner.MineSession(ctx, e.deps(t), "sess-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Actions[0].Action != "skipped" || again.Candidates[0].Text != res.Candidates[0].Text {
+			t.Fatalf("re-mine: %+v", again.Actions)
+		}
+	}
+	es := e.entries(t)
+	if len(es) != 1 || es[0].Hits != 1 || len(es[0].Sessions) != 1 {
+		t.Fatalf("re-mining inflated counts: %+v", es)
+	}
+	if _, err := miner.MineSession(ctx, e.deps(t), "no-such-session"); err == nil {
+		t.Fatal("mining a missing session did not fail")
+	}
+}
+
+func TestDurableConsumerPromotesAfterThreeSessionsAndReplayIsIdempotent(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	d := e.deps(t)
+	d.Ready = ready
+	go func() { done <- miner.Run(ctx, d) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-ready
+	for i := range 3 {
+		e.publish(t, fmt.Sprintf("run-%d", i))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var es []memory.Entry
+	for time.Now().Before(deadline) {
+		es = e.entries(t)
+		if len(es) == 1 && es[0].Tier == protocol.TierStrategic {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(es) != 1 || es[0].Tier != protocol.TierStrategic || len(es[0].Sessions) != 3 {
+		t.Fatalf("want one strategic entry from 3 sessions, got %+v", es)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer rcancel()
+	results, err := miner.Replay(rctx, e.deps(t), time.Hour, 0)
+	if err != nil || len(results) != 3 {
+		t.Fatalf("replay: %d results, %v", len(results), err)
+	}
+	results, err = miner.Replay(rctx, e.deps(t), 0, 1)
+	if err != nil || len(results) != 3 {
+		t.Fatalf("replay from seq: %d results, %v", len(results), err)
+	}
+	after := e.entries(t)
+	if len(after) != 1 || after[0].Hits != es[0].Hits || len(after[0].Sessions) != 3 {
+		t.Fatalf("replay inflated counts: before %+v after %+v", es[0], after)
+	}
+}
+
+func TestFeedbackReachesMemory(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e.publish(t, "a")
+	if _, err := miner.MineSession(ctx, e.deps(t), "a"); err != nil {
+		t.Fatal(err)
+	}
+	g := e.entries(t)[0]
+	// Session b retrieved that guideline and failed in exactly the way it warned about.
+	e.publish(t, "b", protocol.Event{Type: protocol.EvRetrieval, Guidelines: []protocol.Guideline{
+		{ID: g.ID, Text: g.Text, Polarity: g.Polarity, Tools: g.Tools, Tier: g.Tier}}})
+	res, err := miner.MineSession(ctx, e.deps(t), "b")
+	if err != nil || len(res.Feedback.Harmful) != 1 {
+		t.Fatalf("feedback %+v %v", res.Feedback, err)
+	}
+	if _, err := miner.MineSession(ctx, e.deps(t), "b"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.mem.Get(ctx, g.ID)
+	if err != nil || got.Harmful != 1 {
+		t.Fatalf("harmful count: %+v %v", got, err)
+	}
+}
+
+// chatty is a model double that answers over the cap first, to exercise regeneration.
+type chatty struct {
+	mu      sync.Mutex
+	answers []string
+	calls   int
+}
+
+func (c *chatty) Complete(_ context.Context, req llm.Request) (*llm.Response, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if req.Role != protocol.RoleMiner {
+		return nil, fmt.Errorf("role %q", req.Role)
+	}
+	a := c.answers[min(c.calls, len(c.answers)-1)]
+	c.calls++
+	return &llm.Response{Text: a, Model: "chatty-1", Usage: protocol.Usage{InputTokens: 100, OutputTokens: int64(tokenize.Count(a))}}, nil
+}
+func (c *chatty) Provider() string { return "test" }
+
+func TestCompressionRegeneratesThenCutsAndCountsTokens(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	long := "Before you call csv_read " + strings.Repeat("please make very sure that the file path really exists on disk ", 4)
+	model := &chatty{answers: []string{long, long}}
+	d := e.deps(t)
+	d.NoModel, d.Model = false, model
+	e.publish(t, "m1")
+	res, err := miner.MineSession(ctx, d, "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := res.Candidates[0].Text
+	if model.calls != 2 || tokenize.Count(text) > 30 || !strings.HasPrefix(text, "Before you call csv_read") {
+		t.Fatalf("calls %d, text %q (%d tokens)", model.calls, text, tokenize.Count(text))
+	}
+	if res.Usage.InputTokens != 200 {
+		t.Fatalf("usage %+v", res.Usage)
+	}
+	evs, err := trace.Read(ctx, e.m.Conn.JS, e.m.Names, "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == protocol.EvModelCall && ev.Role == protocol.RoleMiner && ev.Usage != nil && ev.Model == "chatty-1" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("want 2 miner model_call events, got %d", n)
+	}
+	// Re-mining reuses the stored text: no new model call.
+	if _, err := miner.MineSession(ctx, d, "m1"); err != nil || model.calls != 2 {
+		t.Fatalf("re-mine called the model again (%d calls): %v", model.calls, err)
+	}
+}
