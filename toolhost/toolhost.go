@@ -44,10 +44,34 @@ type Deps struct {
 }
 
 // Run serves until ctx ends, then stops the micro service, lets calls in flight finish within
-// the grace period and returns nil.
+// the grace period and returns nil. It is New followed by Serve.
 func Run(ctx context.Context, d Deps) error {
+	h, err := New(ctx, d)
+	if err != nil {
+		return err
+	}
+	return h.Serve(ctx)
+}
+
+// Host is a toolhost that is serving. New returns once every tool is published and answering,
+// so a caller that starts the whole mesh can fail fast on bad manifests and start executors
+// knowing the catalog is complete.
+type Host struct {
+	h           *handler
+	svc         micro.Service
+	nc          *nats.Conn
+	log         *slog.Logger
+	tools       []string
+	grace       time.Duration
+	killRunning context.CancelFunc
+	stopOnce    sync.Once
+}
+
+// New loads the enabled manifests, publishes their specs to the tools KV and registers the micro
+// service with one endpoint per tool. Call Serve to keep serving and to shut down cleanly.
+func New(ctx context.Context, d Deps) (*Host, error) {
 	if d.Conn == nil || d.Conn.NC == nil {
-		return errors.New("toolhost: no NATS connection")
+		return nil, errors.New("toolhost: no NATS connection")
 	}
 	cfg := d.Config
 	if cfg == nil {
@@ -57,15 +81,15 @@ func Run(ctx context.Context, d Deps) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	host := d.HostID
-	if host == "" {
-		host = defaultHostID()
+	id := d.HostID
+	if id == "" {
+		id = defaultHostID()
 	}
-	log = log.With("host", host)
+	log = log.With("host", id)
 
 	loaded, err := tools.LoadDirs(cfg.Tools.ManifestDirs, cfg.Tools.Enabled)
 	if err != nil {
-		return fmt.Errorf("toolhost: load tool manifests (tools.manifest_dirs in %s): %w", configName(cfg), err)
+		return nil, fmt.Errorf("toolhost: load tool manifests (tools.manifest_dirs in %s): %w", configName(cfg), err)
 	}
 	for _, t := range loaded {
 		if err := t.CheckExecutable(); err != nil {
@@ -77,88 +101,92 @@ func Run(ctx context.Context, d Deps) error {
 		specs[i] = t.Spec()
 	}
 	if err := tools.Publish(ctx, d.Conn.JS, d.Names, specs); err != nil {
-		return fmt.Errorf("toolhost: %w", err)
+		return nil, fmt.Errorf("toolhost: %w", err)
 	}
 
+	// Calls run under their own context: ending Serve's ctx stops new calls, not the ones
+	// running, until the grace period is over.
+	runCtx, killRunning := context.WithCancel(context.WithoutCancel(ctx))
 	h := &handler{
 		runner: &tools.Runner{
 			DefaultTimeout: time.Duration(cfg.Tools.TimeoutS * float64(time.Second)),
 			MaxOutput:      cfg.Tools.MaxOutput,
 		},
-		host:  host,
+		host:  id,
 		log:   log,
 		nc:    d.Conn.NC,
+		ctx:   runCtx,
 		slots: make(chan struct{}, concurrency(d.Concurrency)),
 	}
-	// Calls run under their own context: ending ctx stops new calls, not the ones running,
-	// until the grace period is over.
-	runCtx, killRunning := context.WithCancel(context.WithoutCancel(ctx))
-	defer killRunning()
-	h.ctx = runCtx
-
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
 		Name:        protocol.ServiceToolhost,
 		Version:     Version,
 		Description: "skein subprocess tools",
 		QueueGroup:  protocol.QueueToolhost,
-		Metadata:    map[string]string{"host": host},
+		Metadata:    map[string]string{"host": id},
 	})
 	if err != nil {
-		return fmt.Errorf("toolhost: add micro service: %w", err)
+		killRunning()
+		return nil, fmt.Errorf("toolhost: add micro service: %w", err)
 	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		if err := svc.Stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			log.Warn("stop micro service", "err", err)
-		}
-		// A round trip makes sure the server has dropped our interest before Run returns, so
-		// callers get "no responders" (and try another host) instead of waiting on us.
-		_ = d.Conn.NC.Flush()
+	host := &Host{h: h, svc: svc, nc: d.Conn.NC, log: log, grace: d.ShutdownGrace, killRunning: killRunning}
+	if host.grace <= 0 {
+		host.grace = 10 * time.Second
 	}
-	defer stop()
 	for _, t := range loaded {
-		t := t
 		err := svc.AddEndpoint(t.Name, micro.HandlerFunc(func(r micro.Request) { h.serve(t, r) }),
 			micro.WithEndpointSubject(d.Names.Tool(t.Name)),
 			micro.WithEndpointQueueGroup(protocol.QueueToolhost),
 			micro.WithEndpointMetadata(map[string]string{"description": t.Description}))
 		if err != nil {
-			return fmt.Errorf("toolhost: endpoint for tool %s: %w", t.Name, err)
+			host.stop()
+			killRunning()
+			return nil, fmt.Errorf("toolhost: endpoint for tool %s: %w", t.Name, err)
 		}
-	}
-	names := make([]string, len(loaded))
-	for i, t := range loaded {
-		names[i] = t.Name
+		host.tools = append(host.tools, t.Name)
 	}
 	if len(loaded) == 0 {
 		log.Warn("no tools to serve: tools.manifest_dirs is empty or holds no manifests")
 	}
-	log.Info("toolhost ready", "tools", names, "concurrency", cap(h.slots))
+	log.Info("toolhost ready", "tools", host.tools, "concurrency", cap(h.slots))
+	return host, nil
+}
 
+// Tools are the names of the tools this host serves, sorted.
+func (x *Host) Tools() []string { return append([]string(nil), x.tools...) }
+
+// Serve blocks until ctx ends, then stops taking calls, waits up to the grace period for the
+// calls in flight (killing their tools after it) and returns nil.
+func (x *Host) Serve(ctx context.Context) error {
+	defer x.killRunning()
 	<-ctx.Done()
-	stop()
-	h.mu.Lock()
-	h.closing = true
-	h.mu.Unlock()
-	grace := d.ShutdownGrace
-	if grace <= 0 {
-		grace = 10 * time.Second
-	}
+	x.stop()
 	done := make(chan struct{})
-	go func() { h.inflight.Wait(); close(done) }()
+	go func() { x.h.inflight.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(grace):
-		log.Warn("calls still running after the shutdown grace period; killing their tools", "grace", grace)
-		killRunning()
+	case <-time.After(x.grace):
+		x.log.Warn("calls still running after the shutdown grace period; killing their tools", "grace", x.grace)
+		x.killRunning()
 		<-done
 	}
-	log.Info("toolhost stopped")
+	x.log.Info("toolhost stopped")
 	return nil
+}
+
+// stop removes the endpoints; calls already taken keep running.
+func (x *Host) stop() {
+	x.stopOnce.Do(func() {
+		if err := x.svc.Stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			x.log.Warn("stop micro service", "err", err)
+		}
+		// A round trip makes sure the server has dropped our interest before Serve returns, so
+		// callers get "no responders" (and try another host) instead of waiting on us.
+		_ = x.nc.Flush()
+		x.h.mu.Lock()
+		x.h.closing = true
+		x.h.mu.Unlock()
+	})
 }
 
 type handler struct {

@@ -188,21 +188,28 @@ func discover(t *testing.T, m *bustest.Mesh) int {
 func TestCatalogHoldsThePublishedSpecs(t *testing.T) {
 	m := bustest.Start(t)
 	cfg := testConfig(t)
-	startHost(t, m, cfg, "host-a")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-
-	var specs []protocol.ToolSpec
-	for {
-		var err error
-		specs, err = tools.Catalog(ctx, m.Conn.JS, m.Names, nil)
-		if err != nil {
-			t.Fatal(err)
+	// New returns only once the catalog is complete, so nothing here polls.
+	h, err := toolhost.New(ctx, toolhost.Deps{Conn: m.Connect(t, "host-a"), Names: m.Names, Config: cfg, HostID: "host-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	sctx, stop := context.WithCancel(ctx)
+	go func() { served <- h.Serve(sctx) }()
+	defer func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
 		}
-		if len(specs) == 4 || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	}()
+	if got := strings.Join(h.Tools(), ","); got != "broken,echo,sleeper,wordcount" {
+		t.Errorf("host serves %s", got)
+	}
+	specs, err := tools.Catalog(ctx, m.Conn.JS, m.Names, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var names []string
 	for _, s := range specs {
