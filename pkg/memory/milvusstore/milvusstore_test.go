@@ -1,0 +1,76 @@
+package milvusstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/memory/milvusstore"
+	"github.com/skein-mesh/skein/pkg/memory/milvusstore/milvustest"
+	"github.com/skein-mesh/skein/pkg/memory/storetest"
+)
+
+var seq atomic.Int64
+
+// prefix gives each test fresh collections on the one server of its top-level test.
+func prefix() string { return fmt.Sprintf("t%d_%d", time.Now().UnixNano()%1e9, seq.Add(1)) }
+
+func open(t *testing.T, srv *milvustest.Server, pfx, model string, dim int, anyModel bool) (*milvusstore.Store, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := milvusstore.Open(ctx, milvusstore.Options{Addr: srv.Addr, Prefix: pfx, Model: model, Dim: dim, AnyModel: anyModel})
+	if err != nil {
+		return nil, fmt.Errorf("%w (server log: %s)", err, tail(srv.Log()))
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, nil
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return s[len(s)-2000:]
+	}
+	return s
+}
+
+func TestContract(t *testing.T) {
+	srv := milvustest.Start(t)
+	storetest.Run(t, func(t *testing.T, model string, dim int) memory.Store {
+		s, err := open(t, srv, prefix(), model, dim, false)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		return s
+	})
+}
+
+func TestReopen(t *testing.T) {
+	srv := milvustest.Start(t)
+	storetest.RunReopen(t, func(t *testing.T) func(string, int) (memory.Store, error) {
+		pfx := prefix()
+		return func(model string, dim int) (memory.Store, error) {
+			s, err := open(t, srv, pfx, model, dim, false)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+	})
+}
+
+func TestMigrate(t *testing.T) {
+	srv := milvustest.Start(t)
+	storetest.RunMigrate(t, func(t *testing.T) func(string, int, bool) (memory.Store, error) {
+		pfx := prefix()
+		return func(model string, dim int, anyModel bool) (memory.Store, error) {
+			s, err := open(t, srv, pfx, model, dim, anyModel)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+	})
+}

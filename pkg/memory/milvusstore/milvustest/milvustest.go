@@ -1,0 +1,159 @@
+// Package milvustest starts a real Milvus-compatible server for tests: the milvus-lite gRPC
+// server (a PyPI package that `make setup` installs into the tools venv) on a free loopback port
+// with its data in a temp dir.
+package milvustest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// EnvServer overrides the milvus-lite executable.
+const EnvServer = "SKEIN_MILVUS_LITE"
+
+// Server is a running milvus-lite server.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func required() bool { return os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" }
+
+// Executable finds the milvus-lite server program.
+func Executable() (string, error) {
+	if p := os.Getenv(EnvServer); p != "" {
+		return p, nil
+	}
+	tools := os.Getenv("SKEIN_TOOLS_DIR")
+	if tools == "" {
+		wd, _ := os.Getwd()
+		for d := wd; d != filepath.Dir(d); d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+				tools = filepath.Join(d, ".tools")
+				break
+			}
+		}
+	}
+	p := filepath.Join(tools, "venv", "bin", "milvus-lite")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("milvus-lite server not found at %s: run `make setup` (or set %s)", p, EnvServer)
+	}
+	return p, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start runs a server for the test (skipping, or failing under CI, when it is not installed) and
+// stops it when the test ends.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	exe, err := Executable()
+	if err != nil {
+		if required() {
+			tb.Fatal(err)
+		}
+		tb.Skip(err)
+	}
+	var s *Server
+	for attempt := 0; attempt < 3; attempt++ {
+		s, err = start(exe, tb.TempDir())
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		tb.Fatalf("start milvus-lite: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func start(exe, dir string) (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cmd := exec.Command(exe, "server", "--data-dir", filepath.Join(dir, "milvus"), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("run %s: %w", exe, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	s := &Server{Addr: addr, cmd: cmd, out: out}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("milvus-lite exited (%v): %s", err, out.String())
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			go func() { <-exited }()
+			return s, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	return nil, fmt.Errorf("milvus-lite did not listen on %s within 90s: %s", addr, out.String())
+}
+
+// Stop ends the server's process group.
+func (s *Server) Stop() {
+	if s.cmd.Process != nil {
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() {
+			for range 50 {
+				if syscall.Kill(s.cmd.Process.Pid, 0) != nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			close(done)
+		}()
+		<-done
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// Log is the server's output so far.
+func (s *Server) Log() string { return s.out.String() }
