@@ -1,16 +1,13 @@
 package memoryd
 
 import (
-	"errors"
 	"log/slog"
 
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 )
 
-// newModel builds the judge's model backend.
-// TODO: llm.New(cfg, llm.WithLogger(log)) once pkg/llm/factory.go lands.
+// newModel builds the promotion judge's model backend.
 func newModel(cfg config.LLM, log *slog.Logger) (llm.Backend, error) {
-	_, _ = cfg, log
-	return nil, errors.New("no model factory in this build")
+	return llm.New(cfg, llm.WithLogger(log))
 }

@@ -7,14 +7,23 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed"
+	"github.com/skein-mesh/skein/pkg/embed/minilm"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/kvstore"
 )
 
 // openEmbedder builds the configured embedder.
-// TODO(store engineer): replace with embed.Open(cfg) once pkg/embed has its factory.
+// TODO(store engineer): replace with embed.Open(cfg) once pkg/embed has its factory (ollama, openai).
 func openEmbedder(_ context.Context, m config.Memory) (embed.Embedder, error) {
-	return nil, fmt.Errorf("memory.embedder %q: this build has no embedder factory yet (pkg/embed.Open)", m.Embedder)
+	switch m.Embedder {
+	case "", "minilm":
+		e, err := minilm.Open(minilm.Options{})
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+	return nil, fmt.Errorf("memory.embedder %q: this build has no embedder factory for it yet", m.Embedder)
 }
 
 // openStore opens the configured store for emb's model. A store written by another model is

@@ -1,0 +1,408 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skein-mesh/skein/memoryd"
+	"github.com/skein-mesh/skein/miner"
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// The memory commands talk to memoryd over NATS, never to a store directly, so they work the
+// same against the KV store and Milvus, and against a local or a remote mesh.
+
+func init() {
+	extraCommands = append(extraCommands, newInspectMemoryCmd, newMemoryCmd, newIngestTracesCmd, newReplayCmd)
+}
+
+func memClient(env meshEnv) memoryd.Client {
+	return memoryd.Client{NC: env.conn.NC, Names: env.names, PerTry: 30 * time.Second}
+}
+
+func newInspectMemoryCmd() *cobra.Command {
+	var topK int
+	var tier, agent string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "inspect-memory [QUERY]",
+		Short: "Show memory counts per tier and the guidelines nearest a query, with scores",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if tier != "" && tier != string(protocol.TierTactical) && tier != string(protocol.TierStrategic) {
+				return &exitError{code: 2, msg: fmt.Sprintf("skein: --tier must be tactical or strategic, got %q", tier)}
+			}
+			return withMesh(cmd, func(env meshEnv) error {
+				req := memoryd.InspectRequest{Agent: agent, TopK: topK, Tier: protocol.Tier(tier)}
+				if len(args) == 1 {
+					req.Query = args[0]
+				}
+				rep, err := memClient(env).Inspect(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), rep)
+				}
+				printInspect(cmd.OutOrStdout(), req, rep)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().IntVar(&topK, "top-k", 10, "how many hits to show")
+	cmd.Flags().StringVar(&tier, "tier", "", "only this tier (tactical or strategic)")
+	cmd.Flags().StringVar(&agent, "agent", "", "only this agent (default: every agent)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printInspect(w io.Writer, req memoryd.InspectRequest, rep *memoryd.InspectReply) {
+	fmt.Fprintf(w, "memory (embedding model %s)\n", rep.Model)
+	if len(rep.Counts) == 0 {
+		fmt.Fprintln(w, "  empty")
+	}
+	type tally struct{ strategic, tactical, inactive int }
+	by := map[string]*tally{}
+	var agents []string
+	for _, c := range rep.Counts {
+		t := by[c.Agent]
+		if t == nil {
+			t = &tally{}
+			by[c.Agent] = t
+			agents = append(agents, c.Agent)
+		}
+		switch {
+		case c.Status != memory.StatusActive:
+			t.inactive += c.N
+		case c.Tier == protocol.TierStrategic:
+			t.strategic += c.N
+		default:
+			t.tactical += c.N
+		}
+	}
+	for _, a := range agents {
+		t := by[a]
+		fmt.Fprintf(w, "  %-16s strategic %d  tactical %d  superseded/retired %d\n", a, t.strategic, t.tactical, t.inactive)
+	}
+	if len(rep.Hits) == 0 {
+		if req.Query != "" {
+			fmt.Fprintf(w, "no guidelines match %q\n", req.Query)
+		}
+		return
+	}
+	if req.Query != "" {
+		fmt.Fprintf(w, "top %d for %q:\n", len(rep.Hits), req.Query)
+	} else {
+		fmt.Fprintf(w, "most established guidelines:\n")
+	}
+	for i, h := range rep.Hits {
+		e := h.Entry
+		score := "     "
+		if req.Query != "" {
+			score = fmt.Sprintf("%.3f", h.Score)
+		}
+		fmt.Fprintf(w, "%3d. %s  %-9s %-7s %s  sessions %d  hits %d  helpful %d  harmful %d  %s\n", i+1, score, e.Tier, e.Polarity,
+			toolList(e.Tools), len(e.Sessions), e.Hits, e.Helpful, e.Harmful, e.ID)
+		fmt.Fprintf(w, "       %s\n", e.Text)
+	}
+}
+
+func toolList(tools []string) string {
+	if len(tools) == 0 {
+		return "[]"
+	}
+	return "[" + strings.Join(tools, ",") + "]"
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newMemoryCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "memory", Short: "List, show, export, import, evict and migrate memory entries"}
+
+	var agent, tier string
+	var all, asJSON bool
+	list := &cobra.Command{
+		Use: "list", Short: "List guidelines (active ones unless --all)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withMesh(cmd, func(env meshEnv) error {
+				req := memoryd.ListRequest{Agent: agent, Tier: protocol.Tier(tier)}
+				if all {
+					req.Status = memory.StatusAny
+				}
+				es, err := memClient(env).ListAll(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				w := cmd.OutOrStdout()
+				if asJSON {
+					return writeJSON(w, es)
+				}
+				if len(es) == 0 {
+					fmt.Fprintln(w, "no guidelines")
+				}
+				for _, e := range es {
+					status := ""
+					if e.Status != memory.StatusActive {
+						status = fmt.Sprintf("  (%s by %s)", e.Status, e.SupersededBy)
+					}
+					fmt.Fprintf(w, "%s  %-12s %-9s %-7s sessions %-3d helpful %-3d harmful %-3d %s%s\n", e.ID, e.Agent, e.Tier, e.Polarity,
+						len(e.Sessions), e.Helpful, e.Harmful, clipText(e.Text, 90), status)
+				}
+				return nil
+			})
+		},
+	}
+	list.Flags().StringVar(&agent, "agent", "", "only this agent")
+	list.Flags().StringVar(&tier, "tier", "", "only this tier (tactical or strategic)")
+	list.Flags().BoolVar(&all, "all", false, "include superseded and retired entries")
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	show := &cobra.Command{
+		Use: "show ID", Short: "Print one entry as JSON", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withMesh(cmd, func(env meshEnv) error {
+				e, err := memClient(env).Get(cmd.Context(), args[0])
+				if err != nil {
+					return &exitError{code: 1, msg: "skein: " + err.Error()}
+				}
+				return writeJSON(cmd.OutOrStdout(), e)
+			})
+		},
+	}
+
+	var exAgent string
+	export := &cobra.Command{
+		Use: "export [FILE]", Short: "Write every entry (any status) as JSONL to FILE or stdout", Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withMesh(cmd, func(env meshEnv) error {
+				es, err := memClient(env).ListAll(cmd.Context(), memoryd.ListRequest{Agent: exAgent, Status: memory.StatusAny})
+				if err != nil {
+					return err
+				}
+				w := cmd.OutOrStdout()
+				if len(args) == 1 {
+					f, err := os.Create(args[0])
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					w = f
+				}
+				bw := bufio.NewWriter(w)
+				enc := json.NewEncoder(bw)
+				for _, e := range es {
+					if err := enc.Encode(e); err != nil {
+						return err
+					}
+				}
+				if err := bw.Flush(); err != nil {
+					return err
+				}
+				if len(args) == 1 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "exported %d entries to %s\n", len(es), args[0])
+				}
+				return nil
+			})
+		},
+	}
+	export.Flags().StringVar(&exAgent, "agent", "", "only this agent")
+
+	var replace bool
+	imp := &cobra.Command{
+		Use: "import FILE", Short: "Read JSONL entries (from export, or hand-written) into memory", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			entries, err := readJSONL(args[0])
+			if err != nil {
+				return &exitError{code: 2, msg: "skein: " + err.Error()}
+			}
+			return withMesh(cmd, func(env meshEnv) error {
+				c := memClient(env)
+				var imported, skipped int
+				var problems []string
+				// Small batches keep each request under the NATS payload limit.
+				for i := 0; i < len(entries); i += 100 {
+					rep, err := c.Import(cmd.Context(), memoryd.ImportRequest{Entries: entries[i:min(i+100, len(entries))], Replace: replace})
+					if err != nil {
+						return err
+					}
+					imported += rep.Imported
+					skipped += rep.Skipped
+					problems = append(problems, rep.Problems...)
+				}
+				w := cmd.OutOrStdout()
+				fmt.Fprintf(w, "imported %d, skipped %d (already present%s)\n", imported, skipped, map[bool]string{true: "", false: "; --replace overwrites"}[replace])
+				for _, p := range problems {
+					fmt.Fprintln(w, "  problem:", p)
+				}
+				if len(problems) > 0 {
+					return &exitError{code: 1}
+				}
+				return nil
+			})
+		},
+	}
+	imp.Flags().BoolVar(&replace, "replace", false, "overwrite entries whose id exists")
+
+	var dryRun bool
+	var evAgent string
+	evict := &cobra.Command{
+		Use: "evict", Short: "Apply the capacity policy now (least helpful, then least recent)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withMesh(cmd, func(env meshEnv) error {
+				rep, err := memClient(env).Evict(cmd.Context(), memoryd.EvictRequest{Agent: evAgent, DryRun: dryRun})
+				if err != nil {
+					return err
+				}
+				w := cmd.OutOrStdout()
+				verb := "evicted"
+				if rep.DryRun {
+					verb = "would evict"
+				}
+				fmt.Fprintf(w, "%s %d entries (capacity %d per agent and tier)\n", verb, len(rep.Evicted), rep.Capacity)
+				for _, e := range rep.Evicted {
+					fmt.Fprintf(w, "  %s  %-12s %-9s %s\n      %s\n", e.ID, e.Agent, e.Tier, e.Reason, clipText(e.Text, 100))
+				}
+				return nil
+			})
+		},
+	}
+	evict.Flags().BoolVar(&dryRun, "dry-run", false, "only show what would be removed")
+	evict.Flags().StringVar(&evAgent, "agent", "", "only this agent")
+
+	migrate := &cobra.Command{
+		Use: "migrate", Short: "Re-embed every entry with memoryd's current embedding model", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withMesh(cmd, func(env meshEnv) error {
+				rep, err := memClient(env).Migrate(cmd.Context())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "re-embedded %d entries: %s -> %s\n", rep.Reembedded, rep.From, rep.Model)
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(list, show, export, imp, evict, migrate)
+	return cmd
+}
+
+func readJSONL(path string) ([]memory.Entry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []memory.Entry
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		b := strings.TrimSpace(sc.Text())
+		if b == "" || strings.HasPrefix(b, "#") {
+			continue
+		}
+		var e memory.Entry
+		if err := json.Unmarshal([]byte(b), &e); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		out = append(out, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
+}
+
+func clipText(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
+}
+
+func printMined(w io.Writer, r *miner.Result) {
+	fmt.Fprintf(w, "session %s (%s, %s): %d candidates\n", r.Session, r.Agent, r.Outcome, len(r.Candidates))
+	acts := map[string]protocol.IngestAction{}
+	for _, a := range r.Actions {
+		acts[a.Key] = a
+	}
+	for _, c := range r.Candidates {
+		a := acts[c.Key]
+		fmt.Fprintf(w, "  %-10s %-7s %s\n", a.Action, c.Polarity, c.Text)
+		if a.Detail != "" || a.EntryID != "" {
+			fmt.Fprintf(w, "             entry %s %s\n", a.EntryID, a.Detail)
+		}
+	}
+	if fb := r.Feedback; len(fb.Helpful)+len(fb.Harmful)+len(fb.Followed) > 0 {
+		fmt.Fprintf(w, "  feedback: helpful %d, harmful %d, followed %d\n", len(fb.Helpful), len(fb.Harmful), len(fb.Followed))
+	}
+	if r.Usage.InputTokens+r.Usage.OutputTokens > 0 {
+		fmt.Fprintf(w, "  mining tokens: %d in, %d out\n", r.Usage.InputTokens, r.Usage.OutputTokens)
+	}
+}
+
+func newIngestTracesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ingest-traces SESSION",
+		Short: "Re-mine one session's trace into memory (idempotent)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withMesh(cmd, func(env meshEnv) error {
+				r, err := miner.MineSession(cmd.Context(), minerDeps(env), args[0])
+				if errors.Is(err, miner.ErrNoTrace) {
+					return &exitError{code: 1, msg: fmt.Sprintf("skein: no trace for session %s", args[0])}
+				}
+				if r != nil {
+					printMined(cmd.OutOrStdout(), r)
+				}
+				return err
+			})
+		},
+	}
+}
+
+func minerDeps(env meshEnv) miner.Deps {
+	return miner.Deps{Conn: env.conn, Names: env.names, Config: env.cfg, Logger: meshLogger().With("role", "miner")}
+}
+
+func newReplayCmd() *cobra.Command {
+	var since time.Duration
+	var fromSeq uint64
+	cmd := &cobra.Command{
+		Use:   "replay (--since DURATION | --from-seq N)",
+		Short: "Re-mine every session that ended in a range of the trace stream (idempotent)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (since > 0) == (fromSeq > 0) {
+				return &exitError{code: 2, msg: "skein: replay needs exactly one of --since DURATION or --from-seq N"}
+			}
+			return withMesh(cmd, func(env meshEnv) error {
+				rs, err := miner.Replay(cmd.Context(), minerDeps(env), since, fromSeq)
+				w := cmd.OutOrStdout()
+				for _, r := range rs {
+					printMined(w, r)
+				}
+				fmt.Fprintf(w, "replayed %d sessions\n", len(rs))
+				return err
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&since, "since", 0, "sessions that ended within this long ago (e.g. 24h)")
+	cmd.Flags().Uint64Var(&fromSeq, "from-seq", 0, "sessions that ended at or after this TRACE stream sequence")
+	return cmd
+}

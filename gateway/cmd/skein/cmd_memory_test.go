@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skein-mesh/skein/memoryd"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/embed/embedtest"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// memMesh is a test mesh with memoryd (hash embedder, KV store) and no other service.
+func memMesh(t *testing.T) *bustest.Mesh {
+	t.Helper()
+	m := bustest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: config.Default(),
+			Embedder: embedtest.Hash{}, Ready: ready})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("memoryd: %v", err)
+	}
+	t.Chdir(t.TempDir()) // no agent.yaml: defaults
+	return m
+}
+
+func runCLI(t *testing.T, m *bustest.Mesh, args ...string) (string, error) {
+	t.Helper()
+	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
+	root.PersistentFlags().String("nats", "", "")
+	root.PersistentFlags().String("config", "", "")
+	root.AddCommand(newInspectMemoryCmd(), newMemoryCmd(), newIngestTracesCmd(), newReplayCmd())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&bytes.Buffer{})
+	root.SetArgs(append([]string{"--nats", m.URL}, args...))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+func TestMemoryCommandsRoundTrip(t *testing.T) {
+	m := memMesh(t)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	lines := []string{
+		`{"agent":"demo","text":"Check the csv path exists before csv_read.","polarity":"avoid","tier":"strategic","tools":["csv_read"],"sessions":["a","b","c"]}`,
+		`# comments and blank lines are ignored`,
+		``,
+		`{"agent":"demo","text":"List files, then read them with csv_read.","polarity":"pattern","tools":["list_files","csv_read"]}`,
+	}
+	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, m, "memory", "import", in)
+	if err != nil || !strings.Contains(out, "imported 2, skipped 0") {
+		t.Fatalf("import: %q %v", out, err)
+	}
+	out, err = runCLI(t, m, "inspect-memory", "check the csv path", "--top-k", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"strategic 1  tactical 1", "top 1 for", "Check the csv path exists", "[csv_read]", "sessions 3"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect-memory lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = runCLI(t, m, "inspect-memory", "--tier", "tactical")
+	if err != nil || !strings.Contains(out, "List files") || strings.Contains(out, "Check the csv") {
+		t.Fatalf("inspect --tier: %q %v", out, err)
+	}
+	if _, err := runCLI(t, m, "inspect-memory", "--tier", "bogus"); err == nil {
+		t.Fatal("bad tier accepted")
+	}
+
+	exp := filepath.Join(dir, "out.jsonl")
+	if _, err := runCLI(t, m, "memory", "export", exp); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(exp)
+	rows := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(rows) != 2 {
+		t.Fatalf("export: %q", data)
+	}
+	var first struct {
+		ID        string    `json:"id"`
+		Embedding []float32 `json:"embedding"`
+	}
+	if err := json.Unmarshal([]byte(rows[0]), &first); err != nil || first.ID == "" || first.Embedding != nil {
+		t.Fatalf("export row %q: %v", rows[0], err)
+	}
+	out, err = runCLI(t, m, "memory", "show", first.ID)
+	if err != nil || !strings.Contains(out, first.ID) {
+		t.Fatalf("show: %q %v", out, err)
+	}
+	if _, err := runCLI(t, m, "memory", "show", "nope"); err == nil {
+		t.Fatal("show of a missing id succeeded")
+	}
+	out, err = runCLI(t, m, "memory", "import", exp)
+	if err != nil || !strings.Contains(out, "imported 0, skipped 2") {
+		t.Fatalf("re-import: %q %v", out, err)
+	}
+	out, err = runCLI(t, m, "memory", "list")
+	if err != nil || strings.Count(out, "\n") != 2 {
+		t.Fatalf("list: %q %v", out, err)
+	}
+	out, err = runCLI(t, m, "memory", "evict", "--dry-run")
+	if err != nil || !strings.Contains(out, "would evict 0 entries") {
+		t.Fatalf("evict: %q %v", out, err)
+	}
+	out, err = runCLI(t, m, "memory", "migrate")
+	if err != nil || !strings.Contains(out, "re-embedded 2 entries") {
+		t.Fatalf("migrate: %q %v", out, err)
+	}
+}
+
+func TestIngestTracesAndReplayCommands(t *testing.T) {
+	m := memMesh(t)
+	pub := trace.NewPublisher(m.Conn.JS, m.Names, "test")
+	for _, ev := range []protocol.Event{
+		{Type: protocol.EvSessionStarted, Agent: "demo", Task: "read /data/x.csv"},
+		{Type: protocol.EvToolCall, Tool: "csv_read", Args: json.RawMessage(`{"path":"/data/x.csv"}`),
+			Result: &protocol.ToolResult{Kind: protocol.ToolErrToolError, Error: "no such file: /data/x.csv"}},
+		{Type: protocol.EvFinal, Outcome: protocol.OutcomeIncompleteToolFail},
+		{Type: protocol.EvUsage, Report: &protocol.UsageReport{}},
+	} {
+		ev.SessionID = "s-1"
+		if err := pub.Emit(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, m, "ingest-traces", "s-1")
+	if err != nil || !strings.Contains(out, "added") || !strings.Contains(out, "no such file: /data/x.csv") {
+		t.Fatalf("ingest-traces: %q %v", out, err)
+	}
+	out, err = runCLI(t, m, "replay", "--since", "1h")
+	if err != nil || !strings.Contains(out, "skipped") || !strings.Contains(out, "replayed 1 sessions") {
+		t.Fatalf("replay: %q %v", out, err)
+	}
+	if _, err := runCLI(t, m, "replay"); err == nil {
+		t.Fatal("replay without a range succeeded")
+	}
+	if _, err := runCLI(t, m, "ingest-traces", "missing"); err == nil {
+		t.Fatal("ingest-traces of a missing session succeeded")
+	}
+}
