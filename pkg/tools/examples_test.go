@@ -13,7 +13,7 @@ import (
 )
 
 // repoRoot is $SKEIN_REPO_ROOT, or the folder holding go.work above the test.
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	if r := os.Getenv("SKEIN_REPO_ROOT"); r != "" {
 		return r
@@ -36,7 +36,7 @@ func repoRoot(t *testing.T) string {
 
 // exampleTools loads examples/tools. The Go sum tool runs from the Makefile-built binary when
 // it is there, else from a binary this test builds.
-func exampleTools(t *testing.T) map[string]*tools.Tool {
+func exampleTools(t testing.TB) map[string]*tools.Tool {
 	t.Helper()
 	dir := filepath.Join(repoRoot(t), "examples", "tools")
 	ts, err := tools.LoadDirs([]string{dir}, nil)
@@ -107,4 +107,25 @@ func canonical(t *testing.T, raw json.RawMessage) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// BenchmarkExampleTool measures one runner call per example tool: validation, process start,
+// stdin/stdout round trip and interpretation. Interpreter start-up dominates.
+func BenchmarkExampleTool(b *testing.B) {
+	ex := exampleTools(b)
+	args := map[string]string{
+		"echo":      `{"text": "hi"}`,
+		"sum":       `{"numbers": [1, 2.5]}`,
+		"wordcount": `{"text": "a b c"}`,
+	}
+	for _, name := range []string{"sum", "echo", "wordcount"} {
+		b.Run(name, func(b *testing.B) {
+			var r tools.Runner
+			for i := 0; i < b.N; i++ {
+				if res := r.Run(context.Background(), ex[name], json.RawMessage(args[name])); !res.OK {
+					b.Fatalf("%+v", res)
+				}
+			}
+		})
+	}
 }
