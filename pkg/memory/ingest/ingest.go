@@ -220,11 +220,18 @@ func (e *Engine) ingestOnce(ctx context.Context, agent, session, key string, c p
 			return protocol.IngestAction{}, fmt.Errorf("search: %w", err)
 		}
 		for _, h := range hits {
-			if h.Score >= e.opt.SimilarityThreshold && h.Entry.Polarity == c.Polarity {
-				t := h.Entry
-				target = &t
-				break
+			if h.Score < e.opt.SimilarityThreshold || h.Entry.Polarity != c.Polarity {
+				continue
 			}
+			// Sentence embeddings barely see negation ("always pass --header" and "never pass
+			// --header" score 0.97 with MiniLM), so opposite advice is never merged: it stays a
+			// separate entry and the conflict is settled by evidence at promotion.
+			if v, _ := (RuleJudge{}).Judge(ctx, memory.Entry{Text: c.Text, Polarity: c.Polarity}, h.Entry, h.Score); v.Relation == Contradiction {
+				continue
+			}
+			t := h.Entry
+			target = &t
+			break
 		}
 	}
 	now := e.opt.Now().UTC()

@@ -509,3 +509,14 @@ func TestEvictLeastHelpfulThenLeastRecent(t *testing.T) {
 		}
 	}
 }
+
+func TestOppositeAdviceIsNeverMerged(t *testing.T) {
+	f := newFixture(t, ingest.Options{})
+	a, b := "Use relative paths with csv_read.", "Use absolute paths with csv_read."
+	f.emb.Set(a, ingesttest.Axis(0, 1, 1))
+	f.emb.Set(b, ingesttest.Axis(0, 0.97, 2)) // as close as MiniLM puts them
+	f.ingest(t, "s1", pattern(a, "k"))
+	if act := f.ingest(t, "s2", pattern(b, "k")); act.Action != ingest.ActAdded {
+		t.Fatalf("contradicting pattern merged: %+v", act)
+	}
+}
