@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skein-mesh/skein/pkg/tokenize"
 )
@@ -147,9 +148,44 @@ func mbps(bytes int, nsPerOp float64) float64 {
 	return float64(bytes) / nsPerOp * 1e9 / 1e6
 }
 
-func nsPerOp(f func(b *testing.B)) float64 {
-	r := testing.Benchmark(f)
-	return float64(r.T.Nanoseconds()) / float64(r.N)
+// medianNs times op in 5 rounds of at least 200ms and returns the median
+// nanoseconds per call; the rounds of different ops are interleaved by the
+// caller so that load bursts on a shared machine hit all of them alike.
+func medianNs(ops []func()) []float64 {
+	const rounds = 5
+	samples := make([][]float64, len(ops))
+	for _, op := range ops {
+		op() // warm up
+	}
+	for r := 0; r < rounds; r++ {
+		for i, op := range ops {
+			n := 0
+			start := time.Now()
+			for time.Since(start) < 200*time.Millisecond || n < 3 {
+				op()
+				n++
+			}
+			samples[i] = append(samples[i], float64(time.Since(start).Nanoseconds())/float64(n))
+		}
+	}
+	out := make([]float64, len(ops))
+	for i, s := range samples {
+		sort.Float64s(s)
+		out[i] = s[rounds/2]
+	}
+	return out
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // TestTokenReport prints the tables of docs/benchmarks.md (## TOON). It
@@ -159,6 +195,7 @@ func TestTokenReport(t *testing.T) {
 		t.Skip("run with -toon.report (make toon-bench)")
 	}
 	docs := loadCorpus(t)
+	loadBefore := loadAverage()
 	reqs := make([]refRequest, len(docs))
 	for i, d := range docs {
 		reqs[i] = refRequest{Op: "bench", JSON: string(d.compact), MinMillis: 1000}
@@ -185,26 +222,14 @@ func TestTokenReport(t *testing.T) {
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))
 	fmt.Fprintf(&out, "| document | Go TOON encode | Go TOON decode | Go encoding/json Marshal | Go encoding/json Unmarshal | ref TOON encode | ref TOON decode | node JSON.stringify | node JSON.parse |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, d := range docs {
-		enc := nsPerOp(func(b *testing.B) {
-			for b.Loop() {
-				_, _ = Encode(d.value, EncodeOptions{})
-			}
-		})
-		dec := nsPerOp(func(b *testing.B) {
-			for b.Loop() {
-				_, _ = DecodeBytes(d.toon, DecodeOptions{})
-			}
-		})
-		jm := nsPerOp(func(b *testing.B) {
-			for b.Loop() {
-				_, _ = json.Marshal(d.generic)
-			}
-		})
-		ju := nsPerOp(func(b *testing.B) {
-			for b.Loop() {
+		ns := medianNs([]func(){
+			func() { _, _ = Encode(d.value, EncodeOptions{}) },
+			func() { _, _ = DecodeBytes(d.toon, DecodeOptions{}) },
+			func() { _, _ = json.Marshal(d.generic) },
+			func() {
 				var v any
 				_ = json.Unmarshal(d.compact, &v)
-			}
+			},
 		})
 		r := resp[i]
 		if !r.OK {
@@ -212,7 +237,8 @@ func TestTokenReport(t *testing.T) {
 		}
 		n := len(d.compact)
 		fmt.Fprintf(&out, "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", d.name,
-			mbps(n, enc), mbps(n, dec), mbps(n, jm), mbps(n, ju), mbps(n, r.EncodeNs), mbps(n, r.DecodeNs), mbps(n, r.StringifyNs), mbps(n, r.ParseNs))
+			mbps(n, ns[0]), mbps(n, ns[1]), mbps(n, ns[2]), mbps(n, ns[3]), mbps(n, r.EncodeNs), mbps(n, r.DecodeNs), mbps(n, r.StringifyNs), mbps(n, r.ParseNs))
 	}
+	fmt.Fprintf(&out, "\nLoad average before/after the throughput runs: %s / %s. Each figure is the median of 5 rounds.\n", loadBefore, loadAverage())
 	fmt.Println(out.String())
 }

@@ -10,7 +10,7 @@
 // Output: a JSON array with one response per request:
 //   {"ok":true,"out":"<TOON text or JSON text>"} or {"ok":false,"error":"..."}
 // For bench: {"ok":true,"encodeNs":..,"decodeNs":..,"stringifyNs":..,"parseNs":..}
-// (nanoseconds per operation, averaged over at least minMillis each).
+// (nanoseconds per operation, the median of 5 rounds spanning minMillis).
 import { createRequire } from 'node:module'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
@@ -27,18 +27,25 @@ const chunks = []
 for await (const chunk of process.stdin) chunks.push(chunk)
 const requests = JSON.parse(Buffer.concat(chunks).toString('utf8'))
 
+// Median over 5 rounds of at least minMillis/5 each, so one burst of
+// machine load does not decide the figure.
 function timeOp(fn, minMillis) {
   fn() // warm up
-  let iterations = 0
-  const start = process.hrtime.bigint()
-  const deadline = start + BigInt(minMillis) * 1000000n
-  let now = start
-  while (now < deadline || iterations < 3) {
-    fn()
-    iterations++
-    now = process.hrtime.bigint()
+  const rounds = []
+  const slice = BigInt(Math.max(1, Math.floor(minMillis / 5))) * 1000000n
+  for (let round = 0; round < 5; round++) {
+    let iterations = 0
+    const start = process.hrtime.bigint()
+    let now = start
+    while (now - start < slice || iterations < 3) {
+      fn()
+      iterations++
+      now = process.hrtime.bigint()
+    }
+    rounds.push(Number(now - start) / iterations)
   }
-  return Number(now - start) / iterations
+  rounds.sort((a, b) => a - b)
+  return rounds[2]
 }
 
 const responses = requests.map((request) => {
