@@ -261,8 +261,16 @@ func (h *handler) respond(subject, tool string, out *protocol.ToolReply) {
 	data, err := protocol.Marshal(out)
 	if err != nil {
 		h.log.Error("encode tool reply", "tool", tool, "err", err)
-		data, _ = protocol.Marshal(&protocol.ToolReply{Host: h.host, ToolResult: protocol.ToolResult{
+		data, _ = protocol.Marshal(&protocol.ToolReply{Host: h.host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
 			Kind: protocol.ToolErrMalformed, Error: "toolhost could not encode the tool's result: " + err.Error()}})
+	}
+	// A reply over the server's message limit would be dropped and leave the caller waiting
+	// for a timeout; say what happened instead.
+	if limit := h.nc.MaxPayload(); limit > 0 && int64(len(data)) > limit {
+		h.log.Warn("tool reply over the NATS message limit", "tool", tool, "bytes", len(data), "limit", limit)
+		data, _ = protocol.Marshal(&protocol.ToolReply{Host: h.host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
+			Kind: protocol.ToolErrTooLarge, Truncated: true,
+			Error: fmt.Sprintf("the tool's answer is %d bytes, over the %d-byte NATS message limit; lower max_output_bytes or return less", len(data), limit)}})
 	}
 	if err := h.nc.Publish(subject, data); err != nil {
 		h.log.Warn("send tool reply", "tool", tool, "err", err)

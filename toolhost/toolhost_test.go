@@ -64,7 +64,7 @@ func testConfig(t *testing.T) *config.Config {
 		filepath.Join(root, "examples", "tools"),
 		filepath.Join(root, "pkg", "tools", "testdata", "tools"),
 	}
-	cfg.Tools.Enabled = []string{"echo", "wordcount", "broken", "sleeper"}
+	cfg.Tools.Enabled = []string{"echo", "wordcount", "broken", "sleeper", "huge"}
 	return cfg
 }
 
@@ -204,7 +204,7 @@ func TestCatalogHoldsThePublishedSpecs(t *testing.T) {
 			t.Errorf("serve: %v", err)
 		}
 	}()
-	if got := strings.Join(h.Tools(), ","); got != "broken,echo,sleeper,wordcount" {
+	if got := strings.Join(h.Tools(), ","); got != "broken,echo,huge,sleeper,wordcount" {
 		t.Errorf("host serves %s", got)
 	}
 	specs, err := tools.Catalog(ctx, m.Conn.JS, m.Names, nil)
@@ -215,7 +215,7 @@ func TestCatalogHoldsThePublishedSpecs(t *testing.T) {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	if strings.Join(names, ",") != "broken,echo,sleeper,wordcount" {
+	if strings.Join(names, ",") != "broken,echo,huge,sleeper,wordcount" {
 		t.Fatalf("catalog = %v, want exactly the enabled tools", names)
 	}
 	echo := specs[1]
@@ -257,6 +257,11 @@ func TestFailuresTravelAsResults(t *testing.T) {
 	rep = call(t, m, "sleeper", `{}`, 300*time.Millisecond)
 	if rep.OK || rep.Kind != protocol.ToolErrTimeout {
 		t.Errorf("client timeout: %+v", rep)
+	}
+	// An answer the bus cannot carry (over the server's max_payload) is reported, not dropped.
+	rep = call(t, m, "huge", `{}`, 30*time.Second)
+	if rep.OK || rep.Kind != protocol.ToolErrTooLarge || !rep.Truncated || !strings.Contains(rep.Error, "NATS message limit") {
+		t.Errorf("huge: kind %q error %q", rep.Kind, rep.Error)
 	}
 	if rep := call(t, m, "bad name", `{}`, time.Second); rep.Kind != protocol.ToolErrUnknown {
 		t.Errorf("bad tool name: %+v", rep)
