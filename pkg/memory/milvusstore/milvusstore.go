@@ -132,7 +132,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 }
 
 func (s *Store) coll(t protocol.Tier) string { return s.prefix + "_" + string(t) }
-func (s *Store) metaColl() string          { return s.prefix + "_meta" }
+func (s *Store) metaColl() string            { return s.prefix + "_meta" }
 
 var tiers = []protocol.Tier{protocol.TierTactical, protocol.TierStrategic}
 

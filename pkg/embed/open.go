@@ -1,0 +1,40 @@
+package embed
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/embed/httpembed"
+	"github.com/skein-mesh/skein/pkg/embed/minilm"
+)
+
+// EnvAPIKey is the bearer token for an OpenAI-compatible embedding server (OPENAI_API_KEY is
+// used when it is unset).
+const EnvAPIKey = "SKEIN_EMBED_API_KEY"
+
+// Open returns the embedder the memory section configures: minilm (default, in process),
+// ollama, or openai (any OpenAI-compatible /v1/embeddings server).
+func Open(ctx context.Context, m config.Memory) (Embedder, error) {
+	switch m.Embedder {
+	case "", "minilm":
+		e, err := minilm.Open(minilm.Options{ModelDir: os.Getenv(minilm.EnvModelDir), LibPath: os.Getenv(minilm.EnvORTLib)})
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	case httpembed.KindOllama, httpembed.KindOpenAI:
+		key := os.Getenv(EnvAPIKey)
+		if key == "" && m.Embedder == httpembed.KindOpenAI {
+			key = os.Getenv("OPENAI_API_KEY")
+		}
+		e, err := httpembed.New(ctx, httpembed.Options{Kind: m.Embedder, URL: m.EmbedURL, Model: m.EmbedModel, APIKey: key})
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	default:
+		return nil, fmt.Errorf("memory.embedder %q: want minilm, ollama or openai", m.Embedder)
+	}
+}
