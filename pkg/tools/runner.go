@@ -75,6 +75,9 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 	if err := t.ValidateArgs(args); err != nil {
 		return failure(protocol.ToolErrBadArgs, err.Error(), "")
 	}
+	if err := ctx.Err(); err != nil {
+		return failure(protocol.ToolErrTimeout, fmt.Sprintf("call abandoned before the tool started (%v)", context.Cause(ctx)), "")
+	}
 	path, err := lookPath(t.Argv[0])
 	if err != nil {
 		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
