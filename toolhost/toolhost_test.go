@@ -129,9 +129,9 @@ func TestTwoToolhostsShareTheQueueGroup(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rep := call(t, m, "echo", `{"text": "hi"}`, 30*time.Second)
-				if !rep.OK || !strings.Contains(string(rep.Result), `"text": "hi"`) && !strings.Contains(string(rep.Result), `"text":"hi"`) {
-					t.Errorf("echo: %+v", rep)
+				rep, err := tools.Call(context.Background(), m.Conn.NC, m.Names, protocol.ToolRequest{Tool: "echo", Args: json.RawMessage(`{"text": "hi"}`)}, 30*time.Second)
+				if err != nil || !rep.OK || !strings.Contains(string(rep.Result), `"text": "hi"`) && !strings.Contains(string(rep.Result), `"text":"hi"`) {
+					t.Errorf("echo: %+v, %v", rep, err)
 					return
 				}
 				mu.Lock()
