@@ -4,6 +4,12 @@
 // agent's strategic entries before promotion (duplicate, refinement, contradiction,
 // independent), supersession instead of deletion, feedback counters, and capacity eviction.
 //
+// Contradictions before promotion are settled by evidence: distinct sessions plus helpful minus
+// harmful marks. The loser is marked superseded with a pointer to the winner, never deleted. A
+// model judge may instead return a reconciled guideline, which replaces the candidate's text in
+// place and supersedes the old entry. A tie promotes nothing: the candidate stays an active
+// tactical entry and is judged again when its next session arrives.
+//
 // Every read-modify-write goes through the store's compare-and-set and is retried with backoff
 // on memory.ErrConflict, so several memoryd replicas may ingest at once.
 //
@@ -50,6 +56,7 @@ const (
 	ActAbsorbed   = "absorbed"   // folded into an existing strategic duplicate
 	ActSuperseded = "superseded" // lost a contradiction to an existing strategic entry
 	ActSkipped    = "skipped"    // already counted for this (session, key)
+	ActDeferred   = "deferred"   // would promote, but contradicts a strategic entry with equal evidence
 )
 
 // Options are the ingest rules' parameters.
@@ -340,9 +347,17 @@ func (e *Engine) promote(ctx context.Context, ent memory.Entry, key string) (pro
 				notes = append(notes, "reconciled with "+old.ID)
 				continue
 			}
-			// Ties go to the candidate: it carries the latest runs, and a tool's behaviour
-			// changes over time (the old wording must not win by default).
-			if evidence(ent) >= evidence(old) {
+			// A tie settles nothing: the candidate stays an active tactical entry (still
+			// retrieved with tasks) and is judged again when its next session arrives. The old
+			// wording never wins by default, and neither side is lost.
+			if evidence(ent) == evidence(old) {
+				if _, err := e.store.Put(ctx, ent); err != nil {
+					return protocol.IngestAction{}, fmt.Errorf("put %s: %w", ent.ID, err)
+				}
+				return protocol.IngestAction{Key: key, EntryID: ent.ID, Action: ActDeferred,
+					Detail: fmt.Sprintf("contradicts strategic %s with equal evidence (%d); promotion waits for more", old.ID, evidence(ent))}, nil
+			}
+			if evidence(ent) > evidence(old) {
 				old.Status, old.SupersededBy, old.Updated = memory.StatusSuperseded, ent.ID, now
 				writes = append(writes, old)
 				notes = append(notes, fmt.Sprintf("supersedes contradicting %s (evidence %d vs %d)", old.ID, evidence(ent), evidence(old)))

@@ -369,6 +369,8 @@ func TestRuleJudge(t *testing.T) {
 		{"independent", e("Set a timeout on fetch_url.", av), e("Check the path before csv_read.", av), 0.7, ingest.Independent},
 		{"different polarity, no opposition", e("Check the path before csv_read.", av), e("Check the path before csv_read.", pa), 0.99, ingest.Independent},
 		{"different subject with negation", e("Never call delete_file on /etc.", av), e("Summarize the csv with pandas_tool.", pa), 0.65, ingest.Independent},
+		{"quoted error is not wording", e(`Call csv_read with {"path":"/data/x.csv"}.`, pa), e(`Avoid calling csv_read with {"path":"/data/x.csv"}: it failed with "no such file: /data/x.csv"`, av), 0.8, ingest.Contradiction},
+		{"double negative agrees", e("Never call deploy without --dry-run first.", av), e("Call deploy with --dry-run first.", pa), 0.8, ingest.Independent},
 	}
 	for _, c := range cases {
 		v, err := j.Judge(context.Background(), c.a, c.b, c.score)
@@ -518,5 +520,26 @@ func TestOppositeAdviceIsNeverMerged(t *testing.T) {
 	f.ingest(t, "s1", pattern(a, "k"))
 	if act := f.ingest(t, "s2", pattern(b, "k")); act.Action != ingest.ActAdded {
 		t.Fatalf("contradicting pattern merged: %+v", act)
+	}
+}
+
+func TestContradictionTieDefersPromotion(t *testing.T) {
+	f := newFixture(t, ingest.Options{})
+	old := f.seedStrategic(t, "Always pass --header to csv_read.", protocol.PolarityPattern, ingesttest.Axis(0, 1, 1), 3, 0, 0)
+	c := avoid("Never pass --header to csv_read.", "k", "csv_read")
+	f.emb.Set(c.Text, ingesttest.Axis(0, 0.8, 2))
+	if a := f.promoteCandidate(t, c); a.Action != ingest.ActDeferred {
+		t.Fatalf("want deferred, got %+v", a)
+	}
+	cand := f.get(t, memory.EntryID(agent, c.Polarity, c.Text))
+	if cand.Status != memory.StatusActive || cand.Tier != protocol.TierTactical || len(cand.Sessions) != 3 {
+		t.Fatalf("candidate after tie: %+v", cand)
+	}
+	// One more session tips the evidence.
+	if a := f.ingest(t, "n4", c); a.Action != ingest.ActPromoted {
+		t.Fatalf("after more evidence: %+v", a)
+	}
+	if o := f.get(t, old.ID); o.Status != memory.StatusSuperseded || o.SupersededBy != cand.ID {
+		t.Fatalf("old: %+v", o)
 	}
 }

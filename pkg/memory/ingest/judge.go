@@ -37,6 +37,10 @@ type Judge interface {
 
 // RuleJudge is the deterministic judge used when no model is configured:
 //
+// Wording is read with quoted text and JSON objects removed (an error message such as "no such
+// file" is evidence, not advice), and negation counts by parity so that "never ... without"
+// reads as positive.
+//
 //   - contradiction: the texts differ in negation (one says never/don't/avoid/without..., the
 //     other does not), or one uses a word whose antonym the other uses (always/never,
 //     enable/disable, include/exclude, ...), while sharing most of their subject words;
@@ -60,7 +64,7 @@ var (
 	}
 	antonyms = map[string]string{
 		"always": "never", "enable": "disable", "enabled": "disabled", "include": "exclude",
-		"allow": "deny", "add": "remove", "true": "false", "before": "after", "with": "without",
+		"allow": "deny", "add": "remove", "true": "false", "before": "after",
 		"absolute": "relative", "increase": "decrease", "more": "less", "on": "off", "yes": "no",
 		"use": "avoid", "set": "unset", "first": "last", "sync": "async", "quote": "unquote",
 	}
@@ -77,6 +81,10 @@ func init() {
 		antonyms[b] = a
 	}
 }
+
+var quotedRE = regexp.MustCompile("\"[^\"]*\"|“[^”]*”|`[^`]*`|\\{[^{}]*\\}")
+
+func unquoted(s string) string { return quotedRE.ReplaceAllString(s, " ") }
 
 func words(s string) []string {
 	s = strings.ReplaceAll(strings.ToLower(s), "do not", "do-not")
@@ -110,8 +118,10 @@ func (r RuleJudge) Judge(_ context.Context, cand, old memory.Entry, score float6
 	if dup == 0 {
 		dup = 0.92
 	}
-	cw, ow := words(cand.Text), words(old.Text)
-	cc, oc := content(cw), content(ow)
+	// Wording is read outside quotes and JSON: a quoted error ("no such file") or an argument
+	// value is evidence, not advice, and must not flip the negation.
+	cw, ow := words(unquoted(cand.Text)), words(unquoted(old.Text))
+	cc, oc := content(words(cand.Text)), content(words(old.Text))
 	shared := 0
 	for w := range oc {
 		if cc[w] {
