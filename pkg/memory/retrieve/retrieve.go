@@ -147,8 +147,10 @@ func rank(h memory.Hit) float64 {
 //  2. up to round(TopK*PatternShare) success patterns scoring at least MinScore;
 //  3. the remaining slots by rank (similarity plus a small feedback nudge) above MinScore;
 //
-// then orders strategic before tactical (rank within each) and drops what would overflow the
-// token budget, counting the sanitized text as the prompt will show it.
+// then drops, lowest rank first within each tier, what would overflow the token budget (counting
+// the sanitized text as the prompt will show it), and returns strategic entries first, ordered
+// by id so that an unchanged strategic set keeps the prompt's cached prefix byte-identical,
+// then tactical entries by rank.
 func Select(hits []memory.Hit, named []string, opt Options) []protocol.Guideline {
 	opt = opt.withDefaults()
 	seen := map[string]bool{}
@@ -233,6 +235,15 @@ func Select(hits []memory.Hit, named []string, opt Options) []protocol.Guideline
 	for len(out) > 0 && RenderedTokens(out) > opt.TokenBudget {
 		out = out[:len(out)-1]
 	}
+	// Strategic guidelines go in the cached system prefix: the same set must render to the same
+	// bytes whatever the task's scores, so they are ordered by id, not by similarity.
+	sort.SliceStable(out, func(i, j int) bool {
+		si, sj := out[i].Tier == protocol.TierStrategic, out[j].Tier == protocol.TierStrategic
+		if si && sj {
+			return out[i].ID < out[j].ID
+		}
+		return si && !sj
+	})
 	return out
 }
 

@@ -36,8 +36,18 @@ func ids(gs []protocol.Guideline) string {
 func TestSelectStrategicFirstThenTactical(t *testing.T) {
 	hits := []memory.Hit{hit("t1", 0.9, ta, av), hit("s1", 0.5, st, av), hit("t2", 0.8, ta, av), hit("s2", 0.6, st, av)}
 	got := retrieve.Select(hits, nil, retrieve.Options{TopK: 4, PatternShare: -1})
-	if ids(got) != "s2,s1,t1,t2" {
+	if ids(got) != "s1,s2,t1,t2" {
 		t.Fatalf("order %s", ids(got))
+	}
+}
+
+func TestSelectStrategicOrderIsStableAcrossTasks(t *testing.T) {
+	a := []memory.Hit{hit("s-b", 0.9, st, av), hit("s-a", 0.5, st, pa), hit("s-c", 0.7, st, av)}
+	b := []memory.Hit{hit("s-b", 0.4, st, av), hit("s-a", 0.8, st, pa), hit("s-c", 0.6, st, av)}
+	ra, _ := retrieve.Render(retrieve.Select(a, nil, retrieve.Options{TopK: 3}))
+	rb, _ := retrieve.Render(retrieve.Select(b, nil, retrieve.Options{TopK: 3}))
+	if ra != rb || ra == "" {
+		t.Fatalf("same strategic set rendered differently:\n%s\n---\n%s", ra, rb)
 	}
 }
 
