@@ -22,6 +22,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/memory/retrieve"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tokenize"
 )
 
 // Version is reported in micro discovery.
@@ -114,6 +115,9 @@ func Run(ctx context.Context, d Deps) error {
 			opt.Judge = ingest.ModelJudge{Backend: m, Model: d.Config.Miner.LLM.Model}
 		}
 	}
+	// The tokenizer's vocabulary loads on first use (about a second); load it now so the first
+	// retrieval does not pay for it.
+	go tokenize.Count("warm up")
 	s.eng = ingest.New(s.store, s.emb, opt)
 	s.ret = retrieve.New(s.store, s.emb, retrieve.OptionsFrom(d.Config.Memory))
 

@@ -2,6 +2,7 @@ package memoryd_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/embed/embedtest"
+	"github.com/skein-mesh/skein/pkg/embed/minilm"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -193,5 +195,35 @@ func TestMigrateAfterModelChange(t *testing.T) {
 	}
 	if h, _ := c.Health(ctx); !h.OK || h.Entries != 1 {
 		t.Fatalf("health after migrate: %+v", h)
+	}
+}
+
+// With no embedder injected, memoryd opens the configured one: all-MiniLM-L6-v2 in process.
+func TestRealEmbedderFromConfig(t *testing.T) {
+	if _, err := minilm.Open(minilm.Options{}); err != nil {
+		if os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" {
+			t.Fatal(err)
+		}
+		t.Skipf("all-MiniLM-L6-v2 not installed (run `make setup`): %v", err)
+	}
+	m := bustest.Start(t)
+	c := start(t, m, nil, nil) // nil: memoryd opens memory.embedder (minilm)
+	ctx := ctxT(t)
+	h, err := c.Health(ctx)
+	if err != nil || h.Model != minilm.ModelID || h.Dim != 384 {
+		t.Fatalf("health %+v %v", h, err)
+	}
+	for _, s := range []string{"s1", "s2", "s3"} {
+		if _, err := c.Ingest(ctx, protocol.IngestRequest{Agent: "demo", SessionID: s, Candidates: []protocol.Candidate{
+			{Text: `Avoid calling csv_read with {"path":"/data/x.csv"}: it failed with "no such file: /data/x.csv"`,
+				Polarity: protocol.PolarityAvoid, Tools: []string{"csv_read"}, Key: "k"},
+			{Text: "Set a timeout when calling fetch_url on slow hosts.", Polarity: protocol.PolarityAvoid, Tools: []string{"fetch_url"}, Key: "t"},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gs, err := c.Retrieve(ctx, protocol.RetrieveRequest{Agent: "demo", Task: "Summarize the sales in /data/x.csv", Tools: []string{"csv_read", "fetch_url"}})
+	if err != nil || len(gs) != 1 || gs[0].Tier != protocol.TierStrategic || gs[0].Tools[0] != "csv_read" {
+		t.Fatalf("retrieve: %+v %v", gs, err)
 	}
 }
