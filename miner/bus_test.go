@@ -241,6 +241,19 @@ func TestCompressionRegeneratesThenCutsAndCountsTokens(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("want 2 miner model_call events, got %d", n)
 	}
+	// The session's usage report is republished with the mining tokens in it.
+	st, err := e.m.Conn.JS.Stream(ctx, e.m.Names.Stream(protocol.StreamUsage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetLastMsgForSubject(ctx, e.m.Names.Usage("demo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uev protocol.Event
+	if err := protocol.Unmarshal(raw.Data, &uev); err != nil || uev.Report == nil || uev.Report.ByRole[protocol.RoleMiner].InputTokens != 200 {
+		t.Fatalf("usage report: %+v %v", uev.Report, err)
+	}
 	// Re-mining reuses the stored text: no new model call.
 	if _, err := miner.MineSession(ctx, d, "m1"); err != nil || model.calls != 2 {
 		t.Fatalf("re-mine called the model again (%d calls): %v", model.calls, err)

@@ -35,6 +35,7 @@ type compressor struct {
 	pub     *trace.Publisher
 	emitted bool
 	usage   protocol.Usage
+	calls   []ModelCall
 	cache   jetstream.KeyValue
 }
 
@@ -133,6 +134,11 @@ func (c *compressor) call(ctx context.Context, msgs []llm.Message) (string, erro
 	}
 	u := resp.Usage
 	c.usage = c.usage.Add(u)
+	model := cfg.Model
+	if resp.Model != "" {
+		model = resp.Model
+	}
+	c.calls = append(c.calls, ModelCall{Model: model, Usage: u})
 	ev.Usage, ev.StopReason = &u, resp.StopReason
 	if resp.Model != "" {
 		ev.Model = resp.Model

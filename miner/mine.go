@@ -23,6 +23,15 @@ type Session struct {
 	Ended     bool
 	Calls     []Call
 	Retrieved []protocol.Guideline
+	// Report is the usage report the session ended with; MinerCalls are earlier mining calls.
+	Report     *protocol.UsageReport
+	MinerCalls []ModelCall
+}
+
+// ModelCall is one model call's model and tokens.
+type ModelCall struct {
+	Model string
+	Usage protocol.Usage
 }
 
 // Call is one tool call and its normalized result.
@@ -41,6 +50,9 @@ func ParseSession(session string, events []protocol.Event) Session {
 	seen := map[string]bool{}
 	for _, ev := range events {
 		if ev.Role == protocol.RoleMiner {
+			if ev.Type == protocol.EvModelCall && ev.Usage != nil {
+				s.MinerCalls = append(s.MinerCalls, ModelCall{Model: ev.Model, Usage: *ev.Usage})
+			}
 			continue
 		}
 		if s.Agent == "" && ev.Agent != "" {
@@ -66,6 +78,10 @@ func ParseSession(session string, events []protocol.Event) Session {
 			}
 		case protocol.EvUsage:
 			s.Ended = true
+			if ev.Report != nil {
+				r := *ev.Report
+				s.Report = &r
+			}
 		}
 		if ev.Type.Terminal() && ev.Outcome != "" {
 			s.Outcome = ev.Outcome

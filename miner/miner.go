@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,6 +21,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/pkg/usage"
 )
 
 // Deps are what the miner runs on. Model is optional: nil means the model of the miner role
@@ -83,8 +85,8 @@ func Run(ctx context.Context, d Deps) error {
 	if d.Conn == nil {
 		return errors.New("miner: no NATS connection")
 	}
-	if !d.Config.Miner.Enabled {
-		d.Logger.Info("miner disabled in config (miner.enabled: false)")
+	if !d.Config.Miner.Enabled || !d.Config.Memory.Enabled {
+		d.Logger.Info("miner idle: miner.enabled or memory.enabled is false")
 		if d.Ready != nil {
 			close(d.Ready)
 		}
@@ -145,7 +147,11 @@ func handle(ctx context.Context, d *Deps, msg jetstream.Msg) {
 			}
 		}
 	}()
-	res, err := MineSession(ctx, *d, ev.SessionID)
+	// A session that cannot be mined in a few minutes (memoryd down) is retried later rather
+	// than holding up every session behind it.
+	mctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	res, err := MineSession(mctx, *d, ev.SessionID)
 	if err != nil {
 		d.Logger.Warn("mining failed; will retry", "session", ev.SessionID, "err", err)
 		_ = msg.NakWithDelay(5 * time.Second)
@@ -190,6 +196,9 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 	res.Usage = c.usage
 	if err := c.flush(ctx); err != nil {
 		d.Logger.Warn("miner model_call events", "session", session, "err", err)
+	}
+	if err := publishUsage(ctx, d, s, c.calls); err != nil {
+		d.Logger.Warn("miner usage report", "session", session, "err", err)
 	}
 	if len(res.Candidates) > 0 {
 		var rep protocol.IngestReply
@@ -274,4 +283,32 @@ func Replay(ctx context.Context, d Deps, since time.Duration, fromSeq uint64) ([
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// publishUsage republishes the session's usage report with the mining calls added, on the usage
+// subject, so mining tokens are counted with the session (`skein usage` keeps the last report
+// of a session). Nothing is published when this run called no model.
+func publishUsage(ctx context.Context, d Deps, s Session, calls []ModelCall) error {
+	if len(calls) == 0 || s.Report == nil {
+		return nil
+	}
+	acc := usage.NewAccumulator(nil)
+	acc.Merge(*s.Report)
+	all := append(slices.Clone(s.MinerCalls), calls...)
+	for _, c := range all {
+		acc.Add(c.Model, protocol.RoleMiner, "", c.Usage)
+	}
+	rep := acc.Report()
+	rep.Steps, rep.WallTimeS = s.Report.Steps, s.Report.WallTimeS
+	ev := protocol.Event{SessionID: s.ID, Type: protocol.EvUsage, Agent: s.Agent, Role: protocol.RoleMiner, Outcome: s.Outcome,
+		Report: &rep, Time: time.Now().UTC(), Source: "miner"}
+	data, err := protocol.Marshal(&ev)
+	if err != nil {
+		return err
+	}
+	id := fmt.Sprintf("%s/mined/%d", s.ID, len(all))
+	if _, err := d.Conn.JS.Publish(ctx, d.Names.Usage(s.Agent), data, jetstream.WithMsgID(id)); err != nil {
+		return fmt.Errorf("publish usage: %w", err)
+	}
+	return nil
 }
