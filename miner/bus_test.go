@@ -16,6 +16,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/embed/embedtest"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/memory/retrieve"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -150,6 +151,16 @@ func TestDurableConsumerPromotesAfterThreeSessionsAndReplayIsIdempotent(t *testi
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer rcancel()
+	// A fourth session's retrieval puts the lesson, with the tool's real error, in the cached
+	// strategic block of the prompt.
+	gs, err := e.mem.Retrieve(rctx, protocol.RetrieveRequest{Agent: "demo", Task: "Summarize the sales in /data/x.csv", Tools: []string{"csv_read"}})
+	if err != nil || len(gs) != 1 {
+		t.Fatalf("retrieve: %+v %v", gs, err)
+	}
+	strategic, tactical := retrieve.Render(gs)
+	if !strings.Contains(strategic, "no such file: /data/x.csv") || tactical != "" {
+		t.Fatalf("rendered:\n%s\n%s", strategic, tactical)
+	}
 	results, err := miner.Replay(rctx, e.deps(t), time.Hour, 0)
 	if err != nil || len(results) != 3 {
 		t.Fatalf("replay: %d results, %v", len(results), err)
