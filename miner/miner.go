@@ -152,6 +152,12 @@ func handle(ctx context.Context, d *Deps, msg jetstream.Msg) {
 	mctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	res, err := MineSession(mctx, *d, ev.SessionID)
+	if errors.Is(err, ErrNoTrace) || errors.Is(err, errBadSession) {
+		// Nothing to retry: the trace aged out of the stream, or the id is not a session's.
+		d.Logger.Warn("not mined", "session", ev.SessionID, "err", err)
+		_ = msg.Term()
+		return
+	}
 	if err != nil {
 		d.Logger.Warn("mining failed; will retry", "session", ev.SessionID, "err", err)
 		_ = msg.NakWithDelay(5 * time.Second)
@@ -165,12 +171,14 @@ func handle(ctx context.Context, d *Deps, msg jetstream.Msg) {
 // ErrNoTrace is returned by MineSession for a session with no events in the stream.
 var ErrNoTrace = errors.New("no trace events for session")
 
+var errBadSession = errors.New("invalid session id")
+
 // MineSession reads one session's trace and mines it; `skein ingest-traces SESSION` runs it.
 // Running it again for the same session changes no counts.
 func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 	d.defaults()
 	if err := protocol.CheckToken("session id", session); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errBadSession, err)
 	}
 	events, err := trace.Read(ctx, d.Conn.JS, d.Names, session)
 	if err != nil {
