@@ -1,0 +1,46 @@
+package retrieve_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/embed/embedtest"
+	"github.com/skein-mesh/skein/pkg/memory/kvstore"
+	"github.com/skein-mesh/skein/pkg/memory/retrieve"
+	"github.com/skein-mesh/skein/pkg/memory/storetest"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// BenchmarkRetrieveKV measures a whole retrieval (two tier searches, a tool search, selection,
+// sanitizing and the token budget) over the KV store, without the embedding itself (a hash
+// embedder), at several memory sizes.
+func BenchmarkRetrieveKV(b *testing.B) {
+	for _, n := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			m := bustest.Start(b)
+			emb := embedtest.Hash{Dimensions: 384, ID: "bench"}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			st, err := kvstore.Open(ctx, m.Conn.JS, m.Names, kvstore.Options{Model: emb.Model(), Dim: emb.Dim()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			storetest.Fill(b, st, storetest.RandomEntries(n, emb.Dim(), 1), 8)
+			for st.Len() < n {
+				time.Sleep(10 * time.Millisecond)
+			}
+			r := retrieve.New(st, emb, retrieve.Options{})
+			req := protocol.RetrieveRequest{Agent: "agent0", Task: "run the go tests and report failures", Tools: []string{"go_test", "git"}}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := r.Retrieve(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
