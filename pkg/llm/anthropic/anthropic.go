@@ -135,3 +135,13 @@ func classify(err error) call.Failure {
 	}
 	return call.Failure{Transient: call.NetTransient(err)}
 }
+
+func init() {
+	llm.Register(Provider, func(cfg config.LLM, opts ...llm.Option) (llm.Backend, error) {
+		b, err := New(cfg, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	})
+}
