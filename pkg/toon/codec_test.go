@@ -249,3 +249,33 @@ func TestCRLFCommentsAndBOM(t *testing.T) {
 		t.Fatalf("got %s", js)
 	}
 }
+
+func TestDeepNestedFieldGroups(t *testing.T) {
+	const depth = 500
+	doc := "a[1]{" + strings.Repeat("b{", depth) + "c" + strings.Repeat("}", depth) + "}:\n  1"
+	v, err := DecodeString(doc, DecodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := v.(*Object)
+	arr, _ := cur.Get("a")
+	cur = arr.([]any)[0].(*Object)
+	for i := 0; i < depth; i++ {
+		next, ok := cur.Get("b")
+		if !ok {
+			t.Fatalf("level %d: no b", i)
+		}
+		cur = next.(*Object)
+	}
+	if c, _ := cur.Get("c"); c != Number("1") {
+		t.Fatalf("leaf = %v", c)
+	}
+	out, err := Encode(v, EncodeOptions{})
+	if err != nil || string(out) != doc {
+		t.Fatalf("re-encode differs: %v", err)
+	}
+	tooDeep := "a[1]{" + strings.Repeat("b{", DefaultMaxDepth+1) + "c" + strings.Repeat("}", DefaultMaxDepth+1) + "}:\n  1"
+	if _, err := DecodeString(tooDeep, DecodeOptions{}); !isKind(err, ErrHeader) {
+		t.Fatalf("over-deep field groups: want ErrHeader, got %v", err)
+	}
+}

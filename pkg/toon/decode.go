@@ -252,8 +252,8 @@ func (d *decoder) fullyConsumed() error {
 	return nil
 }
 
-// setKey stores a decoded entry, enforcing unique keys in strict mode and
-// last-write-wins otherwise (spec §14.3).
+// checkDup enforces unique sibling keys in strict mode; non-strict mode
+// lets Object.Set apply last-write-wins (spec §14.3).
 func (d *decoder) checkDup(obj *Object, key string, l *line, off int) error {
 	if d.strict && obj.Has(key) {
 		return d.errAt(l, off, ErrDuplicateKey, "duplicate key %q", key)

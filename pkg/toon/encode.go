@@ -182,13 +182,6 @@ func (e *encoder) root(v any) {
 			e.buf = appendQuoted(e.buf, s)
 			return
 		}
-		if s, ok := v.(string); ok && s == "" {
-			// An empty root string must stay distinguishable from the
-			// empty document (which is {}).
-			e.startLine(0)
-			e.buf = append(e.buf, '"', '"')
-			return
-		}
 		e.startLine(0)
 		e.buf = e.appendPrimitive(e.buf, v, e.delim)
 	}

@@ -26,6 +26,7 @@ var fuzzSeeds = []string{
 	"a:\n   b: 1", "k: \"\\ud800\"", "k[1]: \"a\" b", "- x", "-", "a[1]:\n  -", "a[1]:\n  - []",
 	"n: -0\nm: 1.5000\ne: 1E+03\nz: 05\np: +5", "a[2]{x}:\n  1\n  2\n  3",
 	"a[1:]{x}:\n  k: 1,2", "a[1:]{x}:\n  noColon", "[1][2]: x", "a:b[2]: x", "a[2]extra: a,b",
+	"a[1]{b{c{d}},e{f}}:\n  1,2,3", "a[1]{b{}}:", "a[1]{b{c}d}:", "a[1]{ b {c}}:", "a[1]{\"x{\"{y}}:\n  1",
 }
 
 func FuzzDecode(f *testing.F) {

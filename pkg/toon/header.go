@@ -1,6 +1,7 @@
 package toon
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -131,7 +132,7 @@ func (d *decoder) headerSyntax(l *line, content string, off int) (*header, strin
 				return nil, "header delimiter mismatch: bracket declares " + delimName(h.delim) + " but the field list contains " + delimName(other), braceStart, nil
 			}
 		}
-		fields, reason := d.parseFields(l, inner, off+braceStart+1, h.delim, 0)
+		fields, reason := d.parseFields(l, inner, off+braceStart+1, h.delim)
 		if reason != "" {
 			return nil, reason, braceStart, nil
 		}
@@ -199,84 +200,110 @@ func matchBrace(s string, open int) int {
 	return -1
 }
 
-const maxFieldNesting = 64
-
-// parseFields parses a fields segment recursively (spec §6, §9.3).
-func (d *decoder) parseFields(l *line, s string, off int, delim byte, nest int) ([]field, string) {
-	if nest > maxFieldNesting {
-		return nil, "field groups nested too deeply"
+// parseFields parses a fields segment (spec §6, §9.3) in one pass with a
+// stack of open groups, so that deeply nested groups cost linear time.
+func (d *decoder) parseFields(l *line, s string, off int, delim byte) ([]field, string) {
+	type group struct {
+		name   string
+		fields []field
 	}
-	var fields []field
+	stack := []group{{}}
+	entryStart := 0
+	closed := false // the current entry was a nested group that has closed
+	finish := func(end int) string {
+		if closed {
+			closed = false
+			return ""
+		}
+		e := trimSpaces(s[entryStart:end])
+		if e == "" {
+			return "empty field name in field list"
+		}
+		lead := entryStart
+		for lead < end && s[lead] == ' ' {
+			lead++
+		}
+		name, reason := d.fieldName(l, e, off+lead)
+		if reason != "" {
+			return reason
+		}
+		top := &stack[len(stack)-1]
+		top.fields = append(top.fields, field{name: name})
+		return ""
+	}
 	in := false
-	depth := 0
-	start := 0
-	for i := 0; i <= len(s); i++ {
-		if i < len(s) {
-			ch := s[i]
-			switch {
-			case in && ch == '\\' && i+1 < len(s):
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if in {
+			if c == '\\' && i+1 < len(s) {
 				i++
-				continue
-			case ch == '"':
-				in = !in
-				continue
-			case in:
-				continue
-			case ch == '{':
-				depth++
-				continue
-			case ch == '}':
-				depth--
-				continue
-			case ch != delim || depth != 0:
-				continue
+			} else if c == '"' {
+				in = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			if closed {
+				return nil, "unexpected content after nested field group"
+			}
+			in = true
+		case '{':
+			if closed {
+				return nil, "unexpected content after nested field group"
+			}
+			lead := entryStart
+			for lead < i && s[lead] == ' ' {
+				lead++
+			}
+			raw := s[lead:i]
+			if raw == "" {
+				return nil, "missing field name before nested field group"
+			}
+			if raw[len(raw)-1] == ' ' {
+				return nil, "unexpected whitespace before nested field group"
+			}
+			name, reason := d.fieldName(l, raw, off+lead)
+			if reason != "" {
+				return nil, reason
+			}
+			if len(stack) > d.maxDepth {
+				return nil, fmt.Sprintf("field groups nested deeper than %d levels", d.maxDepth)
+			}
+			stack = append(stack, group{name: name})
+			entryStart = i + 1
+		case '}':
+			if len(stack) == 1 {
+				return nil, "unmatched brace in field list"
+			}
+			if reason := finish(i); reason != "" {
+				return nil, reason
+			}
+			g := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			top := &stack[len(stack)-1]
+			top.fields = append(top.fields, field{name: g.name, children: g.fields})
+			closed = true
+			entryStart = i + 1
+		case delim:
+			if reason := finish(i); reason != "" {
+				return nil, reason
+			}
+			entryStart = i + 1
+		case ' ':
+		default:
+			if closed {
+				return nil, "unexpected content after nested field group"
 			}
 		}
-		f, reason := d.parseField(l, s[start:i], off+start, delim, nest)
-		if reason != "" {
-			return nil, reason
-		}
-		fields = append(fields, f)
-		start = i + 1
 	}
-	return fields, ""
-}
-
-func (d *decoder) parseField(l *line, entry string, off int, delim byte, nest int) (field, string) {
-	lead := 0
-	for lead < len(entry) && entry[lead] == ' ' {
-		lead++
+	if len(stack) > 1 {
+		return nil, "unmatched brace in field list"
 	}
-	e := trimSpaces(entry)
-	off += lead
-	if e == "" {
-		return field{}, "empty field name in field list"
+	if reason := finish(len(s)); reason != "" {
+		return nil, reason
 	}
-	g := findUnquoted(e, '{', 0)
-	if g < 0 {
-		name, reason := d.fieldName(l, e, off)
-		return field{name: name}, reason
-	}
-	namePart := e[:g]
-	if namePart == "" {
-		return field{}, "missing field name before nested field group"
-	}
-	if strings.HasSuffix(namePart, " ") {
-		return field{}, "unexpected whitespace before nested field group"
-	}
-	m := matchBrace(e, g)
-	if m < 0 {
-		return field{}, "unmatched brace in field list"
-	}
-	if m != len(e)-1 {
-		return field{}, "unexpected content after nested field group"
-	}
-	children, reason := d.parseFields(l, e[g+1:m], off+g+1, delim, nest+1)
-	if reason != "" {
-		return field{}, reason
-	}
-	name, reason := d.fieldName(l, namePart, off)
-	return field{name: name, children: children}, reason
+	return stack[0].fields, ""
 }
 
 func (d *decoder) fieldName(l *line, s string, off int) (string, string) {

@@ -91,11 +91,7 @@ func (o *Object) Set(key string, value any) {
 }
 
 // MarshalJSON writes the object with its key order preserved.
-func (o *Object) MarshalJSON() ([]byte, error) {
-	var b []byte
-	b, err := appendJSON(b, o)
-	return b, err
-}
+func (o *Object) MarshalJSON() ([]byte, error) { return appendJSON(nil, o) }
 
 // Canonical renders a JSON number token in the canonical form of spec §2:
 // plain decimal when 1e-6 <= |n| < 1e21 (no exponent, no leading or
