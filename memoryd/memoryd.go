@@ -18,6 +18,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed"
+	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/memory/retrieve"
@@ -108,7 +109,11 @@ func Run(ctx context.Context, d Deps) error {
 	if opt.Judge == nil && d.Config.Miner.LLM != nil {
 		// Judging relations is a small task; it uses the miner's cheaper model only when one is
 		// configured, never the agent's main model, and the rules when the model fails.
-		m, err := newModel(*d.Config.Miner.LLM, s.log)
+		err := llm.CheckKey(*d.Config.Miner.LLM)
+		var m llm.Backend
+		if err == nil {
+			m, err = newModel(*d.Config.Miner.LLM, s.log)
+		}
 		if err != nil {
 			s.log.Warn("no model judge for promotions; using the deterministic rules", "err", err)
 		} else {

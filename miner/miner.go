@@ -69,7 +69,12 @@ func (d *Deps) model() llm.Backend {
 	if d.Model != nil {
 		return d.Model
 	}
-	m, err := newModel(d.Config.ForRole(protocol.RoleMiner), d.Logger)
+	cfg := d.Config.ForRole(protocol.RoleMiner)
+	err := llm.CheckKey(cfg)
+	var m llm.Backend
+	if err == nil {
+		m, err = newModel(cfg, d.Logger)
+	}
 	if err != nil {
 		d.Logger.Warn("mining with the deterministic template: no model", "err", err)
 		d.NoModel = true
