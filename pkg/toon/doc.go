@@ -14,7 +14,10 @@
 //	*Object               an object with its key order preserved
 //	[]any                 an array
 //
-// Encode accepts the same types plus ordinary Go values (maps, structs,
+// DecodeString, DecodeBytes and Decode return this model; Unmarshal decodes
+// into structs, maps or any the way json.Unmarshal would, and ToAny turns a
+// decoded value into plain maps and slices. Encode accepts the same types
+// plus ordinary Go values (maps, structs,
 // slices, numeric types, json.Marshaler): anything that is not already in
 // the model above is normalized through encoding/json first, so struct tags
 // and MarshalJSON hooks apply (spec §3). Maps encode with sorted keys, as
@@ -32,8 +35,10 @@
 // Prototype-like keys (__proto__, constructor, prototype) have no meaning in
 // Go and are ordinary keys everywhere.
 //
-// Non-strict decoding follows the permissions of the specification: duplicate
-// keys resolve last-write-wins (the value replaces the earlier one in its
+// Non-strict decoding follows the permissions of the specification: declared
+// lengths [N] are not enforced (items are read until their scope ends), a
+// scope's first line may sit more than one level deeper, duplicate keys
+// resolve last-write-wins (the value replaces the earlier one in its
 // original position), indentation that is not a multiple of the indent size
 // is floored, each tab in indentation counts as one level, ill-formed UTF-8
 // is replaced by U+FFFD (strict mode rejects it), blank lines inside arrays
