@@ -8,9 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
@@ -49,11 +50,6 @@ type meta struct {
 	Dim   int    `msgpack:"dim"`
 }
 
-type item struct {
-	e   memory.Entry
-	inv float32 // 1/|embedding|, so scoring needs no normalized copy
-}
-
 // Store is a memory.Store over a JetStream KV bucket.
 type Store struct {
 	kv     jetstream.KeyValue
@@ -62,10 +58,14 @@ type Store struct {
 	mu    sync.RWMutex
 	model string
 	dim   int
-	index map[string]*item
+	idx   *vindex
 	// gone holds, per deleted id, the revision at or below which a late watch update is stale.
 	gone map[string]uint64
 
+	// applied is the last bucket revision the watch has applied.
+	applied atomic.Uint64
+
+	js        jetstream.JetStream
 	watcher   jetstream.KeyWatcher
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -88,10 +88,11 @@ func Open(ctx context.Context, js jetstream.JetStream, names protocol.Names, opt
 	if err != nil {
 		return nil, fmt.Errorf("open memory KV bucket %s (is the mesh provisioned?): %w", bucket, err)
 	}
-	s := &Store{kv: kv, bucket: bucket, index: map[string]*item{}, gone: map[string]uint64{}, done: make(chan struct{})}
+	s := &Store{js: js, kv: kv, bucket: bucket, gone: map[string]uint64{}, done: make(chan struct{})}
 	if err := s.checkModel(ctx, opt); err != nil {
 		return nil, err
 	}
+	s.idx = newIndex(s.model, s.dim)
 	if err := s.startWatch(ctx); err != nil {
 		return nil, err
 	}
@@ -192,15 +193,25 @@ func (s *Store) apply(upd jetstream.KeyValueEntry) {
 		if m, err := decodeMeta(upd.Value()); err == nil && upd.Operation() == jetstream.KeyValuePut {
 			s.mu.Lock()
 			s.model, s.dim = m.Model, m.Dim
+			s.idx.setModel(m.Model, m.Dim)
 			s.mu.Unlock()
 		}
 		return
 	}
 	rev := upd.Revision()
+	defer s.applied.Store(rev)
 	if upd.Operation() != jetstream.KeyValuePut {
 		s.mu.Lock()
 		s.remove(key, rev)
 		s.mu.Unlock()
+		return
+	}
+	// This process's own writes come back through the watch; skip decoding what it holds.
+	s.mu.RLock()
+	cur, ok := s.idx.get(key)
+	skip := ok && cur.Revision >= rev
+	s.mu.RUnlock()
+	if skip {
 		return
 	}
 	e, err := decode(upd.Value())
@@ -227,32 +238,21 @@ func (s *Store) insert(e memory.Entry) {
 		}
 		delete(s.gone, e.ID)
 	}
-	if cur, ok := s.index[e.ID]; ok && cur.e.Revision >= e.Revision {
+	if cur, ok := s.idx.get(e.ID); ok && cur.Revision >= e.Revision {
 		return
 	}
-	s.index[e.ID] = &item{e: e, inv: invNorm(e.Embedding)}
+	s.idx.put(e)
 }
 
 // remove drops an entry deleted at revision rev; callers hold mu.
 func (s *Store) remove(id string, rev uint64) {
-	if cur, ok := s.index[id]; ok && cur.e.Revision > rev {
+	if cur, ok := s.idx.get(id); ok && cur.Revision > rev {
 		return
 	}
-	delete(s.index, id)
+	s.idx.del(id)
 	if rev > s.gone[id] {
 		s.gone[id] = rev
 	}
-}
-
-func invNorm(v []float32) float32 {
-	var n float64
-	for _, x := range v {
-		n += float64(x) * float64(x)
-	}
-	if n == 0 {
-		return 0
-	}
-	return float32(1 / math.Sqrt(n))
 }
 
 func decode(b []byte) (memory.Entry, error) {
@@ -284,7 +284,7 @@ func (s *Store) Dim() int {
 func (s *Store) Len() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return len(s.index)
+	return s.idx.len()
 }
 
 // Get implements memory.Store; it reads the bucket, not the index, so it sees every replica's
@@ -450,35 +450,12 @@ func (s *Store) Search(ctx context.Context, vec []float32, k int, f memory.Filte
 	for i, x := range vec {
 		q[i] = x * qn
 	}
-	top := newTopK(k)
-	for _, it := range s.index {
-		if it.e.Model != s.model || !Match(&it.e, &f) {
-			continue
-		}
-		top.offer(it, dot(q, it.e.Embedding)*it.inv)
-	}
-	items := top.sorted()
-	hits := make([]memory.Hit, len(items))
-	for i, c := range items {
-		hits[i] = memory.Hit{Entry: clone(c.it.e), Score: float64(c.score)}
+	cands := s.idx.search(q, k, &f)
+	hits := make([]memory.Hit, len(cands))
+	for i, c := range cands {
+		hits[i] = memory.Hit{Entry: clone(s.idx.entries[c.slot]), Score: float64(c.score)}
 	}
 	return hits, ctx.Err()
-}
-
-func dot(a, b []float32) float32 {
-	var s0, s1, s2, s3 float32
-	n := len(a) &^ 3
-	b = b[:len(a)]
-	for i := 0; i < n; i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for i := n; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return s0 + s1 + s2 + s3
 }
 
 // List implements memory.Store from the local index.
@@ -486,10 +463,8 @@ func (s *Store) List(ctx context.Context, f memory.Filter) ([]memory.Entry, erro
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []memory.Entry
-	for _, it := range s.index {
-		if Match(&it.e, &f) {
-			out = append(out, clone(it.e))
-		}
+	for _, i := range s.idx.list(&f) {
+		out = append(out, clone(s.idx.entries[i]))
 	}
 	slices.SortFunc(out, func(a, b memory.Entry) int {
 		if a.ID < b.ID {
@@ -501,6 +476,28 @@ func (s *Store) List(ctx context.Context, f memory.Filter) ([]memory.Entry, erro
 		return 0
 	})
 	return out, ctx.Err()
+}
+
+// Sync waits until the index has applied every write the bucket held when Sync was called, so a
+// caller sees other replicas' writes up to now (its own are visible at once).
+func (s *Store) Sync(ctx context.Context) error {
+	str, err := s.js.Stream(ctx, "KV_"+s.bucket)
+	if err != nil {
+		return fmt.Errorf("sync memory index: %w", err)
+	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("sync memory index: %w", err)
+	}
+	last := info.State.LastSeq
+	for s.applied.Load() < last {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sync memory index to revision %d (at %d): %w", last, s.applied.Load(), ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // Close stops the watch. A connection that closed first has stopped it already.

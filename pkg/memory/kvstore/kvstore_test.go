@@ -22,6 +22,17 @@ func open(t *testing.T, m *bustest.Mesh, model string, dim int, anyModel bool) (
 	return s, err
 }
 
+func openB(b *testing.B, m *bustest.Mesh) *kvstore.Store {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := kvstore.Open(ctx, m.Conn.JS, m.Names, kvstore.Options{Model: "bench", Dim: benchDim})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, model string, dim int) memory.Store {
 		s, err := open(t, bustest.Start(t), model, dim, false)

@@ -99,6 +99,7 @@ func (s *Store) Reembed(ctx context.Context, model string, dim int, embed func(c
 	}
 	s.mu.Lock()
 	s.model, s.dim = model, dim
+	s.idx.setModel(model, dim)
 	s.mu.Unlock()
 	return n, nil
 }

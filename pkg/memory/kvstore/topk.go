@@ -3,10 +3,11 @@ package kvstore
 import (
 	"container/heap"
 	"slices"
+	"strings"
 )
 
 type cand struct {
-	it    *item
+	slot  int
 	score float32
 }
 
@@ -18,19 +19,19 @@ type topK struct {
 
 func newTopK(k int) *topK { return &topK{k: k, h: make(candHeap, 0, min(k, 1024))} }
 
-func (t *topK) offer(it *item, score float32) {
+func (t *topK) offer(slot int, score float32) {
 	if len(t.h) < t.k {
-		heap.Push(&t.h, cand{it, score})
+		heap.Push(&t.h, cand{slot, score})
 		return
 	}
 	if score > t.h[0].score {
-		t.h[0] = cand{it, score}
+		t.h[0] = cand{slot, score}
 		heap.Fix(&t.h, 0)
 	}
 }
 
 // sorted returns the candidates best first; ties break on id so results are stable.
-func (t *topK) sorted() []cand {
+func (t *topK) sorted(x *vindex) []cand {
 	out := slices.Clone(t.h)
 	slices.SortFunc(out, func(a, b cand) int {
 		switch {
@@ -38,12 +39,8 @@ func (t *topK) sorted() []cand {
 			return -1
 		case a.score < b.score:
 			return 1
-		case a.it.e.ID < b.it.e.ID:
-			return -1
-		case a.it.e.ID > b.it.e.ID:
-			return 1
 		}
-		return 0
+		return strings.Compare(x.entries[a.slot].ID, x.entries[b.slot].ID)
 	})
 	return out
 }

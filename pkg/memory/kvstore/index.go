@@ -1,0 +1,261 @@
+package kvstore
+
+import (
+	"math"
+	"slices"
+
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// vindex is the in-memory search index: entries in dense slots with their unit vectors in one
+// flat slice, and the filtered fields (agent interned, tier, polarity, status) in small parallel
+// arrays, so a scan touches contiguous memory and compares integers. Callers hold Store.mu.
+type vindex struct {
+	dim   int
+	model string
+
+	pos     map[string]int // id -> slot
+	entries []memory.Entry
+	vecs    []float32 // slot*dim .. (slot+1)*dim, unit length; zero when the entry is unusable
+	usable  []bool    // vector of the store's model and dimension
+	agent   []int32
+	flags   []uint8
+
+	agents map[string]int32
+}
+
+const (
+	flagStrategic = 1 << iota
+	flagPattern
+	flagActive
+	flagSuperseded
+	flagRetired
+)
+
+func newIndex(model string, dim int) *vindex {
+	return &vindex{dim: dim, model: model, pos: map[string]int{}, agents: map[string]int32{}}
+}
+
+func (x *vindex) len() int { return len(x.entries) }
+
+func (x *vindex) get(id string) (*memory.Entry, bool) {
+	i, ok := x.pos[id]
+	if !ok {
+		return nil, false
+	}
+	return &x.entries[i], true
+}
+
+func (x *vindex) internAgent(a string) int32 {
+	if id, ok := x.agents[a]; ok {
+		return id
+	}
+	id := int32(len(x.agents))
+	x.agents[a] = id
+	return id
+}
+
+func flagsOf(e *memory.Entry) uint8 {
+	var f uint8
+	if e.Tier == protocol.TierStrategic {
+		f |= flagStrategic
+	}
+	if e.Polarity == protocol.PolarityPattern {
+		f |= flagPattern
+	}
+	switch e.Status {
+	case memory.StatusActive, "":
+		f |= flagActive
+	case memory.StatusSuperseded:
+		f |= flagSuperseded
+	case memory.StatusRetired:
+		f |= flagRetired
+	}
+	return f
+}
+
+// put stores e in its slot (new or existing).
+func (x *vindex) put(e memory.Entry) {
+	i, ok := x.pos[e.ID]
+	if !ok {
+		i = len(x.entries)
+		x.pos[e.ID] = i
+		x.entries = append(x.entries, memory.Entry{})
+		x.vecs = append(x.vecs, make([]float32, x.dim)...)
+		x.usable = append(x.usable, false)
+		x.agent = append(x.agent, 0)
+		x.flags = append(x.flags, 0)
+	}
+	x.entries[i] = e
+	x.agent[i] = x.internAgent(e.Agent)
+	x.flags[i] = flagsOf(&e)
+	x.setVec(i)
+}
+
+func (x *vindex) setVec(i int) {
+	e := &x.entries[i]
+	dst := x.vecs[i*x.dim : (i+1)*x.dim]
+	n := invNorm(e.Embedding)
+	x.usable[i] = e.Model == x.model && len(e.Embedding) == x.dim && n > 0
+	if !x.usable[i] {
+		clear(dst)
+		return
+	}
+	for k, v := range e.Embedding {
+		dst[k] = v * n
+	}
+}
+
+// del removes id by moving the last slot into its place.
+func (x *vindex) del(id string) {
+	i, ok := x.pos[id]
+	if !ok {
+		return
+	}
+	last := len(x.entries) - 1
+	if i != last {
+		x.entries[i] = x.entries[last]
+		copy(x.vecs[i*x.dim:(i+1)*x.dim], x.vecs[last*x.dim:(last+1)*x.dim])
+		x.usable[i], x.agent[i], x.flags[i] = x.usable[last], x.agent[last], x.flags[last]
+		x.pos[x.entries[i].ID] = i
+	}
+	x.entries[last] = memory.Entry{}
+	x.entries = x.entries[:last]
+	x.vecs = x.vecs[:last*x.dim]
+	x.usable, x.agent, x.flags = x.usable[:last], x.agent[:last], x.flags[:last]
+	delete(x.pos, id)
+}
+
+// setModel switches the model the index serves, re-deriving every vector (migration).
+func (x *vindex) setModel(model string, dim int) {
+	if model == x.model && dim == x.dim {
+		return
+	}
+	x.model, x.dim = model, dim
+	x.vecs = make([]float32, len(x.entries)*dim)
+	for i := range x.entries {
+		x.setVec(i)
+	}
+}
+
+// matcher is a Filter compiled against the index's interned fields.
+type matcher struct {
+	f        *memory.Filter
+	agent    int32 // -1: any
+	none     bool  // the agent is unknown: nothing matches
+	mask, eq uint8
+}
+
+func (x *vindex) compile(f *memory.Filter) matcher {
+	m := matcher{f: f, agent: -1}
+	if f.Agent != "" {
+		id, ok := x.agents[f.Agent]
+		if !ok {
+			m.none = true
+		}
+		m.agent = id
+	}
+	switch f.Tier {
+	case "":
+	case protocol.TierStrategic:
+		m.mask, m.eq = m.mask|flagStrategic, m.eq|flagStrategic
+	case protocol.TierTactical:
+		m.mask |= flagStrategic
+	default:
+		m.none = true
+	}
+	switch f.Polarity {
+	case "":
+	case protocol.PolarityPattern:
+		m.mask, m.eq = m.mask|flagPattern, m.eq|flagPattern
+	case protocol.PolarityAvoid:
+		m.mask |= flagPattern
+	default:
+		m.none = true
+	}
+	switch f.Status {
+	case memory.StatusAny:
+	case "", memory.StatusActive:
+		m.mask, m.eq = m.mask|flagActive, m.eq|flagActive
+	case memory.StatusSuperseded:
+		m.mask, m.eq = m.mask|flagSuperseded, m.eq|flagSuperseded
+	case memory.StatusRetired:
+		m.mask, m.eq = m.mask|flagRetired, m.eq|flagRetired
+	default:
+		m.none = true
+	}
+	return m
+}
+
+func (x *vindex) match(m *matcher, i int) bool {
+	if m.agent >= 0 && x.agent[i] != m.agent {
+		return false
+	}
+	if x.flags[i]&m.mask != m.eq {
+		return false
+	}
+	if len(m.f.Tools) > 0 {
+		tools := x.entries[i].Tools
+		return slices.ContainsFunc(m.f.Tools, func(t string) bool { return slices.Contains(tools, t) })
+	}
+	return true
+}
+
+// search returns the slots of the k best matches, best first.
+func (x *vindex) search(q []float32, k int, f *memory.Filter) []cand {
+	m := x.compile(f)
+	if m.none || k <= 0 {
+		return nil
+	}
+	top := newTopK(k)
+	d := x.dim
+	for i := range x.entries {
+		if !x.usable[i] || !x.match(&m, i) {
+			continue
+		}
+		top.offer(i, dot(q, x.vecs[i*d:(i+1)*d]))
+	}
+	return top.sorted(x)
+}
+
+func (x *vindex) list(f *memory.Filter) []int {
+	m := x.compile(f)
+	if m.none {
+		return nil
+	}
+	var out []int
+	for i := range x.entries {
+		if x.match(&m, i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func invNorm(v []float32) float32 {
+	var n float64
+	for _, x := range v {
+		n += float64(x) * float64(x)
+	}
+	if n == 0 {
+		return 0
+	}
+	return float32(1 / math.Sqrt(n))
+}
+
+func dot(a, b []float32) float32 {
+	var s0, s1, s2, s3 float32
+	n := len(a) &^ 3
+	b = b[:len(a)]
+	for i := 0; i < n; i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for i := n; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return s0 + s1 + s2 + s3
+}
