@@ -24,8 +24,8 @@ memory-setup: $(MEM_DIR)/.ok
 
 $(MEM_DIR)/.ok: $(VENV)/.ok mk/memory.mk $(MEM_SCRIPTS)/export_onnx.py $(MEM_SCRIPTS)/reference.py
 	@mkdir -p $(MEM_MODEL) $(MEM_DIR)/lib
-	@$(MEM_PIP) --no-deps $(MEM_NODEPS)
 	@$(MEM_PIP) $(MEM_TOOLS) $(MEM_MILVUS)
+	@$(MEM_PIP) --no-deps $(MEM_NODEPS)
 	@ln -sf "$$($(VPY) -c 'import glob,os,onnxruntime.capi as c; print(sorted(glob.glob(os.path.join(os.path.dirname(c.__file__),"libonnxruntime.so*")))[-1])')" $(MEM_DIR)/lib/libonnxruntime.so
 	@$(VPY) $(MEM_SCRIPTS)/export_onnx.py --out $(MEM_MODEL)
 	@$(VPY) $(MEM_SCRIPTS)/reference.py --model $(MEM_MODEL) --out $(MEM_MODEL)/reference.json
