@@ -102,7 +102,10 @@ func TestMaxTokensRetryKeepsCutReplyOnFailure(t *testing.T) {
 	limits = nil
 	withCall := &llm.Response{StopReason: llm.StopMaxTokens, ToolCalls: []llm.ToolCall{{Name: "x", Args: []byte(`{}`)}}}
 	_, _ = WithMaxTokensRetry(context.Background(), 100, func(string, ...any) {},
-		func(_ context.Context, n int) (*llm.Response, error) { limits = append(limits, n); return withCall, nil })
+		func(_ context.Context, n int) (*llm.Response, error) {
+			limits = append(limits, n)
+			return withCall, nil
+		})
 	if len(limits) != 1 {
 		t.Fatalf("retried a usable tool call: %v", limits)
 	}
