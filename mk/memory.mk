@@ -26,7 +26,7 @@ $(MEM_DIR)/.ok: $(VENV)/.ok mk/memory.mk $(MEM_SCRIPTS)/export_onnx.py $(MEM_SCR
 	@mkdir -p $(MEM_MODEL) $(MEM_DIR)/lib
 	@$(MEM_PIP) $(MEM_TOOLS) $(MEM_MILVUS)
 	@$(MEM_PIP) --no-deps $(MEM_NODEPS)
-	@ln -sf "$$($(VPY) -c 'import glob,os,onnxruntime.capi as c; print(sorted(glob.glob(os.path.join(os.path.dirname(c.__file__),"libonnxruntime.so*")))[-1])')" $(MEM_DIR)/lib/libonnxruntime.so
+	@ln -sf "$$($(VPY) -c 'import glob,os,importlib.util as u; d=u.find_spec("onnxruntime").submodule_search_locations[0]; print(sorted(glob.glob(os.path.join(d,"capi","libonnxruntime.so*")))[-1])')" $(MEM_DIR)/lib/libonnxruntime.so
 	@$(VPY) $(MEM_SCRIPTS)/export_onnx.py --out $(MEM_MODEL)
 	@$(VPY) $(MEM_SCRIPTS)/reference.py --model $(MEM_MODEL) --out $(MEM_MODEL)/reference.json
 	@touch $@
