@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -110,7 +111,7 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 		func(ctx context.Context, maxTokens int) (*llm.Response, error) {
 			// OpenAI's own API wants max_completion_tokens (o-series reject max_tokens);
 			// compatible servers widely understand only max_tokens.
-			if b.cfg.BaseURL == "" {
+			if official(b.cfg.BaseURL) {
 				params.MaxCompletionTokens = sdk.Int(int64(maxTokens))
 			} else {
 				params.MaxTokens = sdk.Int(int64(maxTokens))
@@ -128,6 +129,15 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 	}
 	resp.Latency = time.Since(start)
 	return resp, nil
+}
+
+// official reports whether a base URL is OpenAI's own API.
+func official(baseURL string) bool {
+	if baseURL == "" {
+		return true
+	}
+	u, err := url.Parse(baseURL)
+	return err == nil && strings.HasSuffix(u.Hostname(), "api.openai.com")
 }
 
 func (b *Backend) logInfo(msg string, args ...any) {
