@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -91,9 +92,9 @@ func (r *run) finish(res protocol.StepResult, turns int, outcome protocol.Outcom
 // blocks do not change during the step, so the provider can cache them.
 func (r *run) prepare(ctx context.Context) error {
 	cfg := r.e.d.Config
-	specs, err := tools.Catalog(ctx, r.e.d.Conn.JS, r.e.d.Names, cfg.Tools.Enabled)
+	specs, err := r.e.catalog(ctx)
 	if err != nil {
-		return fmt.Errorf("tool catalog: %w", err)
+		return err
 	}
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
 	r.tools = map[string]protocol.ToolSpec{}
@@ -205,7 +206,7 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			req := protocol.ToolRequest{SessionID: r.step.SessionID, StepID: r.step.StepID, CallID: c.ID, Tool: c.Name, Args: c.Args, Depth: r.step.Depth}
-			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, r.toolTimeout())
+			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, r.toolTimeout(r.tools[c.Name]))
 			if err != nil {
 				reply = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: err.Error()}}
 			}
@@ -238,8 +239,31 @@ func (r *run) toolNames() []string {
 	return out
 }
 
-func (r *run) toolTimeout() time.Duration {
-	return time.Duration(r.e.d.Config.Tools.TimeoutS*float64(time.Second)) + 10*time.Second
+// toolTimeout waits for the tool's own limit plus room for the host to report a timeout itself.
+func (r *run) toolTimeout(spec protocol.ToolSpec) time.Duration {
+	limit := max(spec.TimeoutS, r.e.d.Config.Tools.TimeoutS)
+	return time.Duration(limit*float64(time.Second)) + 10*time.Second
+}
+
+// catalog reads the session's tool set. Enabled tools a toolhost has not published yet get a
+// short grace period, since toolhosts and executors start in any order; after it the step runs
+// with what exists and the trace says what is missing.
+func (e *Executor) catalog(ctx context.Context) ([]protocol.ToolSpec, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		specs, err := tools.Catalog(ctx, e.d.Conn.JS, e.d.Names, e.d.Config.Tools.Enabled)
+		var missing *tools.MissingToolsError
+		switch {
+		case err == nil:
+			return specs, nil
+		case !errors.As(err, &missing):
+			return nil, fmt.Errorf("tool catalog: %w", err)
+		case time.Now().After(deadline) || ctx.Err() != nil:
+			e.d.Logger.Warn("running without some enabled tools", "err", err)
+			return specs, nil
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // safeArgs keeps malformed arguments in the trace as a JSON string instead of breaking the event.

@@ -205,6 +205,8 @@ type ToolSpec struct {
 	InputSchema json.RawMessage `msgpack:"input_schema" json:"input_schema"`
 	// Agent is set when the tool is another agent answering on the tool subject.
 	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	// TimeoutS is the tool's own limit (0: the host's tools.timeout_s), so callers wait long enough.
+	TimeoutS float64 `msgpack:"timeout_s,omitempty" json:"timeout_s,omitempty"`
 }
 
 // ToolRequest calls a tool on Names.Tool(name).

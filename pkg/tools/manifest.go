@@ -59,7 +59,7 @@ type Tool struct {
 
 // Spec is what a model is shown of the tool.
 func (t *Tool) Spec() protocol.ToolSpec {
-	return protocol.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema}
+	return protocol.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, TimeoutS: t.TimeoutS}
 }
 
 // Timeout is the manifest's limit, or def when the manifest leaves it to the host.

@@ -76,7 +76,7 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 		m.stop()
 		return nil, err
 	}
-	if err := bus.Provision(m.ctx, c.JS, protocol.NewNames(cfg.Mesh.Namespace), bus.DefaultLimits()); err != nil {
+	if err := bus.Provision(m.ctx, c.JS, protocol.NewNames(cfg.Mesh.Namespace), service.Limits(cfg)); err != nil {
 		m.stop()
 		return nil, err
 	}
@@ -118,8 +118,20 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 		}()
 		return nil
 	}
-	// The executor registers its agent before anything can submit, so the gateway never refuses
-	// a task for an agent that is in fact starting.
+	// The toolhost publishes the catalog and the executor registers its agent before anything can
+	// submit, so a bad manifest stops the mesh at once and no task meets a half-started mesh.
+	tc, err := conn("toolhost")
+	if err != nil {
+		m.stop()
+		return nil, err
+	}
+	th, err := toolhost.New(sctx, toolhost.Deps{Conn: tc, Names: names, Config: cfg, Logger: log.With("role", "toolhost"), Home: home})
+	if err != nil {
+		m.stop()
+		return nil, err
+	}
+	m.wg.Add(1)
+	go func() { defer m.wg.Done(); _ = th.Serve(sctx) }()
 	ec, err := conn("executor")
 	if err != nil {
 		m.stop()
@@ -142,9 +154,6 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 		}},
 		{"planner", false, func(ctx context.Context, c *bus.Conn, l *slog.Logger) error {
 			return planner.Run(ctx, planner.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home})
-		}},
-		{"toolhost", false, func(ctx context.Context, c *bus.Conn, l *slog.Logger) error {
-			return toolhost.Run(ctx, toolhost.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home})
 		}},
 		{"memoryd", true, func(ctx context.Context, c *bus.Conn, l *slog.Logger) error {
 			return memoryd.Run(ctx, memoryd.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home})

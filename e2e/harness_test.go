@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// repoRoot is the folder holding go.work.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	if r := os.Getenv("SKEIN_REPO_ROOT"); r != "" {
+		return r
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.work not found above the test's folder")
+		}
+		dir = parent
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds every role and the CLI once per test process.
+func binaries(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root := repoRoot(t)
+		binDir, buildErr = os.MkdirTemp("", "skein-e2e-bin")
+		if buildErr != nil {
+			return
+		}
+		builds := map[string]string{"skein": "gateway/cmd/skein"}
+		for _, r := range []string{"gateway", "planner", "executor", "toolhost", "memoryd", "miner"} {
+			builds[r] = r + "/cmd/" + r
+		}
+		for name, pkg := range builds {
+			mod := strings.SplitN(pkg, "/", 2)[0]
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, name), "./"+strings.TrimPrefix(pkg, mod+"/"))
+			cmd.Dir = filepath.Join(root, mod)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build %s: %v\n%s", name, err, out)
+				return
+			}
+		}
+		// The Go example tool is normally built by the Makefile; build it here when it is missing.
+		sum := filepath.Join(root, "examples", "tools", "sum", "sum")
+		if _, err := os.Stat(sum); err != nil {
+			cmd := exec.Command("go", "build", "-o", "sum", ".")
+			cmd.Dir = filepath.Dir(sum)
+			cmd.Env = append(os.Environ(), "GOWORK=off")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build sum tool: %v\n%s", err, out)
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// proc is a role running as its own OS process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// start runs bin with args; its output goes to a log file printed when the test fails.
+func start(t *testing.T, env []string, name, bin string, args ...string) *proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binaries(t), bin), args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			dumpLog(t, p)
+		}
+	})
+	return p
+}
+
+// stop asks the process to shut down and kills it if it does not.
+func (p *proc) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// kill ends the process at once, as a crash would.
+func (p *proc) kill() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
+func dumpLog(t *testing.T, p *proc) {
+	f, err := os.Open(p.log)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > 60 {
+		lines = lines[len(lines)-60:]
+	}
+	t.Logf("--- last lines of %s ---\n%s", p.name, strings.Join(lines, "\n"))
+}
+
+// natsServer starts a real NATS server in the test process and returns its URL.
+func natsServer(t *testing.T) string {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv.URL()
+}
+
+func connect(t *testing.T, url string) *bus.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := bus.Connect(ctx, url, "e2e", 15*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if err := bus.Provision(ctx, c.JS, protocol.NewNames(""), bus.DefaultLimits()); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// submit sends a task through the gateway subject and returns its session id.
+func submit(ctx context.Context, c *bus.Conn, task, session string) (string, error) {
+	names := protocol.NewNames("")
+	var rep protocol.SubmitReply
+	if err := bus.Request(ctx, c.NC, names.Submit(), &protocol.SubmitRequest{Task: task, SessionID: session, Caller: "e2e"}, &rep, 5*time.Second); err != nil {
+		return "", err
+	}
+	if rep.Error != "" {
+		return "", fmt.Errorf("submit refused: %s", rep.Error)
+	}
+	return rep.SessionID, nil
+}
+
+// waitSession follows a session's trace until its usage event and returns every event.
+func waitSession(ctx context.Context, c *bus.Conn, session string) ([]protocol.Event, error) {
+	var events []protocol.Event
+	err := trace.Follow(ctx, c.JS, protocol.NewNames(""), session, func(ev protocol.Event) bool {
+		events = append(events, ev)
+		return ev.Type != protocol.EvUsage
+	})
+	if err != nil {
+		return events, fmt.Errorf("session %s: %w (saw %d events)", session, err, len(events))
+	}
+	return events, nil
+}
+
+// writeProject writes agent.yaml and script.yaml into a temp folder and returns the config path.
+func writeProject(t *testing.T, agentYAML, script string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "script.yaml"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	body := strings.ReplaceAll(agentYAML, "$TOOLS", filepath.Join(repoRoot(t), "examples", "tools"))
+	p := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/usage"
+)
+
+func init() { extraCommands = append(extraCommands, newUsageCmd) }
+
+func newUsageCmd() *cobra.Command {
+	var since time.Duration
+	var by string
+	cmd := &cobra.Command{
+		Use:   "usage [--since DURATION] [--by agent|model|day]",
+		Short: "Total tokens and cost across the mesh from the usage stream",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if by != "agent" && by != "model" && by != "day" {
+				return &exitError{code: 2, msg: "skein usage: --by must be agent, model or day"}
+			}
+			return withBus(cmd, func(env meshEnv) error {
+				reports, err := readUsage(cmd, env, since)
+				if err != nil {
+					return err
+				}
+				return printUsage(cmd, reports, by)
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&since, "since", 0, "only sessions that ended within this long (e.g. 24h); default all")
+	cmd.Flags().StringVar(&by, "by", "agent", "group by agent, model or day")
+	return cmd
+}
+
+// sessionUsage is the last usage report of one session: a session's final report (written by the
+// miner after mining) supersedes the planner's.
+type sessionUsage struct {
+	agent string
+	day   string
+	r     protocol.UsageReport
+}
+
+func readUsage(cmd *cobra.Command, env meshEnv, since time.Duration) (map[string]sessionUsage, error) {
+	ctx := cmd.Context()
+	s, err := env.conn.JS.Stream(ctx, env.names.Stream(protocol.StreamUsage))
+	if err != nil {
+		return nil, fmt.Errorf("usage stream: %w", err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{env.names.UsageAll()}}
+	if since > 0 {
+		t := time.Now().Add(-since)
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	c, err := s.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("usage stream: %w", err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]sessionUsage{}
+	for pending := info.NumPending; pending > 0; {
+		batch, err := c.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			var ev protocol.Event
+			if protocol.Unmarshal(msg.Data(), &ev) != nil || ev.Report == nil {
+				continue
+			}
+			out[ev.SessionID] = sessionUsage{agent: ev.Agent, day: ev.Time.Local().Format("2006-01-02"), r: *ev.Report}
+		}
+		if n == 0 {
+			break
+		}
+		pending -= uint64(n)
+	}
+	return out, nil
+}
+
+func printUsage(cmd *cobra.Command, reports map[string]sessionUsage, by string) error {
+	type row struct {
+		u        protocol.Usage
+		sessions int
+		cost     float64
+		unknown  bool
+	}
+	rows := map[string]*row{}
+	add := func(key string, u protocol.Usage, cost *float64, session bool) {
+		r := rows[key]
+		if r == nil {
+			r = &row{}
+			rows[key] = r
+		}
+		r.u = r.u.Add(u)
+		if session {
+			r.sessions++
+		}
+		if cost == nil {
+			r.unknown = true
+		} else {
+			r.cost += *cost
+		}
+	}
+	for _, s := range reports {
+		switch by {
+		case "agent":
+			add(s.agent, s.r.Usage, s.r.CostUSD, true)
+		case "day":
+			add(s.day, s.r.Usage, s.r.CostUSD, true)
+		case "model":
+			for model, u := range s.r.ByModel {
+				usd, known := usage.Cost(model, u, "")
+				var c *float64
+				if known {
+					c = &usd
+				}
+				add(model, u, c, false)
+			}
+		}
+	}
+	keys := make([]string, 0, len(rows))
+	for k := range rows {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "%s\tsessions\tinput\toutput\tcache write\tcache read\tcost\n", by)
+	for _, k := range keys {
+		r := rows[k]
+		cost := fmt.Sprintf("$%.4f", r.cost)
+		if r.unknown {
+			cost += " + unknown"
+		}
+		sessions := fmt.Sprint(r.sessions)
+		if by == "model" {
+			sessions = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", k, sessions, r.u.InputTokens, r.u.OutputTokens,
+			r.u.CacheCreationInputTokens, r.u.CacheReadInputTokens, cost)
+	}
+	if len(keys) == 0 {
+		fmt.Fprintln(w, "(no usage recorded)")
+	}
+	return w.Flush()
+}
