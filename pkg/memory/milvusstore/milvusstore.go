@@ -733,3 +733,14 @@ func (s *Store) PutBatch(ctx context.Context, es []memory.Entry) error {
 	}
 	return nil
 }
+
+// Flush seals what the server holds in memory into indexed segments (after a bulk import; a
+// Milvus server also does this on its own schedule).
+func (s *Store) Flush(ctx context.Context) error {
+	for _, t := range tiers {
+		if err := s.c.Flush(ctx, s.coll(t), false); err != nil {
+			return fmt.Errorf("milvus: flush %s: %w", s.coll(t), err)
+		}
+	}
+	return nil
+}

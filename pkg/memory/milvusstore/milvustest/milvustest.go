@@ -111,7 +111,9 @@ func start(exe, dir string) (*Server, error) {
 	cmd := exec.Command(exe, "server", "--data-dir", filepath.Join(dir, "milvus"), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so Stop ends the whole tree; and killed with the test binary, so a
+	// test that times out leaves no server behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("run %s: %w", exe, err)
 	}
