@@ -2,74 +2,54 @@ package llm
 
 import (
 	"fmt"
-	"net"
-	"net/url"
 	"os"
-	"sort"
-	"strings"
-	"sync"
 
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/llm/anthropic"
+	"github.com/skein-mesh/skein/pkg/llm/core"
+	"github.com/skein-mesh/skein/pkg/llm/openai"
+	"github.com/skein-mesh/skein/pkg/llm/scripted"
 )
-
-// Constructor builds a backend from its agent.yaml binding.
-type Constructor func(cfg config.LLM, opts ...Option) (Backend, error)
-
-var (
-	regMu    sync.RWMutex
-	registry = map[string]Constructor{}
-)
-
-// Register makes a provider available to New. The provider packages (anthropic, openai,
-// scripted) register themselves when imported; a binary links them all with
-//
-//	import _ "github.com/skein-mesh/skein/pkg/llm/providers"
-//
-// (the backends import this package, so it cannot import them: the database/sql pattern).
-func Register(provider string, c Constructor) {
-	regMu.Lock()
-	defer regMu.Unlock()
-	registry[provider] = c
-}
 
 // New builds the backend named by cfg.Provider.
 func New(cfg config.LLM, opts ...Option) (Backend, error) {
-	regMu.RLock()
-	c, ok := registry[cfg.Provider]
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
-	}
-	regMu.RUnlock()
-	if !ok {
-		if len(names) == 0 {
-			return nil, fmt.Errorf("llm: no model providers linked into this binary: import _ \"github.com/skein-mesh/skein/pkg/llm/providers\"")
+	var (
+		b   Backend
+		err error
+	)
+	// Each case assigns through a typed variable so a failed constructor never yields a
+	// non-nil interface holding a nil pointer.
+	switch cfg.Provider {
+	case anthropic.Provider:
+		var x *anthropic.Backend
+		if x, err = anthropic.New(cfg, opts...); err == nil {
+			b = x
 		}
-		sort.Strings(names)
-		return nil, fmt.Errorf("llm: unknown provider %q (have %s)", cfg.Provider, strings.Join(names, ", "))
+	case openai.Provider:
+		var x *openai.Backend
+		if x, err = openai.New(cfg, opts...); err == nil {
+			b = x
+		}
+	case scripted.Provider:
+		var x *scripted.Backend
+		if x, err = scripted.New(cfg, opts...); err == nil {
+			b = x
+		}
+	default:
+		return nil, fmt.Errorf("llm.provider %q is not one of anthropic, openai, scripted", cfg.Provider)
 	}
-	return c(cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // DefaultKeyEnv is the environment variable holding a provider's key when llm.api_key_env is
 // empty ("" for providers that need none).
-func DefaultKeyEnv(provider string) string {
-	switch provider {
-	case "anthropic":
-		return "ANTHROPIC_API_KEY"
-	case "openai":
-		return "OPENAI_API_KEY"
-	}
-	return ""
-}
+func DefaultKeyEnv(provider string) string { return core.DefaultKeyEnv(provider) }
 
 // KeyEnv is the environment variable a binding reads its key from.
-func KeyEnv(cfg config.LLM) string {
-	if cfg.APIKeyEnv != "" {
-		return cfg.APIKeyEnv
-	}
-	return DefaultKeyEnv(cfg.Provider)
-}
+func KeyEnv(cfg config.LLM) string { return core.KeyEnv(cfg) }
 
 // CheckKey fails fast, with one line naming the variable and how to set it, when a binding's
 // API key is missing. The scripted model needs no key; an openai binding whose base_url is a
@@ -86,25 +66,8 @@ func CheckKey(cfg config.LLM) error {
 	if os.Getenv(env) != "" {
 		return nil
 	}
-	if cfg.Provider == "openai" && IsLoopback(cfg.BaseURL) {
+	if cfg.Provider == "openai" && core.IsLoopback(cfg.BaseURL) {
 		return nil
 	}
 	return fmt.Errorf("%s is not set: export %s=... or set llm.api_key_env in agent.yaml", env, env)
-}
-
-// IsLoopback reports whether a base URL points at this machine.
-func IsLoopback(baseURL string) bool {
-	if baseURL == "" {
-		return false
-	}
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return false
-	}
-	host := u.Hostname()
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

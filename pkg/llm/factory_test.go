@@ -1,10 +1,14 @@
 package llm
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/llm/llmtest"
 )
 
 func TestCheckKey(t *testing.T) {
@@ -47,5 +51,38 @@ func TestMinCacheableTokens(t *testing.T) {
 		if got := MinCacheableTokens(model); got != want {
 			t.Errorf("%s: %d, want %d", model, got, want)
 		}
+	}
+}
+
+func TestNewBuildsEveryProvider(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "s.yaml")
+	if err := os.WriteFile(script, []byte("rules:\n  - reply: {text: ok}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := llmtest.NewOpenAI(t, llmtest.Script{})
+	t.Setenv("OPENAI_API_KEY", "sk-test")
+	for _, cfg := range []config.LLM{
+		{Provider: "anthropic", Model: "claude-haiku-4-5"},
+		{Provider: "openai", Model: "gpt-4.1-mini", BaseURL: srv.URL},
+		{Provider: "scripted", Script: script},
+	} {
+		b, err := New(cfg)
+		if err != nil || b.Provider() != cfg.Provider {
+			t.Fatalf("%s: %v", cfg.Provider, err)
+		}
+	}
+	b, _ := New(config.LLM{Provider: "openai", Model: "gpt-4.1-mini", BaseURL: srv.URL})
+	req := Request{Messages: []Message{{Role: RoleUser, Content: []Block{{Type: BlockText, Text: "hi"}}}}}
+	if _, err := b.Complete(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Requests()[0].Header.Get("Authorization"); got != "Bearer sk-test" {
+		t.Fatalf("auth %q", got)
+	}
+	if _, err := New(config.LLM{Provider: "nope"}); err == nil {
+		t.Fatal("unknown provider built")
+	}
+	if _, err := New(config.LLM{Provider: "scripted"}); err == nil {
+		t.Fatal("scripted without a script built")
 	}
 }

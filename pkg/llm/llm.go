@@ -1,126 +1,95 @@
 // Package llm is the model abstraction: one Backend interface that the executor, planner and
-// miner call, with provider implementations in sub-packages (anthropic, openai, scripted).
+// miner call, and New, which builds the backend an agent.yaml binding names (anthropic, openai,
+// scripted; implementations in the sub-packages of the same names).
+//
+// The types are defined in pkg/llm/core, so that the backends can use them while this package
+// builds the backends, and are re-exported here under the same names: a Request here is a
+// core.Request. Callers import this package only.
 package llm
 
-import (
-	"context"
-	"encoding/json"
-	"time"
-
-	"github.com/skein-mesh/skein/pkg/protocol"
-)
+import "github.com/skein-mesh/skein/pkg/llm/core"
 
 // Role of a message in a conversation.
-type Role string
+type Role = core.Role
 
 const (
-	RoleUser      Role = "user"
-	RoleAssistant Role = "assistant"
+	RoleUser      = core.RoleUser
+	RoleAssistant = core.RoleAssistant
 )
 
 // BlockType tells which field of a Block is set.
-type BlockType string
+type BlockType = core.BlockType
 
 const (
-	BlockText       BlockType = "text"
-	BlockToolUse    BlockType = "tool_use"
-	BlockToolResult BlockType = "tool_result"
+	BlockText       = core.BlockText
+	BlockToolUse    = core.BlockToolUse
+	BlockToolResult = core.BlockToolResult
 )
 
 // Block is one piece of message content.
-type Block struct {
-	Type BlockType
-	Text string
-	// ToolUse is set for BlockToolUse (an assistant's call).
-	ToolUse *ToolCall
-	// ToolResult is set for BlockToolResult (the answer to a call, in a user message).
-	ToolResult *ToolResult
-}
+type Block = core.Block
 
 // ToolCall is a model's request to run a tool. Args holds the raw arguments as the provider sent
-// them; they may be malformed JSON, which the caller must check (see ValidArgs).
-type ToolCall struct {
-	ID   string
-	Name string
-	Args json.RawMessage
-}
-
-// ValidArgs reports whether the call's arguments are a JSON object.
-func (c ToolCall) ValidArgs() bool {
-	if !json.Valid(c.Args) {
-		return false
-	}
-	var obj map[string]json.RawMessage
-	return json.Unmarshal(c.Args, &obj) == nil
-}
+// them; they may be malformed JSON, which the caller must check (see ToolCall.ValidArgs).
+type ToolCall = core.ToolCall
 
 // ToolResult answers a ToolCall; Content is what the model reads (TOON or JSON text).
-type ToolResult struct {
-	CallID  string
-	Content string
-	IsError bool
-}
+type ToolResult = core.ToolResult
 
-// Message is one turn of a conversation.
-type Message struct {
-	Role    Role
-	Content []Block
-	// Cache asks for a cache breakpoint after this message (providers that support it).
-	Cache bool
-}
+// Message is one turn of a conversation. Cache asks for a cache breakpoint after it.
+type Message = core.Message
 
 // SystemBlock is one part of the system prompt. Cache marks a breakpoint after it: everything up
 // to and including this block is a stable prefix.
-type SystemBlock struct {
-	Text  string
-	Cache bool
-}
+type SystemBlock = core.SystemBlock
 
 // ToolDef is a tool offered to the model.
-type ToolDef struct {
-	Name        string
-	Description string
-	InputSchema json.RawMessage
-}
+type ToolDef = core.ToolDef
 
-// Request is one model call.
-type Request struct {
-	Model     string
-	System    []SystemBlock
-	Tools     []ToolDef
-	Messages  []Message
-	MaxTokens int
-	// CacheTools asks for a breakpoint after the last tool definition.
-	CacheTools bool
-	// CacheTTL is "5m" (default) or "1h".
-	CacheTTL string
-	// Role (planner, executor, miner, subagent) is carried for accounting, never sent.
-	Role string
-}
+// Request is one model call (see core.Request for the fields).
+type Request = core.Request
 
 // Response is the model's answer.
-type Response struct {
-	Text       string
-	ToolCalls  []ToolCall
-	StopReason string
-	Model      string
-	Usage      protocol.Usage
-	Latency    time.Duration
-}
+type Response = core.Response
 
 // Stop reasons, normalized across providers.
 const (
-	StopEndTurn   = "end_turn"
-	StopToolUse   = "tool_use"
-	StopMaxTokens = "max_tokens"
-	StopOther     = "other"
+	StopEndTurn   = core.StopEndTurn
+	StopToolUse   = core.StopToolUse
+	StopMaxTokens = core.StopMaxTokens
+	StopOther     = core.StopOther
 )
 
-// Backend is one model provider.
-type Backend interface {
-	// Complete sends one request and returns the answer. Errors are wrapped with the provider's
-	// name; transient errors are retried inside the backend.
-	Complete(ctx context.Context, req Request) (*Response, error)
-	// Provider names the provider ("anthropic", "openai", "scripted").
-	Provider() string
-}
+// Backend is one model provider: Complete sends one request (errors wrapped with the
+// provider's name, transient errors retried inside); Provider names it.
+type Backend = core.Backend
+
+// Options tune a backend beyond what agent.yaml says; Option sets one of them.
+type (
+	Options = core.Options
+	Option  = core.Option
+)
+
+// Backend options.
+var (
+	WithLogger      = core.WithLogger
+	WithHTTPClient  = core.WithHTTPClient
+	WithRetryWait   = core.WithRetryWait
+	WithRetryNotify = core.WithRetryNotify
+	BuildOptions    = core.BuildOptions
+)
+
+// APIError is a failed provider call after the backend's retries.
+type APIError = core.APIError
+
+// HTTPStatus returns the HTTP status of a provider error, or 0.
+func HTTPStatus(err error) int { return core.HTTPStatus(err) }
+
+// MaxCacheBreakpoints is Anthropic's limit of cache_control markers in one request.
+const MaxCacheBreakpoints = core.MaxCacheBreakpoints
+
+// DefaultMinCacheable is the minimum cacheable length assumed for an unknown model.
+const DefaultMinCacheable = core.DefaultMinCacheable
+
+// MinCacheableTokens returns the minimum cacheable prompt length of a model, in tokens.
+func MinCacheableTokens(model string) int { return core.MinCacheableTokens(model) }

@@ -20,7 +20,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/llm"
+	llm "github.com/skein-mesh/skein/pkg/llm/core"
 	"github.com/skein-mesh/skein/pkg/llm/internal/call"
 )
 
@@ -134,14 +134,4 @@ func classify(err error) call.Failure {
 		return f
 	}
 	return call.Failure{Transient: call.NetTransient(err)}
-}
-
-func init() {
-	llm.Register(Provider, func(cfg config.LLM, opts ...llm.Option) (llm.Backend, error) {
-		b, err := New(cfg, opts...)
-		if err != nil {
-			return nil, err
-		}
-		return b, nil
-	})
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/llm"
+	llm "github.com/skein-mesh/skein/pkg/llm/core"
 	"github.com/skein-mesh/skein/pkg/llm/llmtest"
 )
 

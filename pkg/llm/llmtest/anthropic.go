@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skein-mesh/skein/pkg/llm"
+	llm "github.com/skein-mesh/skein/pkg/llm/core"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 )

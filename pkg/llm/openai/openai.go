@@ -34,7 +34,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/llm"
+	llm "github.com/skein-mesh/skein/pkg/llm/core"
 	"github.com/skein-mesh/skein/pkg/llm/internal/call"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -53,16 +53,6 @@ type Backend struct {
 }
 
 var _ llm.Backend = (*Backend)(nil)
-
-func init() {
-	llm.Register(Provider, func(cfg config.LLM, opts ...llm.Option) (llm.Backend, error) {
-		b, err := New(cfg, opts...)
-		if err != nil {
-			return nil, err
-		}
-		return b, nil
-	})
-}
 
 // New builds the backend; the key comes from cfg.APIKeyEnv (default OPENAI_API_KEY).
 func New(cfg config.LLM, opts ...llm.Option) (*Backend, error) {

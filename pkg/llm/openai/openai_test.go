@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/llm"
+	llm "github.com/skein-mesh/skein/pkg/llm/core"
 	"github.com/skein-mesh/skein/pkg/llm/llmtest"
 )
 
@@ -192,20 +192,5 @@ func TestMaxTokensRetry(t *testing.T) {
 	}
 	if resp.Usage != reqs[0].Usage.Add(reqs[1].Usage) || reqs[0].Usage.OutputTokens != 200 {
 		t.Fatalf("usage %+v", resp.Usage)
-	}
-}
-
-func TestFactoryBuildsOpenAI(t *testing.T) {
-	srv := llmtest.NewOpenAI(t, llmtest.Script{})
-	t.Setenv("OPENAI_API_KEY", "sk-test")
-	be, err := llm.New(config.LLM{Provider: "openai", Model: "gpt-4.1-mini", BaseURL: srv.URL})
-	if err != nil || be.Provider() != "openai" {
-		t.Fatalf("%v %v", be, err)
-	}
-	if _, err := be.Complete(context.Background(), session(0)); err != nil {
-		t.Fatal(err)
-	}
-	if got := srv.Requests()[0].Header.Get("Authorization"); got != "Bearer sk-test" {
-		t.Fatalf("auth %q", got)
 	}
 }

@@ -41,7 +41,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/llm"
+	llm "github.com/skein-mesh/skein/pkg/llm/core"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 )
@@ -182,16 +182,6 @@ type Backend struct {
 }
 
 var _ llm.Backend = (*Backend)(nil)
-
-func init() {
-	llm.Register(Provider, func(cfg config.LLM, opts ...llm.Option) (llm.Backend, error) {
-		b, err := New(cfg, opts...)
-		if err != nil {
-			return nil, err
-		}
-		return b, nil
-	})
-}
 
 // New loads cfg.Script.
 func New(cfg config.LLM, _ ...llm.Option) (*Backend, error) {

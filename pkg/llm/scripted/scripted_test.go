@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/llm"
+	llm "github.com/skein-mesh/skein/pkg/llm/core"
 )
 
 const script = `
@@ -81,7 +81,7 @@ func conversation(t *testing.T, b llm.Backend) []*llm.Response {
 }
 
 func TestLoopTimesAndUsage(t *testing.T) {
-	b, err := llm.New(config.LLM{Provider: "scripted", Script: write(t, script)})
+	b, err := New(config.LLM{Provider: "scripted", Script: write(t, script)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
-	"github.com/skein-mesh/skein/pkg/llm"
+	llm "github.com/skein-mesh/skein/pkg/llm/core"
 )
 
 // Policy is how one backend retries.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skein-mesh/skein/pkg/llm"
+	llm "github.com/skein-mesh/skein/pkg/llm/core"
 )
 
 func TestRetryAfter(t *testing.T) {
