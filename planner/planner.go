@@ -67,18 +67,24 @@ func Run(ctx context.Context, d Deps) error {
 	if err != nil {
 		return fmt.Errorf("planner results consumer: %w", err)
 	}
-	tc, err := tasks.Consume(func(m jetstream.Msg) { p.handle(ctx, m, p.onTask) })
+	// Handlers run to completion on shutdown: a session half-finished by a stopping planner would
+	// be finished again, its last events repeated, by the next one.
+	hctx := context.WithoutCancel(ctx)
+	tc, err := tasks.Consume(func(m jetstream.Msg) { p.handle(hctx, m, p.onTask) })
 	if err != nil {
 		return fmt.Errorf("planner consume tasks: %w", err)
 	}
-	defer tc.Stop()
-	rc, err := results.Consume(func(m jetstream.Msg) { p.handle(ctx, m, p.onResult) })
+	rc, err := results.Consume(func(m jetstream.Msg) { p.handle(hctx, m, p.onResult) })
 	if err != nil {
+		tc.Stop()
 		return fmt.Errorf("planner consume results: %w", err)
 	}
-	defer rc.Stop()
 	d.Logger.Info("planner ready", "id", d.ID)
 	<-ctx.Done()
+	tc.Drain()
+	rc.Drain()
+	<-tc.Closed()
+	<-rc.Closed()
 	return nil
 }
 
