@@ -30,3 +30,14 @@ $(MEM_DIR)/.ok: $(VENV)/.ok mk/memory.mk $(MEM_SCRIPTS)/export_onnx.py $(MEM_SCR
 	@$(VPY) $(MEM_SCRIPTS)/export_onnx.py --out $(MEM_MODEL)
 	@$(VPY) $(MEM_SCRIPTS)/reference.py --model $(MEM_MODEL) --out $(MEM_MODEL)/reference.json
 	@touch $@
+
+# Numbers for docs/benchmarks.md (## Memory). Slow: the 100k Milvus run loads and indexes 100k
+# vectors in milvus-lite.
+.PHONY: memory-bench
+memory-bench: memory-setup
+	cd pkg && $(GO) test -run='^$$' -bench=. -benchtime=5s -count=1 ./embed/minilm/
+	cd pkg && $(GO) test -run='^$$' -bench='Put' -benchtime=3000x -count=1 ./memory/kvstore/
+	cd pkg && $(GO) test -run='^$$' -bench='Search' -benchtime=300x -count=1 ./memory/kvstore/
+	cd pkg && $(GO) test -run='^$$' -bench='Open' -benchtime=1x -count=1 ./memory/kvstore/
+	cd pkg && $(GO) test -run='^$$' -bench='Put' -benchtime=300x -count=1 -timeout=30m ./memory/milvusstore/
+	cd pkg && $(GO) test -run='^$$' -bench='Search' -benchtime=100x -count=1 -timeout=30m ./memory/milvusstore/

@@ -18,6 +18,12 @@ func BenchmarkPut(b *testing.B) {
 	storetest.BenchPut(b, s, benchDim)
 }
 
+// BenchmarkPutParallel: ingest throughput with concurrent writers.
+func BenchmarkPutParallel(b *testing.B) {
+	m := bustest.Start(b)
+	storetest.BenchPutParallel(b, openB(b, m), benchDim)
+}
+
 // BenchmarkSearch: retrieval latency at 1k, 10k and 100k entries (random unit vectors).
 func BenchmarkSearch(b *testing.B) {
 	for _, n := range []int{1_000, 10_000, 100_000} {
@@ -32,6 +38,26 @@ func BenchmarkSearch(b *testing.B) {
 				b.Fatalf("index holds %d of %d", s.Len(), n)
 			}
 			storetest.BenchSearch(b, s, benchDim)
+		})
+	}
+}
+
+// BenchmarkOpen: rebuilding the index from the bucket when a replica starts.
+func BenchmarkOpen(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			m := bustest.Start(b)
+			s := openB(b, m)
+			storetest.Fill(b, s, storetest.RandomEntries(n, benchDim, 1), 16)
+			b.ResetTimer()
+			for range b.N {
+				r := openB(b, m)
+				if r.Len() != n {
+					b.Fatalf("reopened index holds %d of %d", r.Len(), n)
+				}
+				r.Close()
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 		})
 	}
 }

@@ -461,6 +461,9 @@ func (s *Store) check(e *memory.Entry) error {
 	if e.Tier == "" {
 		e.Tier = protocol.TierTactical
 	}
+	if e.Status == "" {
+		e.Status = memory.StatusActive // as the KV store reads an empty status
+	}
 	if !slices.Contains(tiers, e.Tier) {
 		return fmt.Errorf("put memory entry %s: unknown tier %q", e.ID, e.Tier)
 	}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,6 +82,25 @@ func BenchPut(b *testing.B, s memory.Store, dim int) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "entries/s")
+}
+
+// BenchPutParallel measures creates from GOMAXPROCS*4 concurrent writers (several memoryd
+// handlers ingesting at once).
+func BenchPutParallel(b *testing.B, s memory.Store, dim int) {
+	es := RandomEntries(b.N, dim, uint64(time.Now().UnixNano()))
+	var next atomic.Int64
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			if _, err := s.Put(ctx, es[next.Add(1)-1]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 }
 
