@@ -210,8 +210,8 @@ type chatty struct {
 func (c *chatty) Complete(_ context.Context, req llm.Request) (*llm.Response, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if req.Role != protocol.RoleMiner {
-		return nil, fmt.Errorf("role %q", req.Role)
+	if req.Role != protocol.RoleMiner || !strings.HasPrefix(req.System[0].Text, miner.SystemMarker) {
+		return nil, fmt.Errorf("not a miner request: role %q", req.Role)
 	}
 	a := c.answers[min(c.calls, len(c.answers)-1)]
 	c.calls++

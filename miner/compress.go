@@ -19,7 +19,12 @@ import (
 // DefaultMaxTokens is the guideline cap when memory.guideline_max_tokens is unset.
 const DefaultMaxTokens = 30
 
-const compressSystem = `You turn evidence from one run of an AI agent into ONE guideline for its future runs.
+// SystemMarker opens the compression prompt's system text and is stable across releases, so a
+// scripted model can tell the miner's calls apart (when: {system: "skein-miner"}).
+const SystemMarker = "skein-miner: guideline compression."
+
+const compressSystem = SystemMarker + `
+You turn evidence from one run of an AI agent into ONE guideline for its future runs.
 Write a single imperative sentence of at most %d tokens. Make it general enough to help on similar
 tasks: keep the tool name, the argument that mattered and the essence of the error message; drop
 session ids, timestamps and one-off values unless they are the point. For a failure, say what to

@@ -163,6 +163,11 @@ func handle(ctx context.Context, d *Deps, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	if err != nil && ctx.Err() != nil {
+		// Shutting down: the message comes back to whichever miner runs next.
+		_ = msg.Nak()
+		return
+	}
 	if err != nil {
 		d.Logger.Warn("mining failed; will retry", "session", ev.SessionID, "err", err)
 		_ = msg.NakWithDelay(5 * time.Second)

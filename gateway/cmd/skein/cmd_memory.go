@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,25 @@ func memClient(env meshEnv) memoryd.Client {
 	return memoryd.Client{NC: env.conn.NC, Names: env.names, PerTry: 30 * time.Second}
 }
 
+// memReady returns a client once memoryd answers its health check, or an error that says how
+// to get one running: without it every request would wait for a responder forever.
+func memReady(cmd *cobra.Command, env meshEnv) (memoryd.Client, error) {
+	c := memClient(env)
+	ctx, cancel := context.WithTimeout(cmd.Context(), 20*time.Second)
+	defer cancel()
+	h, err := c.Health(ctx)
+	if err != nil {
+		return c, &exitError{code: 1, msg: fmt.Sprintf("skein: memoryd is not answering on %s: %v\n"+
+			"start it (`skein up` runs every service, or run the memoryd binary against this mesh) and check its log; "+
+			"in process it needs the embedding model (`make setup`) or memory.embedder: ollama|openai",
+			env.names.Memory(protocol.MemHealth), err)}
+	}
+	if !h.OK && h.Error != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "skein: warning:", h.Error)
+	}
+	return c, nil
+}
+
 func newInspectMemoryCmd() *cobra.Command {
 	var topK int
 	var tier, agent string
@@ -46,7 +66,11 @@ func newInspectMemoryCmd() *cobra.Command {
 				if len(args) == 1 {
 					req.Query = args[0]
 				}
-				rep, err := memClient(env).Inspect(cmd.Context(), req)
+				c, err := memReady(cmd, env)
+				if err != nil {
+					return err
+				}
+				rep, err := c.Inspect(cmd.Context(), req)
 				if err != nil {
 					return err
 				}
@@ -142,7 +166,11 @@ func newMemoryCmd() *cobra.Command {
 				if all {
 					req.Status = memory.StatusAny
 				}
-				es, err := memClient(env).ListAll(cmd.Context(), req)
+				c, err := memReady(cmd, env)
+				if err != nil {
+					return err
+				}
+				es, err := c.ListAll(cmd.Context(), req)
 				if err != nil {
 					return err
 				}
@@ -174,7 +202,11 @@ func newMemoryCmd() *cobra.Command {
 		Use: "show ID", Short: "Print one entry as JSON", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withMesh(cmd, func(env meshEnv) error {
-				e, err := memClient(env).Get(cmd.Context(), args[0])
+				c, err := memReady(cmd, env)
+				if err != nil {
+					return err
+				}
+				e, err := c.Get(cmd.Context(), args[0])
 				if err != nil {
 					return &exitError{code: 1, msg: "skein: " + err.Error()}
 				}
@@ -188,7 +220,11 @@ func newMemoryCmd() *cobra.Command {
 		Use: "export [FILE]", Short: "Write every entry (any status) as JSONL to FILE or stdout", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withMesh(cmd, func(env meshEnv) error {
-				es, err := memClient(env).ListAll(cmd.Context(), memoryd.ListRequest{Agent: exAgent, Status: memory.StatusAny})
+				c, err := memReady(cmd, env)
+				if err != nil {
+					return err
+				}
+				es, err := c.ListAll(cmd.Context(), memoryd.ListRequest{Agent: exAgent, Status: memory.StatusAny})
 				if err != nil {
 					return err
 				}
@@ -229,7 +265,10 @@ func newMemoryCmd() *cobra.Command {
 				return &exitError{code: 2, msg: "skein: " + err.Error()}
 			}
 			return withMesh(cmd, func(env meshEnv) error {
-				c := memClient(env)
+				c, err := memReady(cmd, env)
+				if err != nil {
+					return err
+				}
 				var imported, skipped int
 				var problems []string
 				// Small batches keep each request under the NATS payload limit.
@@ -262,7 +301,11 @@ func newMemoryCmd() *cobra.Command {
 		Use: "evict", Short: "Apply the capacity policy now (least helpful, then least recent)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withMesh(cmd, func(env meshEnv) error {
-				rep, err := memClient(env).Evict(cmd.Context(), memoryd.EvictRequest{Agent: evAgent, DryRun: dryRun})
+				c, err := memReady(cmd, env)
+				if err != nil {
+					return err
+				}
+				rep, err := c.Evict(cmd.Context(), memoryd.EvictRequest{Agent: evAgent, DryRun: dryRun})
 				if err != nil {
 					return err
 				}
@@ -286,7 +329,11 @@ func newMemoryCmd() *cobra.Command {
 		Use: "migrate", Short: "Re-embed every entry with memoryd's current embedding model", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withMesh(cmd, func(env meshEnv) error {
-				rep, err := memClient(env).Migrate(cmd.Context())
+				c, err := memReady(cmd, env)
+				if err != nil {
+					return err
+				}
+				rep, err := c.Migrate(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -363,6 +410,9 @@ func newIngestTracesCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withMesh(cmd, func(env meshEnv) error {
+				if _, err := memReady(cmd, env); err != nil {
+					return err
+				}
 				r, err := miner.MineSession(cmd.Context(), minerDeps(env), args[0])
 				if errors.Is(err, miner.ErrNoTrace) {
 					return &exitError{code: 1, msg: fmt.Sprintf("skein: no trace for session %s", args[0])}
@@ -392,6 +442,9 @@ func newReplayCmd() *cobra.Command {
 				return &exitError{code: 2, msg: "skein: replay needs exactly one of --since DURATION or --from-seq N"}
 			}
 			return withMesh(cmd, func(env meshEnv) error {
+				if _, err := memReady(cmd, env); err != nil {
+					return err
+				}
 				rs, err := miner.Replay(cmd.Context(), minerDeps(env), since, fromSeq)
 				w := cmd.OutOrStdout()
 				for _, r := range rs {

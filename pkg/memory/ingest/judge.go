@@ -170,7 +170,12 @@ type ModelJudge struct {
 	OnCall func(resp *llm.Response)
 }
 
-const judgeSystem = `You compare two guidelines for an AI agent that were mined from its past runs.
+// JudgeMarker opens the judge prompt's system text, so a scripted model can tell these calls
+// apart (when: {system: "skein-memoryd"}).
+const JudgeMarker = "skein-memoryd: guideline relation judge."
+
+const judgeSystem = JudgeMarker + `
+You compare two guidelines for an AI agent that were mined from its past runs.
 Answer with one JSON object and nothing else:
 {"relation": "duplicate" | "refinement" | "contradiction" | "independent", "reconciled": "...", "reason": "..."}
 duplicate: A and B give the same advice. refinement: A gives B's advice more specifically or completely.
