@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+const faultAgent = `
+agent:
+  name: assistant
+  max_steps: 4
+llm:
+  provider: scripted
+  model: scripted
+  script: script.yaml
+tools:
+  manifest_dirs: [$FAULT_TOOLS]
+memory:
+  enabled: false
+`
+
+const faultScript = `
+rules:
+  - when: {last: "slept"}
+    reply: {text: "done waiting"}
+  - when: {last: "^wait"}
+    reply:
+      tool_calls: [{name: slow, args: {seconds: 3}}]
+`
+
+// TestCrashesLoseNoAcceptedTask kills an executor and the planner with SIGKILL while tasks are in
+// flight, starts a fresh planner, and checks every accepted task still ends in success.
+func TestCrashesLoseNoAcceptedTask(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	url := natsServer(t)
+	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(repoRoot(t), "e2e", "testdata", "tools")), faultScript)
+	c := connect(t, url)
+	env := []string{"SKEIN_HOME=" + t.TempDir()}
+	args := []string{"--nats", url, "--config", cfg}
+	start(t, env, "toolhost", "toolhost", args...)
+	victim := start(t, env, "executor-victim", "executor", args...)
+	start(t, env, "executor-survivor", "executor", args...)
+	planner := start(t, env, "planner-1", "planner", args...)
+	start(t, env, "gateway", "gateway", args...)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const n = 8
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("fault-%d", i)
+		if _, err := submit(ctx, c, fmt.Sprintf("wait please (%d)", i), ids[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait until the victim is running a step, then crash it and the planner.
+	victimPID := fmt.Sprintf("/%d", victim.cmd.Process.Pid)
+	byVictim := func(ev protocol.Event) bool {
+		return ev.Type == protocol.EvStepStarted && strings.HasSuffix(ev.Source, victimPID)
+	}
+	waitFor(ctx, t, "the victim executor to start a step", func() bool {
+		for _, id := range ids {
+			evs, _ := trace.Read(ctx, c.JS, protocol.NewNames(""), id)
+			for _, ev := range evs {
+				if byVictim(ev) {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	victim.kill()
+	planner.kill()
+	start(t, env, "planner-2", "planner", args...)
+
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	finals := make([]protocol.Event, n)
+	redelivered := make([]bool, n)
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			evs, err := waitSession(ctx, c, id)
+			errs[i] = err
+			victimStarted := false
+			for _, ev := range evs {
+				switch {
+				case byVictim(ev):
+					victimStarted = true
+				case ev.Type == protocol.EvStepFinished && victimStarted && !strings.HasSuffix(ev.Source, victimPID):
+					redelivered[i] = true
+				case ev.Type.Terminal():
+					finals[i] = ev
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	rescued := 0
+	for i, id := range ids {
+		if redelivered[i] {
+			rescued++
+		}
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", id, errs[i])
+		}
+		if finals[i].Outcome != protocol.OutcomeSuccess {
+			t.Fatalf("%s ended %s (%s)", id, finals[i].Outcome, finals[i].Reason)
+		}
+	}
+	if rescued == 0 {
+		t.Fatal("no step the victim had started was finished by the survivor: the crash tested nothing")
+	}
+	t.Logf("%d step(s) redelivered from the killed executor", rescued)
+}
+
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
