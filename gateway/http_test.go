@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+func postTask(t *testing.T, srv *httptest.Server, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(srv.URL+"/v1/tasks", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("POST %s: status %d, body is not JSON: %v", body, resp.StatusCode, err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	return resp.StatusCode, out
+}
+
+func TestHTTPSubmit(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+
+	status, out := postTask(t, srv, `{"task": "Greet Ada"}`)
+	if status != http.StatusAccepted {
+		t.Fatalf("status %d %v; want 202", status, out)
+	}
+	id, _ := out["session_id"].(string)
+	if !protocol.ValidToken(id) {
+		t.Fatalf("session_id %q", id)
+	}
+	if s := f.session(t, id); s.Task != "Greet Ada" || s.Agent != testAgent {
+		t.Errorf("session %+v", s)
+	}
+
+	status, out = postTask(t, srv, `{"task": "Greet Ada", "session_id": "http-1", "agent": "greeter"}`)
+	if status != http.StatusAccepted || out["session_id"] != "http-1" {
+		t.Fatalf("status %d %v", status, out)
+	}
+	// The same request again is accepted as a duplicate, not a second session.
+	status, out = postTask(t, srv, `{"task": "Greet Ada", "session_id": "http-1"}`)
+	if status != http.StatusAccepted || out["duplicate"] != true {
+		t.Fatalf("resubmit: status %d %v; want 202 duplicate", status, out)
+	}
+
+	rejected := []struct{ body, want string }{
+		{`{"task": ""}`, "empty"},
+		{`{"task": "hi", "agent": "nobody"}`, "unknown agent"},
+		{`{"task": "hi", "session_id": "a.b"}`, "session id"},
+		{`{"task": "Greet Bob", "session_id": "http-1"}`, "another task"},
+		{`{"task": "` + strings.Repeat("x", protocol.MaxTaskBytes+1) + `"}`, "limit"},
+	}
+	for _, c := range rejected {
+		status, out := postTask(t, srv, c.body)
+		if status != http.StatusUnprocessableEntity {
+			t.Errorf("%.60s: status %d; want 422", c.body, status)
+		}
+		if msg, _ := out["error"].(string); !strings.Contains(msg, c.want) {
+			t.Errorf("%.60s: error %q does not mention %q", c.body, msg, c.want)
+		}
+	}
+
+	malformed := []string{
+		`not json`,
+		`{"task": "hi", "priority": 9}`,
+		`{"task": 42}`,
+		`{"task": "` + strings.Repeat("x", protocol.MaxTaskBytes+8192) + `"}`,
+		``,
+	}
+	for _, body := range malformed {
+		status, out := postTask(t, srv, body)
+		if status != http.StatusBadRequest {
+			t.Errorf("%.60q: status %d; want 400", body, status)
+		}
+		if msg, _ := out["error"].(string); !strings.Contains(msg, "malformed request body") {
+			t.Errorf("%.60q: error %q", body, msg)
+		}
+	}
+	if n := f.taskCount(t, testAgent); n != 2 {
+		t.Errorf("%d TASKS messages; want 2 (two accepted sessions)", n)
+	}
+}
+
+func TestHTTPSession(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "get-1"}`); status != http.StatusAccepted {
+		t.Fatalf("status %d %v", status, out)
+	}
+	resp, err := http.Get(srv.URL + "/v1/sessions/get-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s protocol.Session
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || s.SessionID != "get-1" || s.Status != protocol.StatusQueued || s.Task != "Greet Ada" {
+		t.Errorf("status %d session %+v", resp.StatusCode, s)
+	}
+
+	resp2, err := http.Get(srv.URL + "/v1/sessions/nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if resp2.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown session: status %d; want 404", resp2.StatusCode)
+	}
+}
+
+// The events stream replays the trace from the start and ends by itself after the usage event.
+func TestHTTPEventsEndAfterUsage(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "sse-1"}`); status != http.StatusAccepted {
+		t.Fatalf("status %d %v", status, out)
+	}
+	resp, err := http.Get(srv.URL + "/v1/sessions/sse-1/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+
+	// Play the rest of a session the way planner and executor would, after the client connected.
+	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
+	cost := 0.0
+	for _, ev := range []protocol.Event{
+		{SessionID: "sse-1", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
+		{SessionID: "sse-1", Type: protocol.EvUsage, Outcome: protocol.OutcomeSuccess, Report: &protocol.UsageReport{CostUSD: &cost}},
+		{SessionID: "sse-1", Type: protocol.EvFinal, Text: "after the end"},
+	} {
+		if err := pub.Emit(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reading to EOF proves the server closed the stream after usage.
+	var types []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var event string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			var ev protocol.Event
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
+				t.Fatalf("data line is not an event: %v", err)
+			}
+			if string(ev.Type) != event || ev.SessionID != "sse-1" {
+				t.Errorf("event %q carries %+v", event, ev)
+			}
+			types = append(types, event)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{string(protocol.EvSessionStarted), string(protocol.EvFinal), string(protocol.EvUsage)}
+	if strings.Join(types, ",") != strings.Join(want, ",") {
+		t.Errorf("events %v; want %v", types, want)
+	}
+
+	resp3, err := http.Get(srv.URL + "/v1/sessions/a.b/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp3.Body.Close()
+	if resp3.StatusCode != http.StatusBadRequest {
+		t.Errorf("bad session id: status %d; want 400", resp3.StatusCode)
+	}
+}
