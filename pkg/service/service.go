@@ -15,6 +15,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -83,6 +84,10 @@ func Main(role string, fn func(Deps) error) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if err := CheckKeys(role, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	url := NATSURL(*natsURL, cfg)
@@ -114,4 +119,33 @@ func Limits(cfg *config.Config) bus.Limits {
 	l := bus.DefaultLimits()
 	l.Replicas = cfg.Mesh.Replicas
 	return l
+}
+
+// CheckKeys fails fast, before anything starts, when the model a role calls has no API key.
+// Roles that call no model (gateway, toolhost, a planner without decomposition, a memoryd
+// without a judge model) need none.
+func CheckKeys(role string, cfg *config.Config) error {
+	var bindings []config.LLM
+	switch role {
+	case protocol.RoleExecutor:
+		bindings = append(bindings, cfg.ForRole(protocol.RoleExecutor))
+	case protocol.RolePlanner:
+		if cfg.Planner.Mode != "off" || cfg.Planner.LLM != nil {
+			bindings = append(bindings, cfg.ForRole(protocol.RolePlanner))
+		}
+	case protocol.RoleMiner:
+		if cfg.Miner.Enabled {
+			bindings = append(bindings, cfg.ForRole(protocol.RoleMiner))
+		}
+	case "memoryd":
+		if cfg.Miner.LLM != nil {
+			bindings = append(bindings, *cfg.Miner.LLM)
+		}
+	}
+	for _, b := range bindings {
+		if err := llm.CheckKey(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/skein-mesh/skein/miner"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/service"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -33,17 +32,10 @@ func loadConfig(cmd *cobra.Command) (*config.Config, error) {
 	return service.LoadConfig(path)
 }
 
-// checkKeys fails fast, before anything starts, when a model key is missing.
+// checkKeys fails fast, before anything starts, when a model key any in-process role needs is missing.
 func checkKeys(cfg *config.Config) error {
-	seen := map[string]bool{}
-	for _, role := range []string{protocol.RoleExecutor, protocol.RolePlanner, protocol.RoleMiner} {
-		l := cfg.ForRole(role)
-		key := l.Provider + "|" + l.APIKeyEnv + "|" + l.BaseURL
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
-		if err := llm.CheckKey(l); err != nil {
+	for _, role := range []string{protocol.RoleExecutor, protocol.RolePlanner, protocol.RoleMiner, "memoryd"} {
+		if err := service.CheckKeys(role, cfg); err != nil {
 			return &exitError{code: 2, msg: err.Error()}
 		}
 	}
