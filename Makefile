@@ -16,6 +16,7 @@ VPY   := $(VENV)/bin/python
 NODE_PREFIX := $(TOOLS)/node
 MODULES := pkg gateway planner executor toolhost memoryd miner e2e
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
+TOON_FUZZTIME ?= 30s
 
 export SKEIN_REPO_ROOT := $(ROOT)
 export SKEIN_TOOLS_DIR := $(TOOLS)
@@ -46,10 +47,16 @@ fmt:
 	gofmt -l -w $(MODULES)
 
 test: setup vet
+	@echo "== fuzz: TOON decoder for $(TOON_FUZZTIME)"
+	@$(MAKE) --no-print-directory toon-fuzz TOON_FUZZTIME=$(TOON_FUZZTIME)
 	@set -o pipefail; for m in $(MODULES); do \
 		echo "== go test $$m"; \
 		(cd $$m && $(GO) test $(GOTEST_FLAGS) ./...) || exit 1; \
 	done
+
+# The offline demo: scaffold a project, run it four times, watch a failure become a guideline.
+demo: setup
+	bash scripts/demo.sh
 
 clean:
 	rm -rf $(BIN) .skein
