@@ -111,7 +111,7 @@ func Run(ctx context.Context, d Deps) error {
 		// Everything still in the stream is mined once; mining is idempotent, so a first start
 		// on an old stream only costs time.
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       time.Minute,
+		AckWait:       30 * time.Second,
 		MaxDeliver:    5,
 		MaxAckPending: 256,
 	})
@@ -141,7 +141,7 @@ func handle(ctx context.Context, d *Deps, msg jetstream.Msg) {
 	hb, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() {
-		t := time.NewTicker(20 * time.Second)
+		t := time.NewTicker(10 * time.Second)
 		defer t.Stop()
 		for {
 			select {
