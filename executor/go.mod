@@ -5,3 +5,8 @@ go 1.26.8
 require github.com/skein-mesh/skein/pkg v0.0.0
 
 replace github.com/skein-mesh/skein/pkg => ../pkg
+
+// Tests serve their tools through a real toolhost.
+require github.com/skein-mesh/skein/toolhost v0.0.0
+
+replace github.com/skein-mesh/skein/toolhost => ../toolhost

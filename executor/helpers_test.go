@@ -1,0 +1,195 @@
+package executor
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/llm/scripted"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/toolhost"
+)
+
+// quiet drops service logs unless the test runs with -v and fails; tests assert on traces.
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// needPython fails where the Makefile promises every dependency, and skips elsewhere.
+func needPython(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		if os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" {
+			t.Fatalf("python3 is required by the test tools but is not on PATH")
+		}
+		t.Skip("python3 not on PATH (the test tools are Python); install it or run `make setup`")
+	}
+}
+
+func testdata(t testing.TB, parts ...string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join(append([]string{"testdata"}, parts...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// mesh is a real embedded NATS with a real toolhost serving the given tools.
+type mesh struct {
+	*bustest.Mesh
+}
+
+// startMesh starts NATS and a toolhost for the tools of dir named in enabled.
+func startMesh(t *testing.T, dir string, enabled ...string) *mesh {
+	t.Helper()
+	needPython(t)
+	m := bustest.Start(t)
+	hcfg := config.Default()
+	hcfg.Tools.ManifestDirs = []string{dir}
+	hcfg.Tools.Enabled = enabled
+	ctx, cancel := context.WithCancel(context.Background())
+	conn := m.Connect(t, "toolhost")
+	h, err := toolhost.New(ctx, toolhost.Deps{Conn: conn, Names: m.Names, Config: hcfg, Logger: quiet(), HostID: "test-host"})
+	if err != nil {
+		cancel()
+		t.Fatalf("toolhost: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &mesh{Mesh: m}
+}
+
+// testConfig is the executor's configuration for the test tools: no memoryd, no miner.
+func testConfig(dir string, enabled ...string) *config.Config {
+	cfg := config.Default()
+	cfg.Agent.Name = "tester"
+	cfg.Tools.ManifestDirs = []string{dir}
+	cfg.Tools.Enabled = enabled
+	cfg.Memory.Enabled = false
+	cfg.Miner.Enabled = false
+	return cfg
+}
+
+func (m *mesh) executor(t *testing.T, cfg *config.Config, backend llm.Backend) *Executor {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: quiet(),
+		ID: "executor-under-test", Backend: backend, Home: t.TempDir()})
+	if err != nil {
+		t.Fatalf("executor: %v", err)
+	}
+	return x
+}
+
+// step is a one-step session for the test's agent.
+func step(t *testing.T, cfg *config.Config, task string) protocol.Step {
+	return protocol.Step{SessionID: "s-" + sanitize(t.Name()), StepID: "step-1", Agent: cfg.Agent.Name, Task: task}
+}
+
+func sanitize(s string) string {
+	out := []byte(s)
+	for i, c := range out {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			out[i] = '-'
+		}
+	}
+	return string(out)
+}
+
+// runStep runs one step and returns its result and its stored trace.
+func (m *mesh) runStep(t *testing.T, x *Executor, st protocol.Step) (protocol.StepResult, []protocol.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	res := x.RunStep(ctx, st)
+	if err := x.trace.Flush(ctx); err != nil {
+		t.Fatalf("flush trace: %v", err)
+	}
+	evs, err := trace.Read(ctx, m.Conn.JS, m.Names, st.SessionID)
+	if err != nil {
+		t.Fatalf("read trace: %v", err)
+	}
+	return res, evs
+}
+
+func eventsOf(evs []protocol.Event, typ protocol.EventType) []protocol.Event {
+	var out []protocol.Event
+	for _, e := range evs {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// scriptBackend parses a scripted-model rule file given inline.
+func scriptBackend(t *testing.T, yaml string) llm.Backend {
+	t.Helper()
+	s, err := scripted.Parse(t.Name()+".yaml", []byte(yaml))
+	if err != nil {
+		t.Fatalf("script: %v", err)
+	}
+	return scripted.FromScript(s)
+}
+
+// recorder keeps every request a backend receives, so a test can check what the model saw.
+type recorder struct {
+	llm.Backend
+	mu   sync.Mutex
+	reqs []llm.Request
+}
+
+func (r *recorder) Complete(ctx context.Context, req llm.Request) (*llm.Response, error) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	r.mu.Unlock()
+	return r.Backend.Complete(ctx, req)
+}
+
+func (r *recorder) requests() []llm.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]llm.Request(nil), r.reqs...)
+}
+
+// lastResults returns the tool results of the newest user message of req.
+func lastResults(req llm.Request) []*llm.ToolResult {
+	var out []*llm.ToolResult
+	if len(req.Messages) == 0 {
+		return nil
+	}
+	for _, b := range req.Messages[len(req.Messages)-1].Content {
+		if b.Type == llm.BlockToolResult {
+			out = append(out, b.ToolResult)
+		}
+	}
+	return out
+}
+
+// toolUses returns the calls of the newest assistant message of req.
+func toolUses(req llm.Request) []*llm.ToolCall {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role != llm.RoleAssistant {
+			continue
+		}
+		var out []*llm.ToolCall
+		for _, b := range req.Messages[i].Content {
+			if b.Type == llm.BlockToolUse {
+				out = append(out, b.ToolUse)
+			}
+		}
+		return out
+	}
+	return nil
+}
