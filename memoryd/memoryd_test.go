@@ -18,12 +18,12 @@ import (
 )
 
 // start runs memoryd on the test mesh and returns a client once it serves.
-func start(t *testing.T, m *bustest.Mesh, emb embed.Embedder, cfg *config.Config) memoryd.Client {
+func start(t testing.TB, m *bustest.Mesh, emb embed.Embedder, cfg *config.Config) memoryd.Client {
 	c, _ := startStoppable(t, m, emb, cfg)
 	return c
 }
 
-func startStoppable(t *testing.T, m *bustest.Mesh, emb embed.Embedder, cfg *config.Config) (memoryd.Client, func()) {
+func startStoppable(t testing.TB, m *bustest.Mesh, emb embed.Embedder, cfg *config.Config) (memoryd.Client, func()) {
 	t.Helper()
 	if cfg == nil {
 		cfg = config.Default()
