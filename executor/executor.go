@@ -36,8 +36,9 @@ type Deps struct {
 	Concurrency int
 }
 
-// ackWait is how long a step may go without a heartbeat before JetStream redelivers it.
-const ackWait = 30 * time.Second
+// ackWait is how long a step may go without a heartbeat before JetStream redelivers it. A
+// variable so tests can prove the heartbeat with a short one.
+var ackWait = 30 * time.Second
 
 // Executor runs steps for one agent.
 type Executor struct {

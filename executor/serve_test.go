@@ -1,0 +1,162 @@
+package executor
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// serve runs x.Serve until the test ends.
+func serve(t *testing.T, x *Executor) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = x.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func publishStep(t *testing.T, m *mesh, st protocol.Step) {
+	t.Helper()
+	data, err := protocol.Marshal(&st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := m.Conn.JS.Publish(ctx, m.Names.Work(st.Agent), data); err != nil {
+		t.Fatalf("publish step: %v", err)
+	}
+}
+
+func awaitResult(t *testing.T, sub *nats.Subscription) protocol.StepResult {
+	t.Helper()
+	msg, err := sub.NextMsg(60 * time.Second)
+	if err != nil {
+		t.Fatalf("no step result: %v", err)
+	}
+	var res protocol.StepResult
+	if err := protocol.Unmarshal(msg.Data, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// awaitSettled waits until the executor's consumer has been handed n messages and holds none.
+func awaitSettled(t *testing.T, m *mesh, agent string, n uint64) *jetstream.ConsumerInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		c, err := m.Conn.JS.Consumer(ctx, m.Names.Stream(protocol.StreamWork), m.Names.ExecutorConsumer(agent))
+		if err == nil {
+			info, err := c.Info(ctx)
+			if err == nil && info.Delivered.Stream >= n && info.NumAckPending == 0 && info.NumPending == 0 {
+				return info
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("work consumer did not settle after %d messages", n)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func stepsStarted(t *testing.T, m *mesh, session string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evs, err := trace.Read(ctx, m.Conn.JS, m.Names, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(eventsOf(evs, protocol.EvStepStarted))
+}
+
+// A step delivered again after its result is recorded in the sessions KV is acked unrun.
+func TestRedeliveredDoneStepIsAckedWithoutRunning(t *testing.T) {
+	m := startMesh(t, testdata(t, "tools"), testTools...)
+	cfg := testConfig(testdata(t, "tools"), testTools...)
+	x := m.executor(t, cfg, scriptBackend(t, "rules:\n  - reply: {text: done}\n"))
+	serve(t, x)
+	st := step(t, cfg, "once only")
+	sub, err := m.Conn.NC.SubscribeSync(m.Names.Result(st.SessionID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	publishStep(t, m, st)
+	if res := awaitResult(t, sub); res.Outcome != protocol.OutcomeSuccess || res.Executor != "executor-under-test" {
+		t.Fatalf("result %+v", res)
+	}
+	awaitSettled(t, m, cfg.Agent.Name, 1)
+
+	// The planner records the step as done; a duplicate of the work message then arrives.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := bus.KV(ctx, m.Conn.JS, m.Names, protocol.BucketSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := protocol.Session{SessionID: st.SessionID, Agent: st.Agent, Task: st.Task, Status: protocol.StatusRunning,
+		Plan: []protocol.PlanStep{{StepID: st.StepID, Status: protocol.StepDone, Outcome: protocol.OutcomeSuccess}}}
+	data, err := protocol.Marshal(&sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, st.SessionID, data); err != nil {
+		t.Fatal(err)
+	}
+	publishStep(t, m, st)
+	awaitSettled(t, m, cfg.Agent.Name, 2)
+
+	if n := stepsStarted(t, m, st.SessionID); n != 1 {
+		t.Fatalf("%d step_started events, want 1: the duplicate ran", n)
+	}
+	if msg, err := sub.NextMsg(200 * time.Millisecond); err == nil {
+		t.Fatalf("a second result was published: %d bytes", len(msg.Data))
+	}
+}
+
+// A step that runs longer than the ack wait is kept alive by heartbeats, not redelivered.
+func TestHeartbeatKeepsLongStepFromRedelivery(t *testing.T) {
+	old := ackWait
+	ackWait = 2 * time.Second
+	t.Cleanup(func() { ackWait = old })
+
+	m := startMesh(t, testdata(t, "tools"), testTools...)
+	cfg := testConfig(testdata(t, "tools"), testTools...)
+	x := m.executor(t, cfg, scriptBackend(t, `
+rules:
+  - when: {last: "slept_s"}
+    reply: {text: "woke up"}
+  - reply: {tool_calls: [{name: sleep, args: {seconds: 5}}]}
+`))
+	serve(t, x)
+	st := step(t, cfg, "take your time")
+	sub, err := m.Conn.NC.SubscribeSync(m.Names.Result(st.SessionID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	publishStep(t, m, st)
+	if res := awaitResult(t, sub); res.Outcome != protocol.OutcomeSuccess {
+		t.Fatalf("result %+v", res)
+	}
+	info := awaitSettled(t, m, cfg.Agent.Name, 1)
+	if info.NumRedelivered != 0 || info.Delivered.Consumer != 1 {
+		t.Errorf("consumer delivered %d times (%d redelivered), want once", info.Delivered.Consumer, info.NumRedelivered)
+	}
+	if n := stepsStarted(t, m, st.SessionID); n != 1 {
+		t.Fatalf("%d step_started events, want 1: the step was redelivered while it ran", n)
+	}
+}
