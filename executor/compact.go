@@ -45,16 +45,24 @@ func (r *run) compact(turn int) {
 		}
 	}
 	size = r.transcriptTokens()
-	r.e.emit(r.step, protocol.Event{Type: protocol.EvCompaction, Role: protocol.RoleExecutor, Turn: turn,
-		TokensSaved: int64(before - size), Reason: "dropped bodies of old tool results"})
+	r.noteCompaction(turn, before-size, "dropped bodies of old tool results")
 	if size <= budget || len(r.msgs) <= keepRecent+1 {
 		return
 	}
 	before = size
 	r.foldOldTurns(names)
 	size = r.transcriptTokens()
+	r.noteCompaction(turn, before-size, "summarized older turns")
+}
+
+// noteCompaction traces a compaction that saved something: a pass with nothing left to drop
+// (only the newest turns are over the budget) is not an event.
+func (r *run) noteCompaction(turn, saved int, reason string) {
+	if saved <= 0 {
+		return
+	}
 	r.e.emit(r.step, protocol.Event{Type: protocol.EvCompaction, Role: protocol.RoleExecutor, Turn: turn,
-		TokensSaved: int64(before - size), Reason: "summarized older turns"})
+		TokensSaved: int64(saved), Reason: reason})
 }
 
 // foldOldTurns replaces the turns between the task and the newest exchange with a digest of the
