@@ -59,6 +59,9 @@ type Store struct {
 	model string
 	dim   int
 	idx   *vindex
+	// want is the model this process embeds with ("" when opened for migration); a store that
+	// another process migrates away from it refuses further use.
+	want string
 	// gone holds, per deleted id, the revision at or below which a late watch update is stale.
 	gone map[string]uint64
 
@@ -93,6 +96,9 @@ func Open(ctx context.Context, js jetstream.JetStream, names protocol.Names, opt
 		return nil, err
 	}
 	s.idx = newIndex(s.model, s.dim)
+	if !opt.AnyModel {
+		s.want = opt.Model
+	}
 	if err := s.startWatch(ctx); err != nil {
 		return nil, err
 	}
@@ -188,6 +194,7 @@ func (s *Store) follow() {
 }
 
 func (s *Store) apply(upd jetstream.KeyValueEntry) {
+	defer s.applied.Store(upd.Revision())
 	key := upd.Key()
 	if key == metaKey {
 		if m, err := decodeMeta(upd.Value()); err == nil && upd.Operation() == jetstream.KeyValuePut {
@@ -199,7 +206,6 @@ func (s *Store) apply(upd jetstream.KeyValueEntry) {
 		return
 	}
 	rev := upd.Revision()
-	defer s.applied.Store(rev)
 	if upd.Operation() != jetstream.KeyValuePut {
 		s.mu.Lock()
 		s.remove(key, rev)
@@ -266,6 +272,15 @@ func decode(b []byte) (memory.Entry, error) {
 	return r.Entry, nil
 }
 
+// stale reports a store migrated to another model after this process opened it; callers hold mu.
+func (s *Store) stale() error {
+	if s.want == "" || s.model == s.want {
+		return nil
+	}
+	return fmt.Errorf("%w: KV bucket %s was migrated to %q while this process embeds with %q; restart it with that embedder",
+		memory.ErrModelMismatch, s.bucket, s.model, s.want)
+}
+
 // Model implements memory.Store.
 func (s *Store) Model() string {
 	s.mu.RLock()
@@ -326,7 +341,11 @@ func (s *Store) check(e *memory.Entry) error {
 	}
 	s.mu.RLock()
 	model, dim := s.model, s.dim
+	err := s.stale()
 	s.mu.RUnlock()
+	if err != nil {
+		return err
+	}
 	if e.Model == "" {
 		e.Model = model
 	}
@@ -436,6 +455,9 @@ func clone(e memory.Entry) memory.Entry {
 func (s *Store) Search(ctx context.Context, vec []float32, k int, f memory.Filter) ([]memory.Hit, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if err := s.stale(); err != nil {
+		return nil, err
+	}
 	if len(vec) != s.dim {
 		return nil, fmt.Errorf("search memory: query has %d dimensions, the store holds %d", len(vec), s.dim)
 	}

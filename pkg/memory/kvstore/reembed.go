@@ -98,7 +98,7 @@ func (s *Store) Reembed(ctx context.Context, model string, dim int, embed func(c
 		return n, fmt.Errorf("re-embed %s: record model %s: %w", s.bucket, model, err)
 	}
 	s.mu.Lock()
-	s.model, s.dim = model, dim
+	s.model, s.dim, s.want = model, dim, model
 	s.idx.setModel(model, dim)
 	s.mu.Unlock()
 	return n, nil
