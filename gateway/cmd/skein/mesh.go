@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -50,18 +48,22 @@ type embeddedMesh struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	conns  []*bus.Conn
+	lock   *homeLock
 }
 
 // startServer starts the embedded NATS server with the mesh provisioned, and no services.
 func startServer(ctx context.Context, cfg *config.Config, home, listen string) (*embeddedMesh, error) {
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "nats"), Listen: listen})
+	lock, err := lockHome(home)
 	if err != nil {
-		if strings.Contains(err.Error(), "lock") {
-			return nil, fmt.Errorf("%w\na mesh is already running on %s (skein up?): pass --nats nats://127.0.0.1:4222", err, home)
-		}
 		return nil, err
 	}
-	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}}
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "nats"), Listen: listen})
+	if err != nil {
+		lock.release()
+		return nil, err
+	}
+	lock.setURL(srv.URL())
+	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c, err := m.conn("provision")
 	if err != nil {
@@ -177,6 +179,7 @@ func (m *embeddedMesh) stop() {
 		c.Close()
 	}
 	m.server.Shutdown()
+	m.lock.release()
 }
 
 // meshLogger keeps the embedded services quiet unless SKEIN_LOG asks otherwise: a run's own
