@@ -1,0 +1,78 @@
+package executor
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+func TestBuildPromptLayout(t *testing.T) {
+	cfg := config.Default()
+	cfg.Agent.Policies = []string{"Never delete data."}
+	st := protocol.Step{SessionID: "sess-42", StepID: "step-7", Task: "Sum the invoices.", Instruction: "only paid ones",
+		Context: []protocol.StepOutput{{StepID: "step-6", Text: "12 invoices found"}}}
+	guides := []protocol.Guideline{
+		{Text: "Prefer the sum tool.", Tier: protocol.TierStrategic, Polarity: protocol.PolarityPattern},
+		{Text: "sum: pass numbers, not strings.", Tier: protocol.TierTactical, Polarity: protocol.PolarityAvoid},
+	}
+
+	sys, msgs := buildPrompt(cfg, st, guides, true)
+	if len(sys) != 2 || !sys[0].Cache || !sys[1].Cache {
+		t.Fatalf("system %+v: want two cached blocks", sys)
+	}
+	if !strings.Contains(sys[0].Text, "Never delete data.") || !strings.Contains(sys[0].Text, "TOON") {
+		t.Errorf("stable block %q: want the policies and the TOON note", sys[0].Text)
+	}
+	if !strings.Contains(sys[1].Text, "Prefer the sum tool.") || strings.Contains(sys[1].Text, "pass numbers") {
+		t.Errorf("strategic block %q", sys[1].Text)
+	}
+	for _, s := range sys {
+		if strings.Contains(s.Text, "sess-42") || strings.Contains(s.Text, "step-7") || strings.Contains(s.Text, "Sum the invoices") {
+			t.Errorf("per-task content in a system block: %q", s.Text)
+		}
+	}
+	if len(msgs) != 1 || msgs[0].Role != llm.RoleUser {
+		t.Fatalf("messages %+v: want one user message", msgs)
+	}
+	user := msgs[0].Content[0].Text
+	for _, want := range []string{"Sum the invoices.", "only paid ones", "12 invoices found", "pass numbers, not strings"} {
+		if !strings.Contains(user, want) {
+			t.Errorf("first user message %q lacks %q", user, want)
+		}
+	}
+
+	// No guidelines, JSON results, caching off: one unmarked block without the note.
+	cfg.Tools.ResultFormat = "json"
+	sys, _ = buildPrompt(cfg, st, nil, false)
+	if len(sys) != 1 || sys[0].Cache || strings.Contains(sys[0].Text, "TOON") {
+		t.Fatalf("system %+v: want one unmarked block without the TOON note", sys)
+	}
+}
+
+func TestRenderResult(t *testing.T) {
+	rows := json.RawMessage(`{"rows":[{"id":1,"name":"a"},{"id":2,"name":"b"}]}`)
+	ok := protocol.ToolResult{OK: true, Result: rows}
+	if got := renderResult(ok, "json"); got != string(rows) {
+		t.Errorf("json: %q", got)
+	}
+	if got := renderResult(ok, "toon"); got != "rows[2]{id,name}:\n  1,a\n  2,b" {
+		t.Errorf("toon: %q", got)
+	}
+	if got := renderResult(protocol.ToolResult{OK: true}, "json"); got != `{"ok":true}` {
+		t.Errorf("empty result: %q", got)
+	}
+	failed := protocol.ToolResult{Error: "exit status 3", Kind: protocol.ToolErrExit, Stderr: "disk full"}
+	var facts map[string]string
+	if err := json.Unmarshal([]byte(renderResult(failed, "json")), &facts); err != nil ||
+		facts["error"] != "exit status 3" || facts["kind"] != protocol.ToolErrExit || facts["stderr"] != "disk full" {
+		t.Errorf("failure: %v %v", facts, err)
+	}
+	cut := protocol.ToolResult{OK: true, Truncated: true, Result: json.RawMessage(`{"n":1}`)}
+	if got := renderResult(cut, "json"); !strings.Contains(got, `"truncated":true`) || !strings.Contains(got, `"n":1`) {
+		t.Errorf("truncated: %q", got)
+	}
+}
