@@ -227,3 +227,20 @@ func TestCacheOffSendsNoMarkers(t *testing.T) {
 		}
 	}
 }
+
+// A provider error that is not transient ends the step as failed with the reason, not a crash.
+func TestProviderErrorFailsStep(t *testing.T) {
+	sc := loadScenario(t)
+	m := startMesh(t, sc.dir, sc.cfg.Tools.Enabled...)
+	fake := llmtest.NewAnthropic(t, llmtest.Script{Replies: []llmtest.Reply{sc.turns[0], {Status: 400}}})
+	cfg := sc.anthropic(t, fake)
+	x := m.executor(t, cfg, nil)
+	res, evs := m.runStep(t, x, step(t, cfg, sc.task))
+	if res.Outcome != protocol.OutcomeFailed || !strings.Contains(res.Reason, "model call failed") || res.Turns != 2 {
+		t.Fatalf("outcome %s after %d turns (%s), want failed at turn 2 with the provider's error", res.Outcome, res.Turns, res.Reason)
+	}
+	calls := eventsOf(evs, protocol.EvModelCall)
+	if len(calls) != 2 || calls[1].Reason == "" || calls[0].Usage == nil {
+		t.Fatalf("model_call events %+v: want the failed call traced with its error", calls)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -158,5 +159,44 @@ rules:
 	}
 	if n := stepsStarted(t, m, st.SessionID); n != 1 {
 		t.Fatalf("%d step_started events, want 1: the step was redelivered while it ran", n)
+	}
+}
+
+func TestAlreadyDone(t *testing.T) {
+	m := &mesh{Mesh: bustest.Start(t)}
+	cfg := testConfig(t.TempDir())
+	x := m.executor(t, cfg, scriptBackend(t, "rules:\n  - reply: {text: done}\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := bus.KV(ctx, m.Conn.JS, m.Names, protocol.BucketSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(s protocol.Session) {
+		data, err := protocol.Marshal(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, s.SessionID, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(protocol.Session{SessionID: "finished", Status: protocol.StatusDone})
+	put(protocol.Session{SessionID: "running", Status: protocol.StatusRunning, Plan: []protocol.PlanStep{
+		{StepID: "s1", Status: protocol.StepDone}, {StepID: "s2", Status: protocol.StepPublished}}})
+	for _, c := range []struct {
+		session, step string
+		want          bool
+	}{
+		{"finished", "s9", true},
+		{"running", "s1", true},
+		{"running", "s2", false},
+		{"running", "s3", false},
+		{"unknown", "s1", false},
+	} {
+		got, err := x.alreadyDone(ctx, protocol.Step{SessionID: c.session, StepID: c.step})
+		if err != nil || got != c.want {
+			t.Errorf("alreadyDone(%s, %s) = %v, %v; want %v", c.session, c.step, got, err, c.want)
+		}
 	}
 }
