@@ -17,7 +17,7 @@ def rendezvous(args):
     d, me = args["dir"], args["me"]
     seen = sorted(f for f in os.listdir(d) if not f.startswith(me + "."))
     open(os.path.join(d, me + ".started"), "w").close()
-    deadline = time.time() + float(args.get("timeout_s", 8))
+    deadline = time.time() + float(args.get("timeout_s", 15))
     for f in args.get("await", []):
         while not os.path.exists(os.path.join(d, f)):
             if time.time() > deadline:
