@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -584,8 +585,12 @@ func TestCLIUpAndJoin(t *testing.T) {
 	addr := freePort(t)
 	url := "nats://" + addr
 
-	up := start(t, env, "skein-up", "skein", "up", "--listen", addr, "--config", filepath.Join(dir, "agent.offline.yaml"))
+	httpAddr := freePort(t)
+	up := start(t, env, "skein-up", "skein", "up", "--listen", addr, "--http", httpAddr, "--config", filepath.Join(dir, "agent.offline.yaml"))
 	waitForLine(t, up, "skein mesh up")
+	if b, _ := os.ReadFile(up.log); !strings.Contains(string(b), "executor --nats "+url) {
+		t.Errorf("up does not say how to join it:\n%s", b)
+	}
 
 	// A run without --nats on the same home must not open a second server on up's JetStream
 	// files; it says which URL to pass instead.
@@ -638,6 +643,8 @@ func TestCLIUpAndJoin(t *testing.T) {
 		t.Errorf("joined executor's run: %+v", res)
 	}
 
+	checkHTTP(t, "http://"+httpAddr)
+
 	exec1.stop()
 	up.stop()
 	if code := up.cmd.ProcessState.ExitCode(); code != 0 {
@@ -651,7 +658,7 @@ func TestCLIUpAndJoin(t *testing.T) {
 	}
 	// The state survives: an embedded run afterwards sees the sessions run against up.
 	r = skein(t, dir, env, "", "trace", "list")
-	if r.code != 0 || !strings.Contains(r.stdout, res.SessionID) || strings.Count(r.stdout, "success_with_recovery") < 3 {
+	if r.code != 0 || !strings.Contains(r.stdout, res.SessionID) || strings.Count(r.stdout, "success_with_recovery") < 4 {
 		t.Errorf("trace list after up stopped: %s", r)
 	}
 }
@@ -683,5 +690,51 @@ func TestCLIToonRoundTrip(t *testing.T) {
 	}
 	if bad := skein(t, dir, env, "{not json", "toon", "encode"); bad.code == 0 || bad.stderr == "" {
 		t.Errorf("toon encode of bad JSON: %s", bad)
+	}
+}
+
+// checkHTTP submits through up's HTTP API and follows the session's events to their end.
+func checkHTTP(t *testing.T, base string) {
+	t.Helper()
+	resp, err := http.Post(base+"/v1/tasks", "application/json", strings.NewReader(`{"task": "Greet Ada", "session_id": "via-http"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&rep)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || rep["session_id"] != "via-http" {
+		t.Fatalf("POST /v1/tasks: %d %v", resp.StatusCode, rep)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/sessions/via-http/events", nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body) // ends when the server closes the stream after usage
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("events stream did not end: %v", err)
+	}
+	var events []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if ev, ok := strings.CutPrefix(line, "event: "); ok {
+			events = append(events, ev)
+		}
+	}
+	if len(events) < 3 || events[0] != "session_started" || events[len(events)-1] != "usage" || !strings.Contains(string(body), "Hello, Ada") {
+		t.Errorf("events stream: %v", events)
+	}
+	resp, err = http.Get(base + "/v1/sessions/via-http")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sess map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&sess)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || sess["session_id"] != "via-http" || sess["task"] != "Greet Ada" {
+		t.Errorf("GET /v1/sessions/via-http: %d %v", resp.StatusCode, sess)
 	}
 }
