@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
@@ -60,6 +61,12 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf(
+				"request body over %d bytes; a task may be at most %d bytes (put large inputs in a file a tool can read)", tooLarge.Limit, protocol.MaxTaskBytes)})
+			return
+		}
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
 		return
 	}
@@ -75,31 +82,42 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, rep)
 }
 
-func (g *Gateway) httpSession(w http.ResponseWriter, r *http.Request) {
+// lookup answers the request itself (and returns false) when the session id is bad or unknown.
+func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (protocol.Session, bool) {
+	var s protocol.Session
 	id := r.PathValue("id")
+	if !protocol.ValidToken(id) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad session id " + strconv.Quote(id)})
+		return s, false
+	}
 	entry, err := g.sessions.Get(r.Context(), id)
 	if err != nil {
 		if bus.IsNotFound(err) {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no session " + id})
-			return
+			return s, false
 		}
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		return
+		return s, false
 	}
-	var s protocol.Session
 	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		return
+		return s, false
 	}
-	writeJSON(w, http.StatusOK, s)
+	return s, true
+}
+
+func (g *Gateway) httpSession(w http.ResponseWriter, r *http.Request) {
+	if s, ok := g.lookup(w, r); ok {
+		writeJSON(w, http.StatusOK, s)
+	}
 }
 
 func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !protocol.ValidToken(id) {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad session id"})
+	// An unknown session would otherwise hold the stream open forever, waiting for events.
+	if _, ok := g.lookup(w, r); !ok {
 		return
 	}
+	id := r.PathValue("id")
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "streaming unsupported"})

@@ -77,7 +77,6 @@ func TestHTTPSubmit(t *testing.T) {
 		`not json`,
 		`{"task": "hi", "priority": 9}`,
 		`{"task": 42}`,
-		`{"task": "` + strings.Repeat("x", protocol.MaxTaskBytes+8192) + `"}`,
 		``,
 	}
 	for _, body := range malformed {
@@ -88,6 +87,10 @@ func TestHTTPSubmit(t *testing.T) {
 		if msg, _ := out["error"].(string); !strings.Contains(msg, "malformed request body") {
 			t.Errorf("%.60q: error %q", body, msg)
 		}
+	}
+	status, out = postTask(t, srv, `{"task": "`+strings.Repeat("x", protocol.MaxTaskBytes+8192)+`"}`)
+	if msg, _ := out["error"].(string); status != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "at most") {
+		t.Errorf("huge body: status %d %v; want 413 naming the limit", status, out)
 	}
 	if n := f.taskCount(t, testAgent); n != 2 {
 		t.Errorf("%d TASKS messages; want 2 (two accepted sessions)", n)
@@ -114,13 +117,23 @@ func TestHTTPSession(t *testing.T) {
 		t.Errorf("status %d session %+v", resp.StatusCode, s)
 	}
 
-	resp2, err := http.Get(srv.URL + "/v1/sessions/nope")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp2.Body.Close()
-	if resp2.StatusCode != http.StatusNotFound {
-		t.Errorf("unknown session: status %d; want 404", resp2.StatusCode)
+	for path, want := range map[string]int{
+		"/v1/sessions/nope":                        http.StatusNotFound,
+		"/v1/sessions/nope/events":                 http.StatusNotFound, // not a stream that waits forever
+		"/v1/sessions/a.b":                         http.StatusBadRequest,
+		"/v1/sessions/a.b/events":                  http.StatusBadRequest,
+		"/v1/sessions/" + strings.Repeat("%2A", 3): http.StatusBadRequest,
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out map[string]string
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if resp.StatusCode != want || out["error"] == "" {
+			t.Errorf("GET %s: status %d %v; want %d with an error", path, resp.StatusCode, out, want)
+		}
 	}
 }
 
@@ -186,12 +199,4 @@ func TestHTTPEventsEndAfterUsage(t *testing.T) {
 		t.Errorf("events %v; want %v", types, want)
 	}
 
-	resp3, err := http.Get(srv.URL + "/v1/sessions/a.b/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp3.Body.Close()
-	if resp3.StatusCode != http.StatusBadRequest {
-		t.Errorf("bad session id: status %d; want 400", resp3.StatusCode)
-	}
 }
