@@ -79,7 +79,6 @@ type Gateway struct {
 	d        Deps
 	sessions jetstream.KeyValue
 	agents   jetstream.KeyValue
-	trace    *trace.Publisher
 }
 
 // New opens the gateway's buckets.
@@ -92,7 +91,7 @@ func New(ctx context.Context, d Deps) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Gateway{d: d, sessions: sessions, agents: agents, trace: trace.NewPublisher(d.Conn.JS, d.Names, "gateway")}, nil
+	return &Gateway{d: d, sessions: sessions, agents: agents}, nil
 }
 
 func (g *Gateway) handleSubmit(req micro.Request) {
@@ -161,16 +160,11 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 		}
 		sess = prev
 	}
-	if !duplicate {
-		if err := g.trace.Emit(protocol.Event{
-			SessionID: in.SessionID, Type: protocol.EvSessionStarted, Agent: in.Agent, Task: in.Task,
-			Attrs: callerAttrs(in),
-		}); err != nil {
-			return protocol.SubmitReply{}, err
-		}
-		if err := g.trace.Flush(ctx); err != nil {
-			return protocol.SubmitReply{}, err
-		}
+	// A resubmit reaches here only while the session is still queued, i.e. when an earlier submit
+	// may have stopped between recording the session and enqueueing it. Announcing the session
+	// again, under a Msg-Id the stream deduplicates, keeps its trace from missing session_started.
+	if err := g.announce(ctx, sess, in); err != nil {
+		return protocol.SubmitReply{}, err
 	}
 	task := protocol.Task{SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, SubmittedAt: sess.Created, Parent: in.Parent, Depth: in.Depth}
 	tdata, err := protocol.Marshal(&task)
@@ -181,6 +175,21 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 		return protocol.SubmitReply{}, fmt.Errorf("enqueue session %s: %w", in.SessionID, err)
 	}
 	return protocol.SubmitReply{SessionID: in.SessionID, Duplicate: duplicate}, nil
+}
+
+func (g *Gateway) announce(ctx context.Context, sess protocol.Session, in protocol.SubmitRequest) error {
+	ev := protocol.Event{
+		SessionID: sess.SessionID, Type: protocol.EvSessionStarted, Time: sess.Created, Source: "gateway",
+		Agent: sess.Agent, Task: sess.Task, Attrs: callerAttrs(in),
+	}
+	data, err := protocol.Marshal(&ev)
+	if err != nil {
+		return fmt.Errorf("trace session %s: %w", sess.SessionID, err)
+	}
+	if _, err := g.d.Conn.JS.Publish(ctx, g.d.Names.Trace(sess.SessionID), data, jetstream.WithMsgID(sess.SessionID+"/started")); err != nil {
+		return fmt.Errorf("trace session %s: %w", sess.SessionID, err)
+	}
+	return nil
 }
 
 func callerAttrs(in protocol.SubmitRequest) map[string]string {

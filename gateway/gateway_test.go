@@ -296,3 +296,35 @@ func TestSubmitEndpoint(t *testing.T) {
 		t.Fatalf("after garbage: %+v, %v", rep, err)
 	}
 }
+
+// A submit that stopped after recording its session (before its trace and task went out) is
+// completed by the client's retry: one session_started, one task.
+func TestResubmitCompletesAnInterruptedSubmit(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	now := time.Now().UTC()
+	s := protocol.Session{SessionID: "cut-1", Agent: testAgent, Task: "Greet Ada", Status: protocol.StatusQueued, Created: now, Updated: now}
+	data, err := protocol.Marshal(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.gw.sessions.Create(ctx, "cut-1", data); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		rep, err := f.gw.Submit(ctx, protocol.SubmitRequest{Task: "Greet Ada", SessionID: "cut-1"})
+		if err != nil || !rep.Duplicate {
+			t.Fatalf("retry: %+v, %v", rep, err)
+		}
+	}
+	events, err := trace.Read(ctx, f.mesh.Conn.JS, f.mesh.Names, "cut-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || events[0].Type != protocol.EvSessionStarted || events[0].Task != "Greet Ada" {
+		t.Errorf("trace %+v; want exactly one session_started", events)
+	}
+	if n := f.taskCount(t, testAgent); n != 1 {
+		t.Errorf("%d TASKS messages; want 1", n)
+	}
+}
