@@ -368,7 +368,33 @@ func TestCLINewUser(t *testing.T) {
 		t.Errorf("trace tail of a finished session: %s", r)
 	}
 
-	checkUsage(t, dir, env, res.Usage.InputTokens)
+	checkUsage(t, dir, env, lastUsage(t, dir, env, "first-run")+lastUsage(t, dir, env, second))
+}
+
+// lastUsage is the input tokens of a session's last usage event (the miner's, once it has
+// mined, supersedes the planner's), read through `skein trace show --json`.
+func lastUsage(t *testing.T, dir string, env []string, session string) int64 {
+	t.Helper()
+	r := skein(t, dir, env, "", "trace", "show", "--json", session)
+	if r.code != 0 {
+		t.Fatalf("trace show --json %s: %s", session, r)
+	}
+	var in int64 = -1
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var ev struct {
+			Type   string `json:"type"`
+			Report *struct {
+				InputTokens int64 `json:"input_tokens"`
+			} `json:"report"`
+		}
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Type == "usage" && ev.Report != nil {
+			in = ev.Report.InputTokens
+		}
+	}
+	if in <= 0 {
+		t.Fatalf("session %s has no usage event with tokens:\n%s", session, r.stdout)
+	}
+	return in
 }
 
 // sessionFromPlain finds the session id in a plain run's result line.
@@ -382,9 +408,9 @@ func sessionFromPlain(t *testing.T, stdout string) string {
 	return id
 }
 
-// checkUsage reads `skein usage` after two identical scripted sessions (and a duplicate submit
-// that must not count twice).
-func checkUsage(t *testing.T, dir string, env []string, perSession int64) {
+// checkUsage reads `skein usage` after two scripted sessions (and a duplicate submit that must
+// not count twice), which used input tokens in all.
+func checkUsage(t *testing.T, dir string, env []string, input int64) {
 	t.Helper()
 	today := time.Now().Format("2006-01-02")
 	for _, c := range []struct{ by, key, sessions string }{
@@ -401,8 +427,8 @@ func checkUsage(t *testing.T, dir string, env []string, perSession int64) {
 			continue
 		}
 		// key, sessions, input, output, cache write, cache read, cost
-		if len(row) != 7 || row[1] != c.sessions || row[2] != strconv.FormatInt(2*perSession, 10) || row[6] != "$0.0000" {
-			t.Errorf("usage --by %s row %v; want %s sessions, %d input tokens, $0.0000", c.by, row, c.sessions, 2*perSession)
+		if len(row) != 7 || row[1] != c.sessions || row[2] != strconv.FormatInt(input, 10) || row[6] != "$0.0000" {
+			t.Errorf("usage --by %s row %v; want %s sessions, %d input tokens, $0.0000", c.by, row, c.sessions, input)
 		}
 	}
 	r := skein(t, dir, env, "", "usage", "--by", "bogus")

@@ -118,16 +118,20 @@ func Run(ctx context.Context, d Deps) error {
 	if err != nil {
 		return fmt.Errorf("miner: durable consumer %s: %w", protocol.ConsumerMiner, err)
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) { handle(ctx, &d, msg) })
+	// A session being mined when the miner stops is finished, not abandoned: an abandoned one is
+	// mined again after redelivery, repeating its closing trace events.
+	hctx := context.WithoutCancel(ctx)
+	cc, err := cons.Consume(func(msg jetstream.Msg) { handle(hctx, &d, msg) })
 	if err != nil {
 		return fmt.Errorf("miner: consume: %w", err)
 	}
-	defer cc.Stop()
 	if d.Ready != nil {
 		close(d.Ready)
 	}
 	d.Logger.Info("miner consuming", "stream", d.Names.Stream(protocol.StreamTrace), "template", d.NoModel)
 	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
 	return nil
 }
 
@@ -215,9 +219,6 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 	if err := c.flush(ctx); err != nil {
 		d.Logger.Warn("miner model_call events", "session", session, "err", err)
 	}
-	if err := publishUsage(ctx, d, s, c.calls); err != nil {
-		d.Logger.Warn("miner usage report", "session", session, "err", err)
-	}
 	if len(res.Candidates) > 0 {
 		var rep protocol.IngestReply
 		req := protocol.IngestRequest{Agent: s.Agent, SessionID: session, Candidates: res.Candidates}
@@ -238,6 +239,9 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 		if ack.Error != "" {
 			return res, fmt.Errorf("mine %s: feedback: %s", session, ack.Error)
 		}
+	}
+	if err := closeTrace(ctx, d, s, res, c.calls); err != nil {
+		d.Logger.Warn("miner: close the session's trace", "session", session, "err", err)
 	}
 	return res, nil
 }
@@ -303,29 +307,42 @@ func Replay(ctx context.Context, d Deps, since time.Duration, fromSeq uint64) ([
 	return out, nil
 }
 
-// publishUsage republishes the session's usage report with the mining calls added, on the usage
-// subject, so mining tokens are counted with the session (`skein usage` keeps the last report
-// of a session). Nothing is published when this run called no model.
-func publishUsage(ctx context.Context, d Deps, s Session, calls []ModelCall) error {
-	if len(calls) == 0 || s.Report == nil {
-		return nil
+// closeTrace ends the session's trace once mining is done: a mined event with what was learned,
+// then a usage event whose totals include the mining calls, so that usage stays the last event of
+// the session and counts every role. The same report goes to the usage subject, where `skein
+// usage` keeps the last report of each session.
+func closeTrace(ctx context.Context, d Deps, s Session, res *Result, calls []ModelCall) error {
+	if s.Report == nil {
+		return nil // the session has not ended; nothing to amend
 	}
 	acc := usage.NewAccumulator(nil)
 	acc.Merge(*s.Report)
-	all := append(slices.Clone(s.MinerCalls), calls...)
-	for _, c := range all {
+	for _, c := range append(slices.Clone(s.MinerCalls), calls...) {
 		acc.Add(c.Model, protocol.RoleMiner, "", c.Usage)
 	}
 	rep := acc.Report()
 	rep.Steps, rep.WallTimeS = s.Report.Steps, s.Report.WallTimeS
-	ev := protocol.Event{SessionID: s.ID, Type: protocol.EvUsage, Agent: s.Agent, Role: protocol.RoleMiner, Outcome: s.Outcome,
-		Report: &rep, Time: time.Now().UTC(), Source: "miner"}
-	data, err := protocol.Marshal(&ev)
+	pub := trace.NewPublisher(d.Conn.JS, d.Names, "miner")
+	if err := pub.Emit(protocol.Event{SessionID: s.ID, Type: protocol.EvMined, Agent: s.Agent, Role: protocol.RoleMiner,
+		Mined: res.Candidates, Ingested: res.Actions}); err != nil {
+		return err
+	}
+	usageEv := protocol.Event{SessionID: s.ID, Type: protocol.EvUsage, Agent: s.Agent, Role: protocol.RoleMiner,
+		Outcome: s.Outcome, Report: &rep}
+	if err := pub.Emit(usageEv); err != nil {
+		return err
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pub.Flush(fctx); err != nil {
+		return err
+	}
+	usageEv.Time = time.Now().UTC()
+	data, err := protocol.Marshal(&usageEv)
 	if err != nil {
 		return err
 	}
-	id := fmt.Sprintf("%s/mined/%d", s.ID, len(all))
-	if _, err := d.Conn.JS.Publish(ctx, d.Names.Usage(s.Agent), data, jetstream.WithMsgID(id)); err != nil {
+	if _, err := d.Conn.JS.Publish(ctx, d.Names.Usage(s.Agent), data); err != nil {
 		return fmt.Errorf("publish usage: %w", err)
 	}
 	return nil

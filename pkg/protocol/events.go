@@ -73,6 +73,10 @@ type Event struct {
 	// The usage event.
 	Report *UsageReport `msgpack:"report,omitempty" json:"report,omitempty"`
 
+	// The mined event: the candidates mined from the session and what memoryd did with them.
+	Mined    []Candidate    `msgpack:"mined,omitempty" json:"mined,omitempty"`
+	Ingested []IngestAction `msgpack:"ingested,omitempty" json:"ingested,omitempty"`
+
 	// Attrs carries small extra facts (decision names, counts) without a schema change.
 	Attrs map[string]string `msgpack:"attrs,omitempty" json:"attrs,omitempty"`
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/skein-mesh/skein/memoryd"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/service"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -87,12 +89,22 @@ func newRunCmd() *cobra.Command {
 			res := runResult{SessionID: rep.SessionID}
 			fctx, fcancel := context.WithTimeout(ctx, timeout)
 			defer fcancel()
+			// An embedded run also waits for its own miner, so the lesson of this run is in memory
+			// before the next one starts; against a remote mesh the miner works on its own time.
+			waitMiner := mesh != nil && cfg.Miner.Enabled && cfg.Memory.Enabled
 			var ended bool
-			err = trace.Follow(fctx, conn.JS, names, rep.SessionID, func(ev protocol.Event) bool {
-				view.event(ev)
+			var mined *protocol.Event
+			followCtx, stopFollow := context.WithCancel(fctx)
+			defer stopFollow()
+			err = trace.Follow(followCtx, conn.JS, names, rep.SessionID, func(ev protocol.Event) bool {
+				if ev.Role != protocol.RoleMiner || ev.Type == protocol.EvUsage {
+					view.event(ev)
+				}
 				switch {
 				case ev.Type.Terminal():
 					res.Outcome, res.FinalText, res.Reason = string(ev.Outcome), ev.Text, ev.Reason
+				case ev.Type == protocol.EvMined:
+					mined = &ev
 				case ev.Type == protocol.EvUsage:
 					if r := ev.Report; r != nil {
 						res.Usage = runUsage{r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens, r.Steps, r.WallTimeS, r.CostUSD}
@@ -101,16 +113,26 @@ func newRunCmd() *cobra.Command {
 						res.Outcome = string(ev.Outcome)
 					}
 					ended = true
+					if waitMiner && ev.Role != protocol.RoleMiner && memorydUp(ctx, conn, names) {
+						time.AfterFunc(60*time.Second, stopFollow)
+						return true
+					}
 					return false
 				}
 				return true
 			})
 			view.done()
+			if ended && followCtx.Err() != nil && fctx.Err() == nil {
+				err = nil // stopped waiting for the miner, not for the session
+			}
 			if !ended {
 				if err == nil {
 					err = fctx.Err()
 				}
 				return &exitError{code: 1, msg: fmt.Sprintf("skein: session %s did not finish: %v (follow it with `skein trace tail %s`)", rep.SessionID, err, rep.SessionID)}
+			}
+			if mined != nil && !asJSON {
+				printLearned(cmd.ErrOrStderr(), mined)
 			}
 			if mesh != nil {
 				// Let the trace mirror write the last lines before the embedded mesh stops.
@@ -219,6 +241,35 @@ func (p *progress) done() {
 	if !p.quiet && p.live {
 		p.clear()
 	}
+}
+
+// memorydUp reports whether memoryd answers, so a run only waits for mining that can happen.
+func memorydUp(ctx context.Context, conn *bus.Conn, names protocol.Names) bool {
+	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var rep memoryd.HealthReply
+	return bus.Request(hctx, conn.NC, names.Memory(protocol.MemHealth), &memoryd.HealthRequest{}, &rep, time.Second) == nil && rep.OK
+}
+
+// printLearned tells the user what this run taught the mesh.
+func printLearned(w io.Writer, ev *protocol.Event) {
+	text := map[string]string{}
+	for _, c := range ev.Mined {
+		text[c.Key] = c.Text
+	}
+	for _, a := range ev.Ingested {
+		if a.Action == ingest.ActSkipped {
+			continue
+		}
+		fmt.Fprintf(w, "  learned: %s %s: %s\n", a.Action, shortID(a.EntryID), text[a.Key])
+	}
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
 }
 
 func firstLine(s string) string {

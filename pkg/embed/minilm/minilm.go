@@ -88,8 +88,9 @@ func Paths(opt Options) (lib, dir string) {
 	return lib, dir
 }
 
-// toolsDir is $SKEIN_TOOLS_DIR, or .tools beside the go.work found walking up from the working
-// directory (tests run inside the repository).
+// toolsDir is $SKEIN_TOOLS_DIR; or .tools beside the go.work found walking up from the working
+// directory (tests run inside the repository); or .tools in the folder above the running binary
+// (`make build` puts binaries in bin/, so a user can run bin/skein from any folder).
 func toolsDir() string {
 	if d := os.Getenv("SKEIN_TOOLS_DIR"); d != "" {
 		return d
@@ -97,18 +98,25 @@ func toolsDir() string {
 	if r := os.Getenv("SKEIN_REPO_ROOT"); r != "" {
 		return filepath.Join(r, ".tools")
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return filepath.Join(d, ".tools")
-		}
-		if filepath.Dir(d) == d {
-			return ""
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+				return filepath.Join(d, ".tools")
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
 		}
 	}
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			d := filepath.Join(filepath.Dir(filepath.Dir(exe)), ".tools")
+			if st, err := os.Stat(d); err == nil && st.IsDir() {
+				return d
+			}
+		}
+	}
+	return ""
 }
 
 var (
@@ -157,7 +165,7 @@ func notInstalled(what, path string) error {
 func Open(opt Options) (*Embedder, error) {
 	lib, dir := Paths(opt)
 	if lib == "" || dir == "" {
-		return nil, notInstalled("the tools directory", "(no SKEIN_TOOLS_DIR and no go.work above the working directory)")
+		return nil, notInstalled("the tools directory", "(no SKEIN_TOOLS_DIR, no go.work above the working directory, no .tools beside the binary's folder)")
 	}
 	if _, err := os.Stat(lib); err != nil {
 		return nil, notInstalled("ONNX Runtime library", lib)

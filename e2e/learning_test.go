@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+
+	"github.com/skein-mesh/skein/memoryd"
+)
+
+// TestLearningLoopAcrossProcesses is the loop end to end with every role its own process: the
+// scaffolded hello tool fails the same way in three sessions; the miner turns the failure into
+// one guideline that memoryd promotes to strategic; in the fourth session that guideline is in
+// the system prompt, the scripted model (whose rule is conditioned on it) calls the tool right
+// first time, and the session ends success.
+func TestLearningLoopAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	requireEmbedder(t)
+	project := t.TempDir()
+	out, err := exec.Command(filepath.Join(binaries(t), "skein"), "init", project).CombinedOutput()
+	if err != nil {
+		t.Fatalf("skein init: %v\n%s", err, out)
+	}
+	cfg := filepath.Join(project, "agent.offline.yaml")
+	url := natsServer(t)
+	c := connect(t, url)
+	env := []string{"SKEIN_HOME=" + filepath.Join(project, ".skein")}
+	args := []string{"--nats", url, "--config", cfg}
+	for _, role := range []string{"toolhost", "executor", "memoryd", "miner", "planner", "gateway"} {
+		start(t, env, role, role, args...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	for i := 1; i <= 3; i++ {
+		evs := runAndWaitMined(ctx, t, c, fmt.Sprintf("learn-%d", i))
+		if got := outcomeOf(evs); got != protocol.OutcomeSuccessWithRecovery {
+			t.Fatalf("session %d ended %s, want success_with_recovery (the tool fails first)", i, got)
+		}
+	}
+
+	entries := listMemory(ctx, t, c)
+	var avoid []memory.Entry
+	for _, e := range entries {
+		if e.Polarity == protocol.PolarityAvoid {
+			avoid = append(avoid, e)
+		}
+	}
+	if len(avoid) != 1 {
+		t.Fatalf("want exactly one failure guideline after three sessions, got %d: %+v", len(avoid), entries)
+	}
+	g := avoid[0]
+	if g.Tier != protocol.TierStrategic || len(g.Sessions) != 3 || !strings.Contains(g.Text, "two-letter language code") {
+		t.Fatalf("guideline = tier %s, %d sessions, %q; want strategic, 3, mentioning the two-letter code", g.Tier, len(g.Sessions), g.Text)
+	}
+
+	// What a user sees: inspect-memory against the running mesh.
+	insp, err := exec.Command(filepath.Join(binaries(t), "skein"), "inspect-memory", "--nats", url, "--config", cfg, "greet Ada").CombinedOutput()
+	if err != nil || !strings.Contains(string(insp), "strategic") || !strings.Contains(string(insp), g.ID[:8]) {
+		t.Fatalf("skein inspect-memory did not show the strategic guideline %s: %v\n%s", g.ID, err, insp)
+	}
+
+	evs := runAndWaitMined(ctx, t, c, "learn-4")
+	if got := outcomeOf(evs); got != protocol.OutcomeSuccess {
+		t.Fatalf("fourth session ended %s, want success", got)
+	}
+	used := false
+	for _, ev := range evs {
+		switch ev.Type {
+		case protocol.EvRetrieval:
+			for _, r := range ev.Guidelines {
+				used = used || (r.ID == g.ID && r.Tier == protocol.TierStrategic)
+			}
+		case protocol.EvToolCall:
+			if ev.Result == nil || !ev.Result.OK {
+				t.Fatalf("fourth session still failed a tool call: %+v", ev.Result)
+			}
+		}
+	}
+	if !used {
+		t.Fatalf("the fourth session's retrieval did not inject strategic guideline %s", g.ID)
+	}
+}
+
+// runAndWaitMined submits the demo task and follows its trace until the miner's usage event.
+func runAndWaitMined(ctx context.Context, t *testing.T, c *bus.Conn, session string) []protocol.Event {
+	t.Helper()
+	if _, err := submit(ctx, c, "Greet Ada", session); err != nil {
+		t.Fatal(err)
+	}
+	var evs []protocol.Event
+	err := trace.Follow(ctx, c.JS, protocol.NewNames(""), session, func(ev protocol.Event) bool {
+		evs = append(evs, ev)
+		return !(ev.Type == protocol.EvUsage && ev.Role == protocol.RoleMiner)
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", session, err)
+	}
+	return evs
+}
+
+func outcomeOf(evs []protocol.Event) protocol.Outcome {
+	for _, ev := range evs {
+		if ev.Type.Terminal() {
+			return ev.Outcome
+		}
+	}
+	return ""
+}
+
+func listMemory(ctx context.Context, t *testing.T, c *bus.Conn) []memory.Entry {
+	t.Helper()
+	var rep memoryd.ListReply
+	if err := bus.Request(ctx, c.NC, protocol.NewNames("").Memory(protocol.MemList), &memoryd.ListRequest{Limit: 100}, &rep, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Error != "" {
+		t.Fatal(rep.Error)
+	}
+	return rep.Entries
+}
+
+// requireEmbedder skips (or fails in CI) when `make setup` has not installed the MiniLM model.
+func requireEmbedder(t *testing.T) {
+	t.Helper()
+	dir := os.Getenv("SKEIN_TOOLS_DIR")
+	if dir == "" {
+		dir = filepath.Join(repoRoot(t), ".tools")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "memory", "minilm")); err != nil {
+		if os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" {
+			t.Fatalf("the MiniLM embedder is not installed under %s: run make setup", dir)
+		}
+		t.Skip("the MiniLM embedder is not installed: run make setup")
+	}
+}
