@@ -47,11 +47,13 @@ const (
 )
 
 const (
-	maxTools    = 64
-	maxToolLen  = 128
-	maxPayload  = 65535
-	queryWindow = 16384 // Milvus' largest offset+limit for one query
+	maxTools   = 64
+	maxToolLen = 128
+	maxPayload = 65535
 )
+
+// queryWindow is Milvus' largest offset+limit for one query; a variable so a test can shrink it.
+var queryWindow = 16384
 
 var outputFields = []string{fID, fAgent, fPolarity, fStatus, fTools, fRevision, fPayload, fVector}
 
@@ -371,16 +373,21 @@ func decodeRows(rs client.ResultSet, tier protocol.Tier) ([]memory.Entry, error)
 func (s *Store) query(ctx context.Context, t protocol.Tier, ex, idPrefix string) ([]memory.Entry, error) {
 	full := ex
 	if idPrefix != "" {
-		full = "(" + ex + `) && ` + fID + ` like ` + quote(idPrefix+"%")
+		// A range, not LIKE: '_' is a LIKE wildcard and a legal id character. Every id character
+		// sorts below '~', so the ids starting with p are exactly p <= id < p+"~".
+		full = "(" + ex + `) && ` + fID + ` >= ` + quote(idPrefix) + ` && ` + fID + ` < ` + quote(idPrefix+"~")
 	}
 	rs, err := s.c.Query(ctx, s.coll(t), nil, full, outputFields,
-		client.WithSearchQueryConsistencyLevel(entity.ClStrong), client.WithLimit(queryWindow))
+		client.WithSearchQueryConsistencyLevel(entity.ClStrong), client.WithLimit(int64(queryWindow)))
 	if err != nil {
 		return nil, fmt.Errorf("milvus: query %s: %w", s.coll(t), err)
 	}
 	es, err := decodeRows(rs, t)
 	if err != nil || len(es) < queryWindow {
 		return es, err
+	}
+	if len(idPrefix) >= 8 {
+		return nil, fmt.Errorf("milvus: query %s: more than %d entries share the id prefix %q", s.coll(t), queryWindow, idPrefix)
 	}
 	var all []memory.Entry
 	for _, c := range idAlphabet {

@@ -74,3 +74,40 @@ func TestMigrate(t *testing.T) {
 		}
 	})
 }
+
+// TestListBeyondOneQueryWindow: List splits by id prefix when a query fills Milvus' result window.
+func TestListBeyondOneQueryWindow(t *testing.T) {
+	srv := milvustest.Start(t)
+	s, err := open(t, srv, prefix(), "bench", 16, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := storetest.RandomEntries(200, 16, 5)
+	// Ids with characters that are wildcards in LIKE, and 40 under one prefix to force a second split.
+	for i, id := range []string{"k_1", "k-2", "K=3", "__", "_"} {
+		es[i].ID = id
+	}
+	for i := range 40 {
+		es[10+i].ID = fmt.Sprintf("ab_%02d", i)
+	}
+	if err := s.PutBatch(context.Background(), es); err != nil {
+		t.Fatal(err)
+	}
+	defer milvusstore.SetQueryWindow(30)() // 200 entries: one split into 64 id prefixes
+	got, err := s.List(context.Background(), memory.Filter{Status: memory.StatusAny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(es) {
+		t.Fatalf("listed %d of %d entries", len(got), len(es))
+	}
+	seen := map[string]bool{}
+	for _, e := range got {
+		seen[e.ID] = true
+	}
+	for _, e := range es {
+		if !seen[e.ID] {
+			t.Fatalf("entry %s missing", e.ID)
+		}
+	}
+}
