@@ -136,10 +136,7 @@ func newRunCmd() *cobra.Command {
 			}
 			if mesh != nil {
 				// Let the trace mirror write the last lines before the embedded mesh stops.
-				select {
-				case <-mesh.mirror.Done(rep.SessionID):
-				case <-time.After(5 * time.Second):
-				}
+				waitMirrored(ctx, mesh, names, rep.SessionID, 5*time.Second)
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
