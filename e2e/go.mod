@@ -9,11 +9,8 @@ require (
 	github.com/nats-io/nats.go v1.55.0 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
-	github.com/skein-mesh/skein/memoryd v0.0.0
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
 
 replace github.com/skein-mesh/skein/pkg => ../pkg
-
-replace github.com/skein-mesh/skein/memoryd => ../memoryd

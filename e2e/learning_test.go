@@ -14,8 +14,6 @@ import (
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
-
-	"github.com/skein-mesh/skein/memoryd"
 )
 
 // TestLearningLoopAcrossProcesses is the loop end to end with every role its own process: the
@@ -122,8 +120,8 @@ func outcomeOf(evs []protocol.Event) protocol.Outcome {
 
 func listMemory(ctx context.Context, t *testing.T, c *bus.Conn) []memory.Entry {
 	t.Helper()
-	var rep memoryd.ListReply
-	if err := bus.Request(ctx, c.NC, protocol.NewNames("").Memory(protocol.MemList), &memoryd.ListRequest{Limit: 100}, &rep, 10*time.Second); err != nil {
+	var rep protocol.MemoryListReply
+	if err := bus.Request(ctx, c.NC, protocol.NewNames("").Memory(protocol.MemList), &protocol.MemoryListRequest{Limit: 100}, &rep, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if rep.Error != "" {

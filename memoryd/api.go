@@ -9,153 +9,8 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/memory"
-	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
-
-// Wire types of the operations pkg/protocol does not define (inspect, list, get, import, evict,
-// migrate, health, embed). They are schema-versioned like every protocol message.
-
-// InspectRequest asks for counts per tier and the entries nearest a query.
-type InspectRequest struct {
-	protocol.Header
-	Agent string        `msgpack:"agent,omitempty" json:"agent,omitempty"`
-	Query string        `msgpack:"query,omitempty" json:"query,omitempty"`
-	TopK  int           `msgpack:"top_k,omitempty" json:"top_k,omitempty"`
-	Tier  protocol.Tier `msgpack:"tier,omitempty" json:"tier,omitempty"`
-}
-
-// Count is the number of entries of one agent in one tier and status.
-type Count struct {
-	Agent  string        `msgpack:"agent" json:"agent"`
-	Tier   protocol.Tier `msgpack:"tier" json:"tier"`
-	Status memory.Status `msgpack:"status" json:"status"`
-	N      int           `msgpack:"n" json:"n"`
-}
-
-// Scored is an entry with its similarity to a query (embedding stripped).
-type Scored struct {
-	Entry memory.Entry `msgpack:"entry" json:"entry"`
-	Score float64      `msgpack:"score" json:"score"`
-}
-
-// InspectReply answers InspectRequest.
-type InspectReply struct {
-	protocol.Header
-	Counts []Count   `msgpack:"counts" json:"counts"`
-	Hits   []Scored  `msgpack:"hits,omitempty" json:"hits,omitempty"`
-	Model  string    `msgpack:"model" json:"model"`
-	Error  string    `msgpack:"error,omitempty" json:"error,omitempty"`
-	At     time.Time `msgpack:"at" json:"at"`
-}
-
-// ListRequest pages through entries (status "" means active, "*" every status).
-type ListRequest struct {
-	protocol.Header
-	Agent  string        `msgpack:"agent,omitempty" json:"agent,omitempty"`
-	Tier   protocol.Tier `msgpack:"tier,omitempty" json:"tier,omitempty"`
-	Status memory.Status `msgpack:"status,omitempty" json:"status,omitempty"`
-	Offset int           `msgpack:"offset,omitempty" json:"offset,omitempty"`
-	Limit  int           `msgpack:"limit,omitempty" json:"limit,omitempty"`
-}
-
-// ListReply is one page, ordered by agent, tier (strategic first) and id; embeddings stripped.
-type ListReply struct {
-	protocol.Header
-	Entries []memory.Entry `msgpack:"entries" json:"entries"`
-	Total   int            `msgpack:"total" json:"total"`
-	Error   string         `msgpack:"error,omitempty" json:"error,omitempty"`
-}
-
-// GetRequest asks for one entry.
-type GetRequest struct {
-	protocol.Header
-	ID string `msgpack:"id" json:"id"`
-}
-
-// GetReply carries the entry (embedding stripped), or Error.
-type GetReply struct {
-	protocol.Header
-	Entry *memory.Entry `msgpack:"entry,omitempty" json:"entry,omitempty"`
-	Error string        `msgpack:"error,omitempty" json:"error,omitempty"`
-}
-
-// ImportRequest writes entries (from `skein memory export`, or hand-written). Each is re-embedded
-// with memoryd's model. An existing id is skipped unless Replace.
-type ImportRequest struct {
-	protocol.Header
-	Entries []memory.Entry `msgpack:"entries" json:"entries"`
-	Replace bool           `msgpack:"replace,omitempty" json:"replace,omitempty"`
-}
-
-// ImportReply counts what happened.
-type ImportReply struct {
-	protocol.Header
-	Imported int      `msgpack:"imported" json:"imported"`
-	Skipped  int      `msgpack:"skipped" json:"skipped"`
-	Problems []string `msgpack:"problems,omitempty" json:"problems,omitempty"`
-	Error    string   `msgpack:"error,omitempty" json:"error,omitempty"`
-}
-
-// EvictRequest runs the capacity policy now (agent "" = every agent).
-type EvictRequest struct {
-	protocol.Header
-	Agent  string `msgpack:"agent,omitempty" json:"agent,omitempty"`
-	DryRun bool   `msgpack:"dry_run,omitempty" json:"dry_run,omitempty"`
-}
-
-// EvictReply lists the entries removed, or that would be.
-type EvictReply struct {
-	protocol.Header
-	Evicted  []ingest.Eviction `msgpack:"evicted" json:"evicted"`
-	DryRun   bool              `msgpack:"dry_run" json:"dry_run"`
-	Capacity int               `msgpack:"capacity" json:"capacity"`
-	Error    string            `msgpack:"error,omitempty" json:"error,omitempty"`
-}
-
-// MigrateRequest re-embeds every entry with memoryd's current model.
-type MigrateRequest struct {
-	protocol.Header
-}
-
-// MigrateReply reports the migration.
-type MigrateReply struct {
-	protocol.Header
-	Reembedded int    `msgpack:"reembedded" json:"reembedded"`
-	From       string `msgpack:"from" json:"from"`
-	Model      string `msgpack:"model" json:"model"`
-	Error      string `msgpack:"error,omitempty" json:"error,omitempty"`
-}
-
-// HealthRequest asks whether memoryd is serving.
-type HealthRequest struct {
-	protocol.Header
-}
-
-// HealthReply describes the store and model. OK is false while a migration is needed.
-type HealthReply struct {
-	protocol.Header
-	OK      bool   `msgpack:"ok" json:"ok"`
-	Store   string `msgpack:"store" json:"store"`
-	Model   string `msgpack:"model" json:"model"`
-	Dim     int    `msgpack:"dim" json:"dim"`
-	Entries int    `msgpack:"entries" json:"entries"`
-	Error   string `msgpack:"error,omitempty" json:"error,omitempty"`
-}
-
-// EmbedRequest asks for vectors of texts with memoryd's model.
-type EmbedRequest struct {
-	protocol.Header
-	Texts []string `msgpack:"texts" json:"texts"`
-}
-
-// EmbedReply carries one vector per text.
-type EmbedReply struct {
-	protocol.Header
-	Vectors [][]float32 `msgpack:"vectors" json:"vectors"`
-	Model   string      `msgpack:"model" json:"model"`
-	Error   string      `msgpack:"error,omitempty" json:"error,omitempty"`
-}
 
 // Client calls memoryd over NATS; the CLI, the miner and tests use it.
 type Client struct {
@@ -204,16 +59,16 @@ func (c Client) Feedback(ctx context.Context, req protocol.FeedbackRequest) erro
 	return replyErr(protocol.MemFeedback, rep.Error)
 }
 
-func (c Client) Inspect(ctx context.Context, req InspectRequest) (*InspectReply, error) {
-	var rep InspectReply
+func (c Client) Inspect(ctx context.Context, req protocol.MemoryInspectRequest) (*protocol.MemoryInspectReply, error) {
+	var rep protocol.MemoryInspectReply
 	if err := c.call(ctx, protocol.MemInspect, &req, &rep); err != nil {
 		return nil, err
 	}
 	return &rep, replyErr(protocol.MemInspect, rep.Error)
 }
 
-func (c Client) List(ctx context.Context, req ListRequest) (*ListReply, error) {
-	var rep ListReply
+func (c Client) List(ctx context.Context, req protocol.MemoryListRequest) (*protocol.MemoryListReply, error) {
+	var rep protocol.MemoryListReply
 	if err := c.call(ctx, protocol.MemList, &req, &rep); err != nil {
 		return nil, err
 	}
@@ -221,7 +76,7 @@ func (c Client) List(ctx context.Context, req ListRequest) (*ListReply, error) {
 }
 
 // ListAll pages through every entry that passes the request's filter.
-func (c Client) ListAll(ctx context.Context, req ListRequest) ([]memory.Entry, error) {
+func (c Client) ListAll(ctx context.Context, req protocol.MemoryListRequest) ([]memory.Entry, error) {
 	req.Limit = 200
 	var out []memory.Entry
 	for {
@@ -238,48 +93,48 @@ func (c Client) ListAll(ctx context.Context, req ListRequest) ([]memory.Entry, e
 }
 
 func (c Client) Get(ctx context.Context, id string) (*memory.Entry, error) {
-	var rep GetReply
-	if err := c.call(ctx, protocol.MemGet, &GetRequest{ID: id}, &rep); err != nil {
+	var rep protocol.MemoryGetReply
+	if err := c.call(ctx, protocol.MemGet, &protocol.MemoryGetRequest{ID: id}, &rep); err != nil {
 		return nil, err
 	}
 	return rep.Entry, replyErr(protocol.MemGet, rep.Error)
 }
 
-func (c Client) Import(ctx context.Context, req ImportRequest) (*ImportReply, error) {
-	var rep ImportReply
+func (c Client) Import(ctx context.Context, req protocol.MemoryImportRequest) (*protocol.MemoryImportReply, error) {
+	var rep protocol.MemoryImportReply
 	if err := c.call(ctx, protocol.MemImport, &req, &rep); err != nil {
 		return nil, err
 	}
 	return &rep, replyErr(protocol.MemImport, rep.Error)
 }
 
-func (c Client) Evict(ctx context.Context, req EvictRequest) (*EvictReply, error) {
-	var rep EvictReply
+func (c Client) Evict(ctx context.Context, req protocol.MemoryEvictRequest) (*protocol.MemoryEvictReply, error) {
+	var rep protocol.MemoryEvictReply
 	if err := c.call(ctx, protocol.MemEvict, &req, &rep); err != nil {
 		return nil, err
 	}
 	return &rep, replyErr(protocol.MemEvict, rep.Error)
 }
 
-func (c Client) Migrate(ctx context.Context) (*MigrateReply, error) {
-	var rep MigrateReply
-	if err := c.call(ctx, protocol.MemMigrate, &MigrateRequest{}, &rep); err != nil {
+func (c Client) Migrate(ctx context.Context) (*protocol.MemoryMigrateReply, error) {
+	var rep protocol.MemoryMigrateReply
+	if err := c.call(ctx, protocol.MemMigrate, &protocol.MemoryMigrateRequest{}, &rep); err != nil {
 		return nil, err
 	}
 	return &rep, replyErr(protocol.MemMigrate, rep.Error)
 }
 
-func (c Client) Health(ctx context.Context) (*HealthReply, error) {
-	var rep HealthReply
-	if err := c.call(ctx, protocol.MemHealth, &HealthRequest{}, &rep); err != nil {
+func (c Client) Health(ctx context.Context) (*protocol.MemoryHealthReply, error) {
+	var rep protocol.MemoryHealthReply
+	if err := c.call(ctx, protocol.MemHealth, &protocol.MemoryHealthRequest{}, &rep); err != nil {
 		return nil, err
 	}
 	return &rep, nil
 }
 
 func (c Client) Embed(ctx context.Context, texts []string) ([][]float32, error) {
-	var rep EmbedReply
-	if err := c.call(ctx, protocol.MemEmbed, &EmbedRequest{Texts: texts}, &rep); err != nil {
+	var rep protocol.MemoryEmbedReply
+	if err := c.call(ctx, protocol.MemEmbed, &protocol.MemoryEmbedRequest{Texts: texts}, &rep); err != nil {
 		return nil, err
 	}
 	return rep.Vectors, replyErr(protocol.MemEmbed, rep.Error)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skein-mesh/skein/memoryd"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
 	"github.com/skein-mesh/skein/pkg/memory"
@@ -33,7 +32,7 @@ func BenchmarkRetrieveOverBus(b *testing.B) {
 			Text: fmt.Sprintf("Guideline %d: check the arguments of %s before calling it, case %d", i, tools[i%len(tools)], i*7), Tools: []string{tools[i%len(tools)]}})
 	}
 	for i := 0; i < len(es); i += 100 {
-		if _, err := c.Import(ctx, memoryd.ImportRequest{Entries: es[i : i+100]}); err != nil {
+		if _, err := c.Import(ctx, protocol.MemoryImportRequest{Entries: es[i : i+100]}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -259,19 +259,19 @@ func strip(e memory.Entry) memory.Entry {
 }
 
 func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, error) {
-	var req InspectRequest
+	var req protocol.MemoryInspectRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
-	rep := &InspectReply{Model: s.emb.Model(), At: time.Now().UTC(), Counts: []Count{}}
+	rep := &protocol.MemoryInspectReply{Model: s.emb.Model(), At: time.Now().UTC(), Counts: []protocol.MemoryCount{}}
 	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Status: memory.StatusAny})
 	if err != nil {
 		rep.Error = err.Error()
 		return rep, nil
 	}
-	counts := map[Count]int{}
+	counts := map[protocol.MemoryCount]int{}
 	for _, e := range all {
-		counts[Count{Agent: e.Agent, Tier: e.Tier, Status: e.Status}]++
+		counts[protocol.MemoryCount{Agent: e.Agent, Tier: e.Tier, Status: e.Status}]++
 	}
 	for c, n := range counts {
 		c.N = n
@@ -309,7 +309,7 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 			return sel[i].ID < sel[j].ID
 		})
 		for _, e := range sel[:min(k, len(sel))] {
-			rep.Hits = append(rep.Hits, Scored{Entry: strip(e)})
+			rep.Hits = append(rep.Hits, protocol.MemoryScored{Entry: strip(e)})
 		}
 		return rep, nil
 	}
@@ -328,19 +328,19 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 		return rep, nil
 	}
 	for _, h := range hits {
-		rep.Hits = append(rep.Hits, Scored{Entry: strip(h.Entry), Score: h.Score})
+		rep.Hits = append(rep.Hits, protocol.MemoryScored{Entry: strip(h.Entry), Score: h.Score})
 	}
 	return rep, nil
 }
 
 func (s *server) list(ctx context.Context, data []byte) (protocol.Message, error) {
-	var req ListRequest
+	var req protocol.MemoryListRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Tier: req.Tier, Status: req.Status})
 	if err != nil {
-		return &ListReply{Error: err.Error()}, nil
+		return &protocol.MemoryListReply{Error: err.Error()}, nil
 	}
 	sort.Slice(all, func(i, j int) bool {
 		a, b := all[i], all[j]
@@ -358,7 +358,7 @@ func (s *server) list(ctx context.Context, data []byte) (protocol.Message, error
 	}
 	off := min(max(req.Offset, 0), len(all))
 	page := all[off:min(off+limit, len(all))]
-	rep := &ListReply{Total: len(all), Entries: make([]memory.Entry, 0, len(page))}
+	rep := &protocol.MemoryListReply{Total: len(all), Entries: make([]memory.Entry, 0, len(page))}
 	for _, e := range page {
 		rep.Entries = append(rep.Entries, strip(e))
 	}
@@ -366,27 +366,27 @@ func (s *server) list(ctx context.Context, data []byte) (protocol.Message, error
 }
 
 func (s *server) get(ctx context.Context, data []byte) (protocol.Message, error) {
-	var req GetRequest
+	var req protocol.MemoryGetRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	e, err := s.store.Get(ctx, req.ID)
 	if err != nil {
-		return &GetReply{Error: err.Error()}, nil
+		return &protocol.MemoryGetReply{Error: err.Error()}, nil
 	}
 	e = strip(e)
-	return &GetReply{Entry: &e}, nil
+	return &protocol.MemoryGetReply{Entry: &e}, nil
 }
 
 func (s *server) importEntries(ctx context.Context, data []byte) (protocol.Message, error) {
-	var req ImportRequest
+	var req protocol.MemoryImportRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	if e := s.staleErr(); e != "" {
-		return &ImportReply{Error: e}, nil
+		return &protocol.MemoryImportReply{Error: e}, nil
 	}
-	rep := &ImportReply{}
+	rep := &protocol.MemoryImportReply{}
 	for i, e := range req.Entries {
 		ok, err := s.importOne(ctx, e, req.Replace)
 		switch {
@@ -457,12 +457,12 @@ func (s *server) importOne(ctx context.Context, e memory.Entry, replace bool) (b
 }
 
 func (s *server) evict(ctx context.Context, data []byte) (protocol.Message, error) {
-	var req EvictRequest
+	var req protocol.MemoryEvictRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	ev, err := s.eng.Evict(ctx, req.Agent, req.DryRun)
-	rep := &EvictReply{Evicted: ev, DryRun: req.DryRun, Capacity: s.eng.Options().Capacity}
+	rep := &protocol.MemoryEvictReply{Evicted: ev, DryRun: req.DryRun, Capacity: s.eng.Options().Capacity}
 	if rep.Evicted == nil {
 		rep.Evicted = []ingest.Eviction{}
 	}
@@ -475,7 +475,7 @@ func (s *server) evict(ctx context.Context, data []byte) (protocol.Message, erro
 func (s *server) migrate(ctx context.Context, _ []byte) (protocol.Message, error) {
 	from := s.store.Model()
 	n, err := memory.Migrate(ctx, s.store, s.emb)
-	rep := &MigrateReply{Reembedded: n, From: from, Model: s.emb.Model()}
+	rep := &protocol.MemoryMigrateReply{Reembedded: n, From: from, Model: s.emb.Model()}
 	if err != nil {
 		rep.Error = err.Error()
 		return rep, nil
@@ -488,7 +488,7 @@ func (s *server) migrate(ctx context.Context, _ []byte) (protocol.Message, error
 }
 
 func (s *server) health(ctx context.Context, _ []byte) (protocol.Message, error) {
-	rep := &HealthReply{OK: true, Store: storeKind(s.d.Config.Memory), Model: s.emb.Model(), Dim: s.emb.Dim()}
+	rep := &protocol.MemoryHealthReply{OK: true, Store: storeKind(s.d.Config.Memory), Model: s.emb.Model(), Dim: s.emb.Dim()}
 	if e := s.staleErr(); e != "" {
 		rep.OK, rep.Error = false, e
 	}
@@ -503,15 +503,15 @@ func (s *server) health(ctx context.Context, _ []byte) (protocol.Message, error)
 }
 
 func (s *server) embed(ctx context.Context, data []byte) (protocol.Message, error) {
-	var req EmbedRequest
+	var req protocol.MemoryEmbedRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	vecs, err := s.emb.Embed(ctx, req.Texts)
 	if err != nil {
-		return &EmbedReply{Model: s.emb.Model(), Error: err.Error()}, nil
+		return &protocol.MemoryEmbedReply{Model: s.emb.Model(), Error: err.Error()}, nil
 	}
-	return &EmbedReply{Vectors: vecs, Model: s.emb.Model()}, nil
+	return &protocol.MemoryEmbedReply{Vectors: vecs, Model: s.emb.Model()}, nil
 }
 
 // evictLoop applies the capacity policy every memory.evict_every until ctx ends. Replicas may

@@ -91,7 +91,7 @@ func TestEndpointsOverTheBus(t *testing.T) {
 	}
 	id := last[0].EntryID
 
-	ins, err := c.Inspect(ctx, memoryd.InspectRequest{Agent: "demo", Query: "read the csv file", TopK: 3})
+	ins, err := c.Inspect(ctx, protocol.MemoryInspectRequest{Agent: "demo", Query: "read the csv file", TopK: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,12 +118,12 @@ func TestEndpointsOverTheBus(t *testing.T) {
 		t.Fatal("get of a missing id did not fail")
 	}
 
-	list, err := c.ListAll(ctx, memoryd.ListRequest{Status: memory.StatusAny})
+	list, err := c.ListAll(ctx, protocol.MemoryListRequest{Status: memory.StatusAny})
 	if err != nil || len(list) != 1 {
 		t.Fatalf("list: %d %v", len(list), err)
 	}
 
-	ev, err := c.Evict(ctx, memoryd.EvictRequest{DryRun: true})
+	ev, err := c.Evict(ctx, protocol.MemoryEvictRequest{DryRun: true})
 	if err != nil || len(ev.Evicted) != 0 || !ev.DryRun {
 		t.Fatalf("evict: %+v %v", ev, err)
 	}
@@ -143,20 +143,20 @@ func TestImportExportRoundTrip(t *testing.T) {
 		{Agent: "demo", Text: "Never retry fetch_url on a 404.", Polarity: protocol.PolarityAvoid},
 		{Agent: "bad agent", Text: "x", Polarity: protocol.PolarityAvoid},
 	}
-	rep, err := c.Import(ctx, memoryd.ImportRequest{Entries: in})
+	rep, err := c.Import(ctx, protocol.MemoryImportRequest{Entries: in})
 	if err != nil || rep.Imported != 2 || rep.Skipped != 1 || len(rep.Problems) != 1 {
 		t.Fatalf("import: %+v %v", rep, err)
 	}
-	out, err := c.ListAll(ctx, memoryd.ListRequest{Agent: "demo"})
+	out, err := c.ListAll(ctx, protocol.MemoryListRequest{Agent: "demo"})
 	if err != nil || len(out) != 2 || out[0].Tier != protocol.TierStrategic || out[0].Model != (embedtest.Hash{}).Model() {
 		t.Fatalf("export: %+v %v", out, err)
 	}
 	// Importing the export again changes nothing; with replace it rewrites.
-	rep, err = c.Import(ctx, memoryd.ImportRequest{Entries: out})
+	rep, err = c.Import(ctx, protocol.MemoryImportRequest{Entries: out})
 	if err != nil || rep.Imported != 0 || rep.Skipped != 2 {
 		t.Fatalf("re-import: %+v %v", rep, err)
 	}
-	rep, err = c.Import(ctx, memoryd.ImportRequest{Entries: out, Replace: true})
+	rep, err = c.Import(ctx, protocol.MemoryImportRequest{Entries: out, Replace: true})
 	if err != nil || rep.Imported != 2 {
 		t.Fatalf("replace: %+v %v", rep, err)
 	}

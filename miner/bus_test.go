@@ -83,7 +83,7 @@ func (e *env) entries(t *testing.T) []memory.Entry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	es, err := e.mem.ListAll(ctx, memoryd.ListRequest{Status: memory.StatusAny})
+	es, err := e.mem.ListAll(ctx, protocol.MemoryListRequest{Status: memory.StatusAny})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,19 +8,18 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
-	"time"
 	"unicode"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-// Status of an entry.
-type Status string
+// Status of an entry (the type lives in protocol, where every wire type is defined).
+type Status = protocol.MemoryStatus
 
 const (
-	StatusActive     Status = "active"
-	StatusSuperseded Status = "superseded"
-	StatusRetired    Status = "retired"
+	StatusActive     = protocol.MemoryActive
+	StatusSuperseded = protocol.MemorySuperseded
+	StatusRetired    = protocol.MemoryRetired
 )
 
 // Source of an entry.
@@ -31,29 +30,7 @@ const (
 )
 
 // Entry is one guideline.
-type Entry struct {
-	ID           string            `msgpack:"id" json:"id"`
-	Agent        string            `msgpack:"agent" json:"agent"`
-	Text         string            `msgpack:"text" json:"text"`
-	Polarity     protocol.Polarity `msgpack:"polarity" json:"polarity"`
-	Tier         protocol.Tier     `msgpack:"tier" json:"tier"`
-	Tools        []string          `msgpack:"tools,omitempty" json:"tools,omitempty"`
-	Sessions     []string          `msgpack:"sessions" json:"sessions"` // distinct sessions
-	Hits         int               `msgpack:"hits" json:"hits"`
-	Helpful      int               `msgpack:"helpful" json:"helpful"`
-	Harmful      int               `msgpack:"harmful" json:"harmful"`
-	Model        string            `msgpack:"model" json:"model"` // embedding model id
-	Embedding    []float32         `msgpack:"embedding,omitempty" json:"embedding,omitempty"`
-	Source       string            `msgpack:"source" json:"source"`
-	Status       Status            `msgpack:"status" json:"status"`
-	SupersededBy string            `msgpack:"superseded_by,omitempty" json:"superseded_by,omitempty"`
-	// Mined records (session, candidate key) pairs already counted, so re-mining is idempotent.
-	Mined    []string  `msgpack:"mined,omitempty" json:"mined,omitempty"`
-	Created  time.Time `msgpack:"created" json:"created"`
-	Updated  time.Time `msgpack:"updated" json:"updated"`
-	LastUsed time.Time `msgpack:"last_used,omitempty" json:"last_used,omitempty"`
-	Revision uint64    `msgpack:"-" json:"-"` // store revision for compare-and-set
-}
+type Entry = protocol.MemoryEntry
 
 // Normalize folds text for id hashing: lower case, single spaces, no trailing punctuation.
 func Normalize(text string) string {

@@ -62,7 +62,7 @@ func newInspectMemoryCmd() *cobra.Command {
 				return &exitError{code: 2, msg: fmt.Sprintf("skein: --tier must be tactical or strategic, got %q", tier)}
 			}
 			return withMesh(cmd, func(env meshEnv) error {
-				req := memoryd.InspectRequest{Agent: agent, TopK: topK, Tier: protocol.Tier(tier)}
+				req := protocol.MemoryInspectRequest{Agent: agent, TopK: topK, Tier: protocol.Tier(tier)}
 				if len(args) == 1 {
 					req.Query = args[0]
 				}
@@ -89,7 +89,7 @@ func newInspectMemoryCmd() *cobra.Command {
 	return cmd
 }
 
-func printInspect(w io.Writer, req memoryd.InspectRequest, rep *memoryd.InspectReply) {
+func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.MemoryInspectReply) {
 	fmt.Fprintf(w, "memory (embedding model %s)\n", rep.Model)
 	if len(rep.Counts) == 0 {
 		fmt.Fprintln(w, "  empty")
@@ -162,7 +162,7 @@ func newMemoryCmd() *cobra.Command {
 		Use: "list", Short: "List guidelines (active ones unless --all)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withMesh(cmd, func(env meshEnv) error {
-				req := memoryd.ListRequest{Agent: agent, Tier: protocol.Tier(tier)}
+				req := protocol.MemoryListRequest{Agent: agent, Tier: protocol.Tier(tier)}
 				if all {
 					req.Status = memory.StatusAny
 				}
@@ -224,7 +224,7 @@ func newMemoryCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				es, err := c.ListAll(cmd.Context(), memoryd.ListRequest{Agent: exAgent, Status: memory.StatusAny})
+				es, err := c.ListAll(cmd.Context(), protocol.MemoryListRequest{Agent: exAgent, Status: memory.StatusAny})
 				if err != nil {
 					return err
 				}
@@ -273,7 +273,7 @@ func newMemoryCmd() *cobra.Command {
 				var problems []string
 				// Small batches keep each request under the NATS payload limit.
 				for i := 0; i < len(entries); i += 100 {
-					rep, err := c.Import(cmd.Context(), memoryd.ImportRequest{Entries: entries[i:min(i+100, len(entries))], Replace: replace})
+					rep, err := c.Import(cmd.Context(), protocol.MemoryImportRequest{Entries: entries[i:min(i+100, len(entries))], Replace: replace})
 					if err != nil {
 						return err
 					}
@@ -305,7 +305,7 @@ func newMemoryCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				rep, err := c.Evict(cmd.Context(), memoryd.EvictRequest{Agent: evAgent, DryRun: dryRun})
+				rep, err := c.Evict(cmd.Context(), protocol.MemoryEvictRequest{Agent: evAgent, DryRun: dryRun})
 				if err != nil {
 					return err
 				}

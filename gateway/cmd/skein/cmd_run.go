@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/skein-mesh/skein/memoryd"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -244,8 +243,8 @@ func (p *progress) done() {
 func memorydUp(ctx context.Context, conn *bus.Conn, names protocol.Names) bool {
 	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	var rep memoryd.HealthReply
-	return bus.Request(hctx, conn.NC, names.Memory(protocol.MemHealth), &memoryd.HealthRequest{}, &rep, time.Second) == nil && rep.OK
+	var rep protocol.MemoryHealthReply
+	return bus.Request(hctx, conn.NC, names.Memory(protocol.MemHealth), &protocol.MemoryHealthRequest{}, &rep, time.Second) == nil && rep.OK
 }
 
 // printLearned tells the user what this run taught the mesh.

@@ -11,19 +11,8 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-// Eviction is one entry removed (or, in a dry run, that would be).
-type Eviction struct {
-	ID      string            `msgpack:"id" json:"id"`
-	Agent   string            `msgpack:"agent" json:"agent"`
-	Tier    protocol.Tier     `msgpack:"tier" json:"tier"`
-	Status  memory.Status     `msgpack:"status" json:"status"`
-	Text    string            `msgpack:"text" json:"text"`
-	Helpful int               `msgpack:"helpful" json:"helpful"`
-	Harmful int               `msgpack:"harmful" json:"harmful"`
-	LastAt  time.Time         `msgpack:"last_at" json:"last_at"`
-	Reason  string            `msgpack:"reason" json:"reason"`
-	Pol     protocol.Polarity `msgpack:"polarity" json:"polarity"`
-}
+// Eviction is one entry the capacity policy removes (or would).
+type Eviction = protocol.MemoryEviction
 
 func lastAt(e memory.Entry) time.Time {
 	if e.LastUsed.After(e.Updated) {

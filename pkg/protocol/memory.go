@@ -1,0 +1,195 @@
+package protocol
+
+import "time"
+
+// The memory model's wire types: entries as memoryd stores and serves them, and the requests and
+// replies of the memoryd operations beyond retrieve, ingest and feedback.
+
+// MemoryStatus is the life-cycle state of a memory entry.
+type MemoryStatus string
+
+const (
+	MemoryActive     MemoryStatus = "active"
+	MemorySuperseded MemoryStatus = "superseded"
+	MemoryRetired    MemoryStatus = "retired"
+)
+
+// MemoryEntry is one guideline as stored and exchanged.
+type MemoryEntry struct {
+	ID           string       `msgpack:"id" json:"id"`
+	Agent        string       `msgpack:"agent" json:"agent"`
+	Text         string       `msgpack:"text" json:"text"`
+	Polarity     Polarity     `msgpack:"polarity" json:"polarity"`
+	Tier         Tier         `msgpack:"tier" json:"tier"`
+	Tools        []string     `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	Sessions     []string     `msgpack:"sessions" json:"sessions"` // distinct sessions
+	Hits         int          `msgpack:"hits" json:"hits"`
+	Helpful      int          `msgpack:"helpful" json:"helpful"`
+	Harmful      int          `msgpack:"harmful" json:"harmful"`
+	Model        string       `msgpack:"model" json:"model"` // embedding model id
+	Embedding    []float32    `msgpack:"embedding,omitempty" json:"embedding,omitempty"`
+	Source       string       `msgpack:"source" json:"source"`
+	Status       MemoryStatus `msgpack:"status" json:"status"`
+	SupersededBy string       `msgpack:"superseded_by,omitempty" json:"superseded_by,omitempty"`
+	// Mined records (session, candidate key) pairs already counted, so re-mining is idempotent.
+	Mined    []string  `msgpack:"mined,omitempty" json:"mined,omitempty"`
+	Created  time.Time `msgpack:"created" json:"created"`
+	Updated  time.Time `msgpack:"updated" json:"updated"`
+	LastUsed time.Time `msgpack:"last_used,omitempty" json:"last_used,omitempty"`
+	Revision uint64    `msgpack:"-" json:"-"` // store revision for compare-and-set
+}
+
+// MemoryEviction is one entry removed (or, in a dry run, that would be).
+type MemoryEviction struct {
+	ID      string       `msgpack:"id" json:"id"`
+	Agent   string       `msgpack:"agent" json:"agent"`
+	Tier    Tier         `msgpack:"tier" json:"tier"`
+	Status  MemoryStatus `msgpack:"status" json:"status"`
+	Text    string       `msgpack:"text" json:"text"`
+	Helpful int          `msgpack:"helpful" json:"helpful"`
+	Harmful int          `msgpack:"harmful" json:"harmful"`
+	LastAt  time.Time    `msgpack:"last_at" json:"last_at"`
+	Reason  string       `msgpack:"reason" json:"reason"`
+	Pol     Polarity     `msgpack:"polarity" json:"polarity"`
+}
+
+// MemoryInspectRequest asks for counts per tier and the entries nearest a query.
+type MemoryInspectRequest struct {
+	Header
+	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Query string `msgpack:"query,omitempty" json:"query,omitempty"`
+	TopK  int    `msgpack:"top_k,omitempty" json:"top_k,omitempty"`
+	Tier  Tier   `msgpack:"tier,omitempty" json:"tier,omitempty"`
+}
+
+// MemoryCount is the number of entries of one agent in one tier and status.
+type MemoryCount struct {
+	Agent  string       `msgpack:"agent" json:"agent"`
+	Tier   Tier         `msgpack:"tier" json:"tier"`
+	Status MemoryStatus `msgpack:"status" json:"status"`
+	N      int          `msgpack:"n" json:"n"`
+}
+
+// MemoryScored is an entry with its similarity to a query (embedding stripped).
+type MemoryScored struct {
+	Entry MemoryEntry `msgpack:"entry" json:"entry"`
+	Score float64     `msgpack:"score" json:"score"`
+}
+
+// MemoryInspectReply answers MemoryInspectRequest.
+type MemoryInspectReply struct {
+	Header
+	Counts []MemoryCount  `msgpack:"counts" json:"counts"`
+	Hits   []MemoryScored `msgpack:"hits,omitempty" json:"hits,omitempty"`
+	Model  string         `msgpack:"model" json:"model"`
+	Error  string         `msgpack:"error,omitempty" json:"error,omitempty"`
+	At     time.Time      `msgpack:"at" json:"at"`
+}
+
+// MemoryListRequest pages through entries (status "" means active, "*" every status).
+type MemoryListRequest struct {
+	Header
+	Agent  string       `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Tier   Tier         `msgpack:"tier,omitempty" json:"tier,omitempty"`
+	Status MemoryStatus `msgpack:"status,omitempty" json:"status,omitempty"`
+	Offset int          `msgpack:"offset,omitempty" json:"offset,omitempty"`
+	Limit  int          `msgpack:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// MemoryListReply is one page, ordered by agent, tier (strategic first) and id; embeddings stripped.
+type MemoryListReply struct {
+	Header
+	Entries []MemoryEntry `msgpack:"entries" json:"entries"`
+	Total   int           `msgpack:"total" json:"total"`
+	Error   string        `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// MemoryGetRequest asks for one entry.
+type MemoryGetRequest struct {
+	Header
+	ID string `msgpack:"id" json:"id"`
+}
+
+// MemoryGetReply carries the entry (embedding stripped), or Error.
+type MemoryGetReply struct {
+	Header
+	Entry *MemoryEntry `msgpack:"entry,omitempty" json:"entry,omitempty"`
+	Error string       `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// MemoryImportRequest writes entries (from `skein memory export`, or hand-written). Each is re-embedded
+// with memoryd's model. An existing id is skipped unless Replace.
+type MemoryImportRequest struct {
+	Header
+	Entries []MemoryEntry `msgpack:"entries" json:"entries"`
+	Replace bool          `msgpack:"replace,omitempty" json:"replace,omitempty"`
+}
+
+// MemoryImportReply counts what happened.
+type MemoryImportReply struct {
+	Header
+	Imported int      `msgpack:"imported" json:"imported"`
+	Skipped  int      `msgpack:"skipped" json:"skipped"`
+	Problems []string `msgpack:"problems,omitempty" json:"problems,omitempty"`
+	Error    string   `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// MemoryEvictRequest runs the capacity policy now (agent "" = every agent).
+type MemoryEvictRequest struct {
+	Header
+	Agent  string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	DryRun bool   `msgpack:"dry_run,omitempty" json:"dry_run,omitempty"`
+}
+
+// MemoryEvictReply lists the entries removed, or that would be.
+type MemoryEvictReply struct {
+	Header
+	Evicted  []MemoryEviction `msgpack:"evicted" json:"evicted"`
+	DryRun   bool             `msgpack:"dry_run" json:"dry_run"`
+	Capacity int              `msgpack:"capacity" json:"capacity"`
+	Error    string           `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// MemoryMigrateRequest re-embeds every entry with memoryd's current model.
+type MemoryMigrateRequest struct {
+	Header
+}
+
+// MemoryMigrateReply reports the migration.
+type MemoryMigrateReply struct {
+	Header
+	Reembedded int    `msgpack:"reembedded" json:"reembedded"`
+	From       string `msgpack:"from" json:"from"`
+	Model      string `msgpack:"model" json:"model"`
+	Error      string `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// MemoryHealthRequest asks whether memoryd is serving.
+type MemoryHealthRequest struct {
+	Header
+}
+
+// MemoryHealthReply describes the store and model. OK is false while a migration is needed.
+type MemoryHealthReply struct {
+	Header
+	OK      bool   `msgpack:"ok" json:"ok"`
+	Store   string `msgpack:"store" json:"store"`
+	Model   string `msgpack:"model" json:"model"`
+	Dim     int    `msgpack:"dim" json:"dim"`
+	Entries int    `msgpack:"entries" json:"entries"`
+	Error   string `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// MemoryEmbedRequest asks for vectors of texts with memoryd's model.
+type MemoryEmbedRequest struct {
+	Header
+	Texts []string `msgpack:"texts" json:"texts"`
+}
+
+// MemoryEmbedReply carries one vector per text.
+type MemoryEmbedReply struct {
+	Header
+	Vectors [][]float32 `msgpack:"vectors" json:"vectors"`
+	Model   string      `msgpack:"model" json:"model"`
+	Error   string      `msgpack:"error,omitempty" json:"error,omitempty"`
+}
