@@ -512,7 +512,7 @@ func TestCLIConfigErrors(t *testing.T) {
 		want       []string
 	}{
 		{"unknown-key.yaml", "agent:\n  name: x\n  colour: red\n", []string{"unknown-key.yaml:3", "agent.colour", "unknown key"}},
-		{"wrong-type.yaml", "agent:\n  max_steps: lots\n", []string{"wrong-type.yaml:2", "wrong type", "integer"}},
+		{"wrong-type.yaml", "agent:\n  max_steps: lots\n", []string{"wrong-type.yaml:2", "agent.max_steps", "wrong type", "integer"}},
 		{"no-script.yaml", "llm:\n  provider: scripted\n  model: scripted\n  script: missing.yaml\n", []string{"no-script.yaml", "llm.script", "missing.yaml"}},
 		{"bad-yaml.yaml", "agent: [\n", []string{"bad-yaml.yaml:", "YAML"}},
 	}

@@ -63,6 +63,7 @@ func TestSpineAcrossProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const n = 50
+	began := time.Now()
 	type outcome struct {
 		session string
 		events  []protocol.Event
@@ -84,6 +85,7 @@ func TestSpineAcrossProcesses(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	elapsed := time.Since(began)
 
 	executors := map[string]int{}
 	for _, r := range results {
@@ -100,7 +102,8 @@ func TestSpineAcrossProcesses(t *testing.T) {
 	if len(executors) != 2 {
 		t.Fatalf("steps ran on %d executor(s), want both: %v", len(executors), executors)
 	}
-	t.Logf("steps per executor: %v", executors)
+	t.Logf("%d tasks in %.1fs (%.1f tasks/s, %d tool calls); steps per executor: %v",
+		n, elapsed.Seconds(), float64(n)/elapsed.Seconds(), 3*n, executors)
 }
 
 // checkCompleteTrace asserts a session's trace tells the whole story in order.

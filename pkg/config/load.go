@@ -115,7 +115,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	dec.KnownFields(true)
 	// An empty file means "all defaults".
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, yamlError(path, err)
+		return nil, yamlError(path, data, err)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -133,7 +133,7 @@ var (
 	yamlLineRE  = regexp.MustCompile(`^line (\d+): (.*)$`)
 	anyLineRE   = regexp.MustCompile(`line (\d+)`)
 	unknownKey  = regexp.MustCompile(`field (\S+) not found in type config\.(\w+)`)
-	typeMismach = regexp.MustCompile("cannot unmarshal !!(\\w+) `([^`]*)` into (\\S+)")
+	typeMismatch = regexp.MustCompile("cannot unmarshal !!(\\w+) (?:`([^`]*)` )?into (\\S+)")
 )
 
 // section maps Go type names to YAML paths so errors name keys the user wrote.
@@ -142,7 +142,7 @@ var section = map[string]string{
 	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Miner": "miner.", "Mesh": "mesh.",
 }
 
-func yamlError(path string, err error) error {
+func yamlError(path string, data []byte, err error) error {
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
 		var out Errors
@@ -155,8 +155,13 @@ func yamlError(path string, err error) error {
 			if m := unknownKey.FindStringSubmatch(e.Msg); m != nil {
 				e.Key = section[m[2]] + m[1]
 				e.Msg = "unknown key (check the spelling; see `skein init` for a full example)"
-			} else if m := typeMismach.FindStringSubmatch(e.Msg); m != nil {
-				e.Msg = fmt.Sprintf("wrong type: got %s %q, want %s", m[1], m[2], goTypeName(m[3]))
+			} else if m := typeMismatch.FindStringSubmatch(e.Msg); m != nil {
+				e.Key = keyAtLine(data, e.Line)
+				got := yamlKind(m[1])
+				if m[2] != "" {
+					got += fmt.Sprintf(" %q", m[2])
+				}
+				e.Msg = fmt.Sprintf("wrong type: got %s, want %s", got, goTypeName(m[3]))
 			}
 			out = append(out, e)
 		}
@@ -168,6 +173,24 @@ func yamlError(path string, err error) error {
 		e.Line, _ = strconv.Atoi(m[1])
 	}
 	return e
+}
+
+func yamlKind(tag string) string {
+	switch tag {
+	case "seq":
+		return "a list"
+	case "map":
+		return "a mapping"
+	case "str":
+		return "a string"
+	case "int":
+		return "an integer"
+	case "float":
+		return "a number"
+	case "bool":
+		return "a boolean"
+	}
+	return tag
 }
 
 func goTypeName(t string) string {
@@ -386,4 +409,45 @@ func (c *Config) ForRole(role string) LLM {
 		return c.LLM
 	}
 	return *l
+}
+
+// keyAtLine finds the dotted key whose value sits on line, so a type error names the key the user
+// wrote; the YAML decoder reports only the line.
+func keyAtLine(data []byte, line int) string {
+	var doc yaml.Node
+	if yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc) != nil {
+		return ""
+	}
+	var walk func(n *yaml.Node, prefix string) string
+	walk = func(n *yaml.Node, prefix string) string {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				if k := walk(c, prefix); k != "" {
+					return k
+				}
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				key, val := n.Content[i], n.Content[i+1]
+				if val.Line == line && val.Kind != yaml.MappingNode {
+					return prefix + key.Value
+				}
+				if k := walk(val, prefix+key.Value+"."); k != "" {
+					return k
+				}
+			}
+		case yaml.SequenceNode:
+			for _, c := range n.Content {
+				if c.Line == line && prefix != "" {
+					return prefix[:len(prefix)-1]
+				}
+				if k := walk(c, prefix); k != "" {
+					return k
+				}
+			}
+		}
+		return ""
+	}
+	return walk(&doc, "")
 }

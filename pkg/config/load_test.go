@@ -82,7 +82,8 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 	}{
 		{"unknown key", "agent:\n  nmae: x\n", []string{"agent.yaml:2", "agent.nmae", "unknown key"}},
 		{"unknown nested key", "tools:\n  retrieval:\n    topk: 3\n", []string{"tools.retrieval.topk", "unknown key"}},
-		{"wrong type", "agent:\n  max_steps: many\n", []string{"agent.yaml:2", "wrong type", "an integer"}},
+		{"wrong type", "agent:\n  max_steps: many\n", []string{"agent.yaml:2", "agent.max_steps", "wrong type", "an integer"}},
+		{"wrong type in a list", "tools:\n  enabled: [a, [b]]\n", []string{"agent.yaml:2", "tools.enabled", "wrong type"}},
 		{"bad yaml", "agent: [\n", []string{"agent.yaml", "invalid YAML"}},
 		{"bad value", "tools:\n  result_format: xml\n", []string{"tools.result_format", "toon or json"}},
 		{"missing script", "llm:\n  provider: scripted\n  model: s\n  script: nope.yaml\n", []string{"llm.script", "does not exist"}},
