@@ -118,6 +118,14 @@ func (e *Executor) Serve(ctx context.Context) error {
 		return fmt.Errorf("executor consumer for %s: %w", agent, err)
 	}
 	e.d.Logger.Info("executor ready", "id", e.d.ID, "agent", agent, "model", e.d.Config.ForRole(protocol.RoleExecutor).Model)
+	// Pull one message at a time, and only while a worker slot is free, so a busy executor never
+	// holds work another one could start.
+	it, err := cons.Messages(jetstream.PullMaxMessages(1))
+	if err != nil {
+		return fmt.Errorf("executor pull for %s: %w", agent, err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
 	sem := make(chan struct{}, e.d.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -127,33 +135,21 @@ func (e *Executor) Serve(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
-		// Fetch one at a time so a busy executor never holds work another one could start.
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+		msg, err := it.Next()
 		if err != nil {
 			<-sem
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return nil
 			}
-			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
-				continue
-			}
-			e.d.Logger.Warn("fetch work", "err", err)
-			time.Sleep(500 * time.Millisecond)
+			e.d.Logger.Warn("pull work", "err", err)
 			continue
 		}
-		got := false
-		for msg := range batch.Messages() {
-			got = true
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				e.handle(ctx, msg)
-			}()
-		}
-		if !got {
-			<-sem
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			e.handle(ctx, msg)
+		}()
 	}
 }
 

@@ -126,6 +126,7 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 	}
 	m.wg.Add(1)
 	go func() { defer m.wg.Done(); _ = th.Serve(sctx) }()
+	cfg = m.startMemoryd(cfg, names, home, log)
 	ec, err := conn("executor")
 	if err != nil {
 		m.stop()
@@ -149,9 +150,6 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 		{"planner", false, func(ctx context.Context, c *bus.Conn, l *slog.Logger) error {
 			return planner.Run(ctx, planner.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home})
 		}},
-		{"memoryd", true, func(ctx context.Context, c *bus.Conn, l *slog.Logger) error {
-			return memoryd.Run(ctx, memoryd.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home})
-		}},
 		{"miner", true, func(ctx context.Context, c *bus.Conn, l *slog.Logger) error {
 			return miner.Run(ctx, miner.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home})
 		}},
@@ -163,6 +161,46 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 		}
 	}
 	return m, nil
+}
+
+// startMemoryd starts memoryd and waits until it serves. Memory is optional in one process: when
+// memoryd cannot start (no embedder installed, say) the mesh runs with memory off, said once,
+// rather than every step waiting for a memoryd that will never answer. It returns the config the
+// other services should use.
+func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, home string, log *slog.Logger) *config.Config {
+	if !cfg.Memory.Enabled {
+		return cfg
+	}
+	l := log.With("role", "memoryd")
+	c, err := m.conn("memoryd")
+	if err != nil {
+		l.Warn("memory is off for this mesh", "err", err)
+		return memoryOff(cfg)
+	}
+	ready := make(chan struct{})
+	failed := make(chan error, 1)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		if err := memoryd.Run(m.ctx, memoryd.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home, Ready: ready}); err != nil && !errors.Is(err, context.Canceled) {
+			failed <- err
+		}
+	}()
+	select {
+	case <-ready:
+		return cfg
+	case err := <-failed:
+		l.Warn("memory is off for this mesh: memoryd could not start", "err", err)
+	case <-time.After(2 * time.Minute):
+		l.Warn("memory is off for this mesh: memoryd did not start within 2 minutes")
+	}
+	return memoryOff(cfg)
+}
+
+func memoryOff(cfg *config.Config) *config.Config {
+	c := *cfg
+	c.Memory.Enabled = false
+	return &c
 }
 
 func (m *embeddedMesh) stop() {
