@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -53,7 +54,10 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration) (*Con
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `skein up`, or pass --nats URL)", url, err)
 	}
-	js, err := jetstream.New(nc)
+	// Trace events are published asynchronously; a lost one must at least be said.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+		slog.Warn("async publish failed", "subject", m.Subject, "err", err)
+	}))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream on %s: %w", url, err)
