@@ -130,9 +130,6 @@ func newRunCmd() *cobra.Command {
 				}
 				return &exitError{code: 1, msg: fmt.Sprintf("skein: session %s did not finish: %v (follow it with `skein trace tail %s`)", rep.SessionID, err, rep.SessionID)}
 			}
-			if mined != nil && !asJSON {
-				printLearned(cmd.ErrOrStderr(), mined)
-			}
 			if mesh != nil {
 				// Let the trace mirror write the last lines before the embedded mesh stops.
 				waitMirrored(ctx, mesh, names, rep.SessionID, 5*time.Second)
@@ -145,6 +142,9 @@ func newRunCmd() *cobra.Command {
 				}
 			} else {
 				printResult(out, res, service.Home())
+				if mined != nil {
+					printLearned(out, mined)
+				}
 			}
 			if !protocol.Outcome(res.Outcome).Succeeded() {
 				return &exitError{code: 1}
