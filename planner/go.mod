@@ -15,3 +15,13 @@ require (
 )
 
 replace github.com/skein-mesh/skein/pkg => ../pkg
+
+// Tests run the planner in an in-process mesh with a real gateway and executor.
+require (
+	github.com/skein-mesh/skein/executor v0.0.0
+	github.com/skein-mesh/skein/gateway v0.0.0
+)
+
+replace github.com/skein-mesh/skein/executor => ../executor
+
+replace github.com/skein-mesh/skein/gateway => ../gateway

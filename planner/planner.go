@@ -17,6 +17,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 	"github.com/skein-mesh/skein/pkg/usage"
@@ -38,7 +39,19 @@ type Planner struct {
 	d        Deps
 	sessions jetstream.KeyValue
 	trace    *trace.Publisher
+	// mode is planner.mode; model, built once at start, is nil when mode is off.
+	mode     string
+	maxItems int
+	model    llm.Backend
 }
+
+// Handler deadlines. Planning may wait on a model, so a task gets longer than a result; the
+// message is kept alive by heartbeats meanwhile.
+const (
+	taskTimeout   = 3 * time.Minute
+	resultTimeout = 25 * time.Second
+	heartbeat     = 10 * time.Second
+)
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, d Deps) error {
@@ -51,6 +64,9 @@ func Run(ctx context.Context, d Deps) error {
 		return err
 	}
 	p := &Planner{d: d, sessions: sessions, trace: trace.NewPublisher(d.Conn.JS, d.Names, d.ID)}
+	if err := p.configure(); err != nil {
+		return err
+	}
 
 	tasks, err := d.Conn.JS.CreateOrUpdateConsumer(ctx, d.Names.Stream(protocol.StreamTasks), jetstream.ConsumerConfig{
 		Durable: protocol.ConsumerPlanner, FilterSubject: d.Names.TaskAll(),
@@ -70,16 +86,16 @@ func Run(ctx context.Context, d Deps) error {
 	// Handlers run to completion on shutdown: a session half-finished by a stopping planner would
 	// be finished again, its last events repeated, by the next one.
 	hctx := context.WithoutCancel(ctx)
-	tc, err := tasks.Consume(func(m jetstream.Msg) { p.handle(hctx, m, p.onTask) })
+	tc, err := tasks.Consume(func(m jetstream.Msg) { p.handle(hctx, m, taskTimeout, p.onTask) })
 	if err != nil {
 		return fmt.Errorf("planner consume tasks: %w", err)
 	}
-	rc, err := results.Consume(func(m jetstream.Msg) { p.handle(hctx, m, p.onResult) })
+	rc, err := results.Consume(func(m jetstream.Msg) { p.handle(hctx, m, resultTimeout, p.onResult) })
 	if err != nil {
 		tc.Stop()
 		return fmt.Errorf("planner consume results: %w", err)
 	}
-	d.Logger.Info("planner ready", "id", d.ID)
+	d.Logger.Info("planner ready", "id", d.ID, "mode", p.mode)
 	<-ctx.Done()
 	tc.Drain()
 	rc.Drain()
@@ -88,13 +104,63 @@ func Run(ctx context.Context, d Deps) error {
 	return nil
 }
 
+// configure reads planner.mode and planner.max_items and builds the planning model unless
+// planning is off.
+func (p *Planner) configure() error {
+	cfg := p.d.Config
+	if cfg == nil {
+		cfg = config.Default()
+		p.d.Config = cfg
+	}
+	p.mode = strings.ToLower(strings.TrimSpace(cfg.Planner.Mode))
+	switch p.mode {
+	case "":
+		p.mode = ModeOff
+	case ModeOff, ModeAuto, ModeForce:
+	default:
+		return fmt.Errorf("planner.mode %q is not one of off, auto, force", cfg.Planner.Mode)
+	}
+	p.maxItems = cfg.Planner.MaxItems
+	if p.maxItems <= 0 {
+		p.maxItems = defaultMaxItems
+	}
+	if p.mode == ModeOff {
+		return nil
+	}
+	model, err := llm.New(cfg.ForRole(protocol.RolePlanner), llm.WithLogger(p.d.Logger))
+	if err != nil {
+		return fmt.Errorf("planner model: %w", err)
+	}
+	p.model = model
+	return nil
+}
+
 // permanent marks errors that no redelivery can fix.
 type permanent struct{ error }
 
-func (p *Planner) handle(ctx context.Context, m jetstream.Msg, fn func(context.Context, []byte) error) {
-	hctx, cancel := context.WithTimeout(ctx, 25*time.Second)
+func (p *Planner) handle(ctx context.Context, m jetstream.Msg, timeout time.Duration, fn func(context.Context, []byte) error) {
+	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// Heartbeats keep JetStream from handing a message that is still being worked on (a slow
+	// planning call) to another planner.
+	stopBeat := make(chan struct{})
+	beatDone := make(chan struct{})
+	go func() {
+		defer close(beatDone)
+		tick := time.NewTicker(heartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopBeat:
+				return
+			case <-tick.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
 	err := fn(hctx, m.Data())
+	close(stopBeat)
+	<-beatDone
 	var perm permanent
 	switch {
 	case err == nil:
@@ -149,14 +215,25 @@ func (p *Planner) onTask(ctx context.Context, data []byte) error {
 	if err := protocol.Unmarshal(data, &t); err != nil {
 		return permanent{err}
 	}
+	// The model is asked before the compare-and-set, and only while the session is queued; if
+	// another planner's plan lands first, the CAS below finds the session running and this plan
+	// is dropped.
+	cur, err := p.get(ctx, t.SessionID)
+	if err != nil {
+		return err
+	}
+	var plan []protocol.PlanStep
+	if cur.Status == protocol.StatusQueued {
+		plan = p.plan(ctx, t)
+	}
 	planned := false
 	sess, err := p.update(ctx, t.SessionID, func(s *protocol.Session) (bool, error) {
-		if s.Status != protocol.StatusQueued {
+		if s.Status != protocol.StatusQueued || plan == nil {
 			return false, nil // already planned (redelivery or another planner): just republish below
 		}
 		s.Status = protocol.StatusRunning
 		s.Planner = p.d.ID
-		s.Plan = p.plan(t)
+		s.Plan = plan
 		planned = true
 		return true, nil
 	})
@@ -174,10 +251,29 @@ func (p *Planner) onTask(ctx context.Context, data []byte) error {
 	return p.publishReady(ctx, sess)
 }
 
-// plan makes the session's steps. This version always plans one step that carries the whole task;
-// decomposition with a model arrives with planner.mode auto|force.
-func (p *Planner) plan(t protocol.Task) []protocol.PlanStep {
-	return []protocol.PlanStep{{StepID: "s1", Status: protocol.StepPending}}
+// get reads a session's current state.
+func (p *Planner) get(ctx context.Context, id string) (protocol.Session, error) {
+	var s protocol.Session
+	entry, err := p.sessions.Get(ctx, id)
+	if err != nil {
+		if bus.IsNotFound(err) {
+			return s, permanent{fmt.Errorf("session %s not found", id)}
+		}
+		return s, fmt.Errorf("read session %s: %w", id, err)
+	}
+	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
+		return s, permanent{err}
+	}
+	return s, nil
+}
+
+// plan makes the session's steps: one step carrying the whole task when planning is off, else
+// the planning model's plan (see decompose).
+func (p *Planner) plan(ctx context.Context, t protocol.Task) []protocol.PlanStep {
+	if p.mode == ModeOff || p.model == nil {
+		return singleStep()
+	}
+	return p.decompose(ctx, t)
 }
 
 // publishReady publishes every step whose dependencies are done. Publishing is idempotent (the
@@ -336,27 +432,19 @@ func (p *Planner) usage(ctx context.Context, sess protocol.Session) (protocol.Us
 }
 
 // combine folds step outcomes into the session's: the worst outcome wins, and the answer is the
-// last step's text.
+// text of the steps nothing depends on (a plan's sinks), joined in plan order.
 func combine(plan []protocol.PlanStep) (protocol.Outcome, string) {
 	rank := map[protocol.Outcome]int{
 		protocol.OutcomeSuccess: 0, protocol.OutcomeSuccessWithRecovery: 1, protocol.OutcomeIncomplete: 2,
 		protocol.OutcomeIncompleteToolFail: 3, protocol.OutcomeBudgetExceeded: 4, protocol.OutcomeCancelled: 5, protocol.OutcomeFailed: 6,
 	}
 	out := protocol.OutcomeSuccess
-	var texts []string
 	for _, s := range plan {
 		if rank[s.Outcome] > rank[out] {
 			out = s.Outcome
 		}
-		if s.FinalText != "" {
-			texts = append(texts, s.FinalText)
-		}
 	}
-	text := ""
-	if len(texts) > 0 {
-		text = texts[len(texts)-1]
-	}
-	return out, strings.TrimSpace(text)
+	return out, strings.Join(sinkTexts(plan), "\n\n")
 }
 
 func allDone(plan []protocol.PlanStep) bool {

@@ -1,0 +1,207 @@
+package planner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// Planner modes (planner.mode in agent.yaml).
+const (
+	ModeOff   = "off"
+	ModeAuto  = "auto"
+	ModeForce = "force"
+)
+
+// defaultMaxItems bounds a plan when planner.max_items is unset.
+const defaultMaxItems = 8
+
+// maxStepIDLen keeps step ids short: they go into WORK Msg-Ids and every trace line.
+const maxStepIDLen = 32
+
+// SystemMarker starts the planner's system prompt, so scripted models and trace readers can tell
+// a planning call from an executor's.
+const SystemMarker = "skein-planner:"
+
+// singleStep is the plan of a task that is not decomposed: one step carrying the whole task.
+func singleStep() []protocol.PlanStep {
+	return []protocol.PlanStep{{StepID: "s1", Status: protocol.StepPending}}
+}
+
+// plannerPrompt is the system prompt of a planning call. Both modes ask for the same JSON; auto
+// also lets the model decline to split.
+func plannerPrompt(mode string, maxItems int) string {
+	var b strings.Builder
+	b.WriteString(SystemMarker)
+	b.WriteString(" you plan work for an agent. Split the user's task into steps that executors run.\n")
+	if mode == ModeAuto {
+		b.WriteString("First decide whether splitting helps. If the task is simple, or its parts cannot be done " +
+			"separately, answer with exactly one step whose instruction is the whole task.\n")
+	} else {
+		b.WriteString("Always answer with a plan; use one step only when the task has no separable parts.\n")
+	}
+	fmt.Fprintf(&b, `Rules:
+- At most %d steps.
+- Every step sees the original task, its own instruction and the results of the steps it depends on, nothing else.
+- Steps whose dependencies are finished run at the same time, so list a dependency only when a step needs that result.
+- depends_on may name only steps listed before it.
+- The final answer is made of the results of the steps no other step depends on; end with one step that writes the answer when several parts must be combined.
+- ids are short tokens of letters, digits, '-' or '_' (s1, s2, ...), unique within the plan.
+Answer with one JSON object and nothing else:
+{"steps":[{"id":"s1","instruction":"...","depends_on":[]},{"id":"s2","instruction":"...","depends_on":["s1"]}]}`, maxItems)
+	return b.String()
+}
+
+// planDoc is the JSON a planning model answers with.
+type planDoc struct {
+	Steps []struct {
+		ID          string   `json:"id"`
+		Instruction string   `json:"instruction"`
+		DependsOn   []string `json:"depends_on"`
+	} `json:"steps"`
+}
+
+// parsePlan checks a model's plan strictly. Only a Markdown code fence around the object is
+// forgiven, since models add one even when told not to.
+func parsePlan(text string, maxItems int) ([]protocol.PlanStep, error) {
+	body := strings.TrimSpace(text)
+	if strings.HasPrefix(body, "```") {
+		body = strings.TrimPrefix(body, "```")
+		if nl := strings.IndexByte(body, '\n'); nl >= 0 && !strings.ContainsAny(body[:nl], "{") {
+			body = body[nl+1:] // the fence's language tag
+		}
+		body = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(body), "```"))
+	}
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.DisallowUnknownFields()
+	var doc planDoc
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("plan is not the JSON object asked for: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("plan has text after its JSON object")
+	}
+	switch {
+	case len(doc.Steps) == 0:
+		return nil, errors.New("plan has no steps")
+	case len(doc.Steps) > maxItems:
+		return nil, fmt.Errorf("plan has %d steps; planner.max_items is %d", len(doc.Steps), maxItems)
+	}
+	seen := map[string]bool{}
+	plan := make([]protocol.PlanStep, 0, len(doc.Steps))
+	for i, s := range doc.Steps {
+		at := "step " + strconv.Itoa(i+1)
+		if err := protocol.CheckToken(at+" id", s.ID); err != nil {
+			return nil, err
+		}
+		if len(s.ID) > maxStepIDLen {
+			return nil, fmt.Errorf("%s id %q is longer than %d characters", at, s.ID, maxStepIDLen)
+		}
+		if seen[s.ID] {
+			return nil, fmt.Errorf("%s id %q is used twice", at, s.ID)
+		}
+		instr := strings.TrimSpace(s.Instruction)
+		if instr == "" {
+			return nil, fmt.Errorf("%s (%s) has an empty instruction", at, s.ID)
+		}
+		deps := make([]string, 0, len(s.DependsOn))
+		for _, d := range s.DependsOn {
+			// Only earlier steps may be named, which also rules out cycles and self-dependencies.
+			if !seen[d] {
+				return nil, fmt.Errorf("%s (%s) depends on %q, which is not an earlier step", at, s.ID, d)
+			}
+			if contains(deps, d) {
+				return nil, fmt.Errorf("%s (%s) lists dependency %q twice", at, s.ID, d)
+			}
+			deps = append(deps, d)
+		}
+		seen[s.ID] = true
+		ps := protocol.PlanStep{StepID: s.ID, Instruction: instr, Status: protocol.StepPending}
+		if len(deps) > 0 {
+			ps.DependsOn = deps
+		}
+		plan = append(plan, ps)
+	}
+	return plan, nil
+}
+
+// decompose asks the planning model for a plan. It never fails: a model error or a plan that
+// breaks the rules becomes a single step, and a decision event says why. The call's tokens are
+// recorded as a model_call event so the session's usage counts them.
+func (p *Planner) decompose(ctx context.Context, t protocol.Task) []protocol.PlanStep {
+	cfg := p.d.Config.ForRole(protocol.RolePlanner)
+	req := llm.Request{
+		Model:  cfg.Model,
+		System: []llm.SystemBlock{{Text: plannerPrompt(p.mode, p.maxItems)}},
+		Messages: []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText,
+			Text: "Task:\n" + t.Task}}}},
+		MaxTokens: cfg.MaxTokens,
+		CacheTTL:  cfg.CacheTTL,
+		Role:      protocol.RolePlanner,
+	}
+	start := time.Now()
+	resp, err := p.model.Complete(ctx, req)
+	ev := protocol.Event{SessionID: t.SessionID, Type: protocol.EvModelCall, Agent: t.Agent, Role: protocol.RolePlanner,
+		Model: cfg.Model, Provider: p.model.Provider(), LatencyMS: time.Since(start).Milliseconds(),
+		Attrs: map[string]string{"cache_ttl": cfg.CacheTTL}}
+	if err != nil {
+		ev.Reason = err.Error()
+		p.emit(ev)
+		return p.fallback(t, "planner model failed: "+err.Error())
+	}
+	u := resp.Usage
+	ev.Usage, ev.StopReason = &u, resp.StopReason
+	if resp.Model != "" {
+		ev.Model = resp.Model
+	}
+	p.emit(ev)
+	plan, err := parsePlan(resp.Text, p.maxItems)
+	if err != nil {
+		return p.fallback(t, "bad plan: "+err.Error())
+	}
+	if len(plan) == 1 {
+		// One item is the whole task: run it as the plain single step, with no partial instruction.
+		return singleStep()
+	}
+	return plan
+}
+
+func (p *Planner) fallback(t protocol.Task, why string) []protocol.PlanStep {
+	p.emit(protocol.Event{SessionID: t.SessionID, Type: protocol.EvDecision, Agent: t.Agent, Role: protocol.RolePlanner,
+		Text: "running the task as one step: " + why, Attrs: map[string]string{"decision": "plan_fallback"}})
+	return singleStep()
+}
+
+// emit records an event the session can do without; a lost one is logged, not retried.
+func (p *Planner) emit(ev protocol.Event) {
+	if err := p.trace.Emit(ev); err != nil {
+		p.d.Logger.Warn("trace", "session", ev.SessionID, "type", ev.Type, "err", err)
+	}
+}
+
+// sinkTexts returns the answers of the steps nothing depends on, in plan order.
+func sinkTexts(plan []protocol.PlanStep) []string {
+	used := map[string]bool{}
+	for _, s := range plan {
+		for _, d := range s.DependsOn {
+			used[d] = true
+		}
+	}
+	var out []string
+	for _, s := range plan {
+		if !used[s.StepID] {
+			if t := strings.TrimSpace(s.FinalText); t != "" {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,478 @@
+package planner
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/skein-mesh/skein/executor"
+	"github.com/skein-mesh/skein/gateway"
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+const agent = "tester"
+
+// quiet drops service logs; tests assert on traces and session state.
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// rig is an in-process mesh: real NATS, gateway, planner and executor, all on the scripted model.
+// The executor is registered at start but pulls work only after serve, so a test can look at
+// what the planner published before any step ran.
+type rig struct {
+	m    *bustest.Mesh
+	cfg  *config.Config
+	exec *executor.Executor
+	// wire receives, in the order the server sent them, every WORK message of the agent and
+	// every step result: one channel for both subjects keeps their relative order.
+	wire chan *nats.Msg
+}
+
+func startRig(t *testing.T, mode, script string) *rig {
+	t.Helper()
+	m := bustest.Start(t)
+	path := filepath.Join(t.TempDir(), "script.yaml")
+	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Agent.Name = agent
+	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", path
+	cfg.Tools.Enabled = nil
+	cfg.Memory.Enabled = false
+	cfg.Miner.Enabled = false
+	cfg.Planner.Mode = mode
+
+	r := &rig{m: m, cfg: cfg, wire: make(chan *nats.Msg, 64)}
+	watch := m.Connect(t, "watch")
+	for _, subj := range []string{m.Names.Work(agent), m.Names.ResultAll()} {
+		if _, err := watch.NC.ChanSubscribe(subj, r.wire); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := watch.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	x, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg,
+		Logger: quiet(), ID: "executor-under-test", Home: t.TempDir()})
+	if err != nil {
+		t.Fatalf("executor: %v", err)
+	}
+	r.exec = x
+	run(t, "gateway", func(ctx context.Context) error {
+		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: cfg, Logger: quiet()})
+	})
+	run(t, "planner", func(ctx context.Context) error {
+		return Run(ctx, Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: quiet(),
+			Home: t.TempDir(), ID: "planner-under-test"})
+	})
+	return r
+}
+
+// run keeps a service running until the test ends and fails the test if it stops with an error.
+func run(t *testing.T, name string, fn func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	})
+}
+
+func (r *rig) serve(t *testing.T) {
+	t.Helper()
+	run(t, "executor", r.exec.Serve)
+}
+
+func (r *rig) submit(t *testing.T, session, task string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var reply protocol.SubmitReply
+	err := bus.Request(ctx, r.m.Conn.NC, r.m.Names.Submit(),
+		&protocol.SubmitRequest{SessionID: session, Agent: agent, Task: task}, &reply, 2*time.Second)
+	if err != nil || reply.Error != "" {
+		t.Fatalf("submit: %v %s", err, reply.Error)
+	}
+}
+
+// next returns the next WORK step or step result seen on the wire (exactly one is set).
+func (r *rig) next(t *testing.T) (*protocol.Step, *protocol.StepResult) {
+	t.Helper()
+	select {
+	case msg := <-r.wire:
+		if strings.HasPrefix(msg.Subject, strings.TrimSuffix(r.m.Names.ResultAll(), ">")) {
+			var res protocol.StepResult
+			if err := protocol.Unmarshal(msg.Data, &res); err != nil {
+				t.Fatal(err)
+			}
+			return nil, &res
+		}
+		var st protocol.Step
+		if err := protocol.Unmarshal(msg.Data, &st); err != nil {
+			t.Fatal(err)
+		}
+		return &st, nil
+	case <-time.After(60 * time.Second):
+		t.Fatal("nothing published on WORK or RESULTS")
+		return nil, nil
+	}
+}
+
+// awaitEnd follows the session's trace up to the planner's usage event and returns it all.
+func (r *rig) awaitEnd(t *testing.T, session string) []protocol.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var evs []protocol.Event
+	err := trace.Follow(ctx, r.m.Conn.JS, r.m.Names, session, func(ev protocol.Event) bool {
+		evs = append(evs, ev)
+		return ev.Type != protocol.EvUsage
+	})
+	if err != nil {
+		t.Fatalf("session %s did not end: %v (events so far: %d)", session, err, len(evs))
+	}
+	return evs
+}
+
+func (r *rig) session(t *testing.T, id string) protocol.Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := bus.KV(ctx, r.m.Conn.JS, r.m.Names, protocol.BucketSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s protocol.Session
+	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func eventsOf(evs []protocol.Event, typ protocol.EventType, role string) []protocol.Event {
+	var out []protocol.Event
+	for _, ev := range evs {
+		if ev.Type == typ && (role == "" || ev.Role == role) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func only(t *testing.T, evs []protocol.Event, typ protocol.EventType, role string) protocol.Event {
+	t.Helper()
+	got := eventsOf(evs, typ, role)
+	if len(got) != 1 {
+		t.Fatalf("%d %s events (role %q), want 1", len(got), typ, role)
+	}
+	return got[0]
+}
+
+const fruitTask = "Fruit inventory: how many pieces of fruit are in the basket?"
+
+// The executor rules match only prompts that start with the original task, so a step whose
+// prompt lost the task finds no rule and fails the session.
+const fruitScript = `
+rules:
+  - when: {system: "^skein-planner:", last: "Fruit inventory"}
+    reply:
+      text: |
+        {"steps": [
+          {"id": "s1", "instruction": "count the apples", "depends_on": []},
+          {"id": "s2", "instruction": "count the pears", "depends_on": []},
+          {"id": "s3", "instruction": "add the counts", "depends_on": ["s1", "s2"]}
+        ]}
+  - when: {last: "(?s)^Fruit inventory: how many.*Your part of the plan: add the counts.*Result of step s1:\\napples=3.*Result of step s2:\\npears=4"}
+    reply: {text: "total=7"}
+  - when: {last: "(?s)^Fruit inventory: how many.*Your part of the plan: count the apples"}
+    reply: {text: "apples=3"}
+  - when: {last: "(?s)^Fruit inventory: how many.*Your part of the plan: count the pears"}
+    reply: {text: "pears=4"}
+`
+
+func TestForcePlanRunsIndependentStepsFirstAndKeepsTheTask(t *testing.T) {
+	r := startRig(t, ModeForce, fruitScript)
+	const sid = "s-force-plan"
+	r.submit(t, sid, fruitTask)
+
+	// No executor pulls yet: the two independent steps must both be on WORK, and the session
+	// must record them published, before anything has run.
+	first := map[string]protocol.Step{}
+	for len(first) < 2 {
+		st, res := r.next(t)
+		if res != nil {
+			t.Fatalf("a result arrived before any executor ran: %+v", res)
+		}
+		first[st.StepID] = *st
+	}
+	for id, instr := range map[string]string{"s1": "count the apples", "s2": "count the pears"} {
+		st, ok := first[id]
+		if !ok {
+			t.Fatalf("first steps published: %v, want s1 and s2", keys(first))
+		}
+		if st.Task != fruitTask || st.Instruction != instr || len(st.Context) != 0 {
+			t.Fatalf("step %s = %+v", id, st)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s := r.session(t, sid)
+		if status(s, "s1") == protocol.StepPublished && status(s, "s2") == protocol.StepPublished {
+			if status(s, "s3") != protocol.StepPending {
+				t.Fatalf("s3 is %s before its dependencies ran", status(s, "s3"))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session plan never showed s1 and s2 published: %+v", s.Plan)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	r.serve(t)
+	results := map[string]string{}
+	var last protocol.Step
+	for last.StepID == "" {
+		st, res := r.next(t)
+		if res != nil {
+			results[res.StepID] = res.FinalText
+			continue
+		}
+		if st.StepID != "s3" {
+			continue // a redelivered duplicate of s1/s2 is harmless
+		}
+		last = *st
+	}
+	if results["s1"] != "apples=3" || results["s2"] != "pears=4" {
+		t.Fatalf("s3 published before both results: results so far %v", results)
+	}
+	if last.Task != fruitTask || last.Instruction != "add the counts" {
+		t.Fatalf("s3 = %+v", last)
+	}
+	ctxOut := map[string]string{}
+	for _, c := range last.Context {
+		ctxOut[c.StepID] = c.Text
+	}
+	if len(ctxOut) != 2 || ctxOut["s1"] != "apples=3" || ctxOut["s2"] != "pears=4" {
+		t.Fatalf("s3 context = %+v", last.Context)
+	}
+
+	evs := r.awaitEnd(t, sid)
+	final := only(t, evs, protocol.EvFinal, protocol.RolePlanner)
+	if final.Outcome != protocol.OutcomeSuccess || final.Text != "total=7" {
+		t.Fatalf("final = %q (%s), want total=7 (success): a step lost the task?", final.Text, final.Outcome)
+	}
+	plan := only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
+	if len(plan) != 3 || plan[0].StepID != "s1" || plan[1].StepID != "s2" || plan[2].StepID != "s3" ||
+		plan[2].Instruction != "add the counts" || strings.Join(plan[2].DependsOn, ",") != "s1,s2" {
+		t.Fatalf("plan event = %+v", plan)
+	}
+	call := only(t, evs, protocol.EvModelCall, protocol.RolePlanner)
+	if call.Usage == nil || call.Usage.InputTokens == 0 || call.Usage.OutputTokens == 0 || call.Model == "" {
+		t.Fatalf("planner model_call = %+v", call)
+	}
+	if _, ok := call.Attrs["cache_ttl"]; !ok {
+		t.Fatalf("planner model_call has no cache_ttl attr: %v", call.Attrs)
+	}
+	if n := len(eventsOf(evs, protocol.EvStepStarted, "")); n != 3 {
+		t.Fatalf("%d steps started, want 3", n)
+	}
+	report := only(t, evs, protocol.EvUsage, protocol.RolePlanner).Report
+	pl := report.ByRole[protocol.RolePlanner]
+	if pl.InputTokens != call.Usage.InputTokens || pl.OutputTokens != call.Usage.OutputTokens {
+		t.Fatalf("usage by role planner = %+v, want the planner call's %+v", pl, *call.Usage)
+	}
+	if report.ByRole[protocol.RoleExecutor].InputTokens == 0 {
+		t.Fatalf("usage has no executor tokens: %+v", report.ByRole)
+	}
+	if s := r.session(t, sid); s.Status != protocol.StatusDone || s.FinalText != "total=7" {
+		t.Fatalf("session = %s %q", s.Status, s.FinalText)
+	}
+}
+
+// A plan that breaks the rules never fails the session: it runs as one step carrying the task,
+// and a decision event says why.
+func TestMalformedPlanFallsBackToOneStep(t *testing.T) {
+	r := startRig(t, ModeForce, `
+rules:
+  - when: {system: "^skein-planner:"}
+    reply: {text: '{"steps":[{"id":"a","instruction":"first","depends_on":["b"]},{"id":"b","instruction":"second"}]}'}
+  - when: {last: "^Summarize the weather report$"}
+    reply: {text: "sunny"}
+`)
+	const sid = "s-bad-plan"
+	r.submit(t, sid, "Summarize the weather report")
+	r.serve(t)
+	evs := r.awaitEnd(t, sid)
+
+	dec := only(t, evs, protocol.EvDecision, protocol.RolePlanner)
+	if dec.Attrs["decision"] != "plan_fallback" || !strings.Contains(dec.Text, "not an earlier step") {
+		t.Fatalf("decision = %q %v", dec.Text, dec.Attrs)
+	}
+	plan := only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
+	if len(plan) != 1 || plan[0].Instruction != "" || len(plan[0].DependsOn) != 0 {
+		t.Fatalf("fallback plan = %+v", plan)
+	}
+	if final := only(t, evs, protocol.EvFinal, protocol.RolePlanner); final.Text != "sunny" {
+		t.Fatalf("final = %q", final.Text)
+	}
+	// The rejected plan still cost tokens, and they are counted.
+	if u := only(t, evs, protocol.EvUsage, protocol.RolePlanner).Report.ByRole[protocol.RolePlanner]; u.InputTokens == 0 {
+		t.Fatalf("planner tokens not counted: %+v", u)
+	}
+}
+
+// In auto mode a plan of one item is the plain single step.
+func TestAutoSingleItemIsOneStep(t *testing.T) {
+	r := startRig(t, ModeAuto, `
+rules:
+  - when: {system: "^skein-planner:"}
+    reply: {text: '{"steps":[{"id":"only","instruction":"say hi","depends_on":[]}]}'}
+  - when: {last: "^Say hi$"}
+    reply: {text: "hi"}
+`)
+	const sid = "s-auto-one"
+	r.submit(t, sid, "Say hi")
+	r.serve(t)
+	evs := r.awaitEnd(t, sid)
+	plan := only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
+	if len(plan) != 1 || plan[0].StepID != "s1" || plan[0].Instruction != "" {
+		t.Fatalf("plan = %+v", plan)
+	}
+	if n := len(eventsOf(evs, protocol.EvDecision, protocol.RolePlanner)); n != 0 {
+		t.Fatalf("%d planner decisions for a valid one-item plan", n)
+	}
+	only(t, evs, protocol.EvModelCall, protocol.RolePlanner)
+	if final := only(t, evs, protocol.EvFinal, protocol.RolePlanner); final.Text != "hi" {
+		t.Fatalf("final = %q", final.Text)
+	}
+}
+
+// With planning off the planner never calls a model, even when the script would plan.
+func TestModeOffMakesNoPlannerCall(t *testing.T) {
+	r := startRig(t, ModeOff, fruitScript+`
+  - when: {last: "^Fruit inventory: how many pieces of fruit are in the basket\\?$"}
+    reply: {text: "seven"}
+`)
+	const sid = "s-mode-off"
+	r.submit(t, sid, fruitTask)
+	r.serve(t)
+	evs := r.awaitEnd(t, sid)
+	if n := len(eventsOf(evs, protocol.EvModelCall, protocol.RolePlanner)); n != 0 {
+		t.Fatalf("%d planner model calls with planner.mode off", n)
+	}
+	plan := only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
+	if len(plan) != 1 || plan[0].Instruction != "" {
+		t.Fatalf("plan = %+v", plan)
+	}
+	if final := only(t, evs, protocol.EvFinal, protocol.RolePlanner); final.Text != "seven" {
+		t.Fatalf("final = %q", final.Text)
+	}
+	if u, ok := only(t, evs, protocol.EvUsage, protocol.RolePlanner).Report.ByRole[protocol.RolePlanner]; ok {
+		t.Fatalf("planner tokens with planning off: %+v", u)
+	}
+}
+
+func TestParsePlan(t *testing.T) {
+	good := "```json\n" + `{"steps":[{"id":"s1","instruction":" fetch ","depends_on":[]},{"id":"s_2","instruction":"use","depends_on":["s1"]}]}` + "\n```"
+	plan, err := parsePlan(good, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 2 || plan[0].Instruction != "fetch" || plan[0].DependsOn != nil ||
+		plan[1].StepID != "s_2" || strings.Join(plan[1].DependsOn, ",") != "s1" || plan[1].Status != protocol.StepPending {
+		t.Fatalf("plan = %+v", plan)
+	}
+
+	step := func(id, instr string, deps ...string) string {
+		q := func(s string) string { return `"` + s + `"` }
+		var ds []string
+		for _, d := range deps {
+			ds = append(ds, q(d))
+		}
+		return `{"id":` + q(id) + `,"instruction":` + q(instr) + `,"depends_on":[` + strings.Join(ds, ",") + `]}`
+	}
+	doc := func(steps ...string) string { return `{"steps":[` + strings.Join(steps, ",") + `]}` }
+	bad := map[string]string{
+		"not JSON":          "Sure! Step one: fetch.",
+		"text after":        doc(step("s1", "a")) + " hope this helps",
+		"unknown field":     `{"steps":[{"id":"s1","instruction":"a","tool":"x"}]}`,
+		"no steps":          `{"steps":[]}`,
+		"too many":          doc(step("s1", "a"), step("s2", "b"), step("s3", "c")),
+		"unsafe id":         doc(step("s.1", "a")),
+		"empty id":          doc(step("", "a")),
+		"long id":           doc(step(strings.Repeat("x", 33), "a")),
+		"duplicate id":      doc(step("s1", "a"), step("s1", "b")),
+		"empty instruction": doc(step("s1", "  ")),
+		"forward reference": doc(step("s1", "a", "s2"), step("s2", "b")),
+		"self reference":    doc(step("s1", "a", "s1")),
+		"unknown reference": doc(step("s1", "a"), step("s2", "b", "zz")),
+		"repeated dep":      doc(step("s1", "a"), step("s2", "b", "s1", "s1")),
+	}
+	for name, text := range bad {
+		if plan, err := parsePlan(text, 2); err == nil {
+			t.Errorf("%s: accepted %+v", name, plan)
+		}
+	}
+}
+
+func TestCombineAnswersWithSinks(t *testing.T) {
+	plan := []protocol.PlanStep{
+		{StepID: "a", Outcome: protocol.OutcomeSuccess, FinalText: "part a"},
+		{StepID: "b", Outcome: protocol.OutcomeSuccessWithRecovery, FinalText: "part b"},
+		{StepID: "c", DependsOn: []string{"a"}, Outcome: protocol.OutcomeSuccess, FinalText: " answer c "},
+		{StepID: "d", DependsOn: []string{"b"}, Outcome: protocol.OutcomeIncomplete, FinalText: "answer d"},
+	}
+	out, text := combine(plan)
+	if out != protocol.OutcomeIncomplete || text != "answer c\n\nanswer d" {
+		t.Fatalf("combine = %s %q", out, text)
+	}
+	if out, text := combine(singleStepDone("only")); out != protocol.OutcomeSuccess || text != "only" {
+		t.Fatalf("single step combine = %s %q", out, text)
+	}
+}
+
+func singleStepDone(text string) []protocol.PlanStep {
+	p := singleStep()
+	p[0].Status, p[0].Outcome, p[0].FinalText = protocol.StepDone, protocol.OutcomeSuccess, text
+	return p
+}
+
+func status(s protocol.Session, step string) string {
+	for _, p := range s.Plan {
+		if p.StepID == step {
+			return p.Status
+		}
+	}
+	return ""
+}
+
+func keys(m map[string]protocol.Step) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
