@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 )
 
 // The `skein` CLI as a new user meets it: the built binary, run from a temp project folder, with
@@ -49,7 +51,7 @@ func cliEnv(t *testing.T, home string) []string {
 		env = append(env, kv)
 	}
 	if os.Getenv("SKEIN_TOOLS_DIR") == "" {
-		if d := filepath.Join(repoRoot(t), ".tools"); dirExists(d) {
+		if d := filepath.Join(devtest.RepoRoot(t), ".tools"); dirExists(d) {
 			env = append(env, "SKEIN_TOOLS_DIR="+d)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -43,7 +44,7 @@ func TestCrashesLoseNoAcceptedTask(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	url := natsServer(t)
-	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(repoRoot(t), "e2e", "testdata", "tools")), faultScript)
+	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")), faultScript)
 	c := connect(t, url)
 	env := []string{"SKEIN_HOME=" + t.TempDir()}
 	args := []string{"--nats", url, "--config", cfg}

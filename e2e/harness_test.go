@@ -14,31 +14,10 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
-
-// repoRoot is the folder holding go.work.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	if r := os.Getenv("SKEIN_REPO_ROOT"); r != "" {
-		return r
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.work not found above the test's folder")
-		}
-		dir = parent
-	}
-}
 
 var (
 	buildOnce sync.Once
@@ -50,7 +29,7 @@ var (
 func binaries(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		root := repoRoot(t)
+		root := devtest.RepoRoot(t)
 		binDir, buildErr = os.MkdirTemp("", "skein-e2e-bin")
 		if buildErr != nil {
 			return
@@ -217,7 +196,7 @@ func writeProject(t *testing.T, agentYAML, script string) string {
 	if err := os.WriteFile(filepath.Join(dir, "script.yaml"), []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	body := strings.ReplaceAll(agentYAML, "$TOOLS", filepath.Join(repoRoot(t), "examples", "tools"))
+	body := strings.ReplaceAll(agentYAML, "$TOOLS", filepath.Join(devtest.RepoRoot(t), "examples", "tools"))
 	p := filepath.Join(dir, "agent.yaml")
 	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 		t.Fatal(err)

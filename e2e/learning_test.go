@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/devenv"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -25,7 +27,9 @@ func TestLearningLoopAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	requireEmbedder(t)
+	if _, err := os.Stat(filepath.Join(devenv.ToolsDir(), "memory", "minilm")); err != nil {
+		devtest.Missing(t, "the all-MiniLM-L6-v2 embedder")
+	}
 	project := t.TempDir()
 	out, err := exec.Command(filepath.Join(binaries(t), "skein"), "init", project).CombinedOutput()
 	if err != nil {
@@ -128,19 +132,4 @@ func listMemory(ctx context.Context, t *testing.T, c *bus.Conn) []memory.Entry {
 		t.Fatal(rep.Error)
 	}
 	return rep.Entries
-}
-
-// requireEmbedder skips (or fails in CI) when `make setup` has not installed the MiniLM model.
-func requireEmbedder(t *testing.T) {
-	t.Helper()
-	dir := os.Getenv("SKEIN_TOOLS_DIR")
-	if dir == "" {
-		dir = filepath.Join(repoRoot(t), ".tools")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "memory", "minilm")); err != nil {
-		if os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" {
-			t.Fatalf("the MiniLM embedder is not installed under %s: run make setup", dir)
-		}
-		t.Skip("the MiniLM embedder is not installed: run make setup")
-	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/llm/scripted"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -22,17 +21,6 @@ import (
 
 // quiet drops service logs unless the test runs with -v and fails; tests assert on traces.
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// needPython fails where the Makefile promises every dependency, and skips elsewhere.
-func needPython(t testing.TB) {
-	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		if os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" {
-			t.Fatalf("python3 is required by the test tools but is not on PATH")
-		}
-		t.Skip("python3 not on PATH (the test tools are Python); install it or run `make setup`")
-	}
-}
 
 func testdata(t testing.TB, parts ...string) string {
 	t.Helper()
@@ -51,7 +39,7 @@ type mesh struct {
 // startMesh starts NATS and a toolhost for the tools of dir named in enabled.
 func startMesh(t *testing.T, dir string, enabled ...string) *mesh {
 	t.Helper()
-	needPython(t)
+	devtest.NeedProgram(t, "python3")
 	m := bustest.Start(t)
 	hcfg := config.Default()
 	hcfg.Tools.ManifestDirs = []string{dir}

@@ -2,7 +2,7 @@ package memoryd_test
 
 import (
 	"context"
-	"os"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +10,7 @@ import (
 	"github.com/skein-mesh/skein/memoryd"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/embed/embedtest"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
@@ -201,10 +202,7 @@ func TestMigrateAfterModelChange(t *testing.T) {
 // With no embedder injected, memoryd opens the configured one: all-MiniLM-L6-v2 in process.
 func TestRealEmbedderFromConfig(t *testing.T) {
 	if _, err := minilm.Open(minilm.Options{}); err != nil {
-		if os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" {
-			t.Fatal(err)
-		}
-		t.Skipf("all-MiniLM-L6-v2 not installed (run `make setup`): %v", err)
+		devtest.Missing(t, fmt.Sprintf("all-MiniLM-L6-v2 (%v)", err))
 	}
 	m := bustest.Start(t)
 	c := start(t, m, nil, nil) // nil: memoryd opens memory.embedder (minilm)

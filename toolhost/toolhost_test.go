@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,48 +15,16 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/toolhost"
 )
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	if r := os.Getenv("SKEIN_REPO_ROOT"); r != "" {
-		return r
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.work not found above the test; set SKEIN_REPO_ROOT")
-		}
-		dir = parent
-	}
-}
-
-func needPrograms(t *testing.T, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			if os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" {
-				t.Fatalf("%s is required but not on PATH", n)
-			}
-			t.Skipf("%s not on PATH", n)
-		}
-	}
-}
-
 // testConfig serves two example tools and two test fixtures; everything else in those folders
 // stays off, as the allow-list says.
 func testConfig(t *testing.T) *config.Config {
-	root := repoRoot(t)
+	root := devtest.RepoRoot(t)
 	cfg := config.Default()
 	cfg.Tools.ManifestDirs = []string{
 		filepath.Join(root, "examples", "tools"),
@@ -112,7 +78,7 @@ func call(t *testing.T, m *bustest.Mesh, tool, args string, timeout time.Duratio
 }
 
 func TestTwoToolhostsShareTheQueueGroup(t *testing.T) {
-	needPrograms(t, "python3", "node")
+	devtest.NeedProgram(t, "python3", "node")
 	m := bustest.Start(t)
 	cfg := testConfig(t)
 	startHost(t, m, cfg, "host-a")
@@ -235,7 +201,7 @@ func TestCatalogHoldsThePublishedSpecs(t *testing.T) {
 }
 
 func TestFailuresTravelAsResults(t *testing.T) {
-	needPrograms(t, "python3")
+	devtest.NeedProgram(t, "python3")
 	m := bustest.Start(t)
 	startHost(t, m, testConfig(t), "host-a")
 
@@ -317,7 +283,7 @@ func TestShutdownStopsServing(t *testing.T) {
 func TestBadManifestsStopTheHostWithAClearError(t *testing.T) {
 	m := bustest.Start(t)
 	cfg := config.Default()
-	cfg.Tools.ManifestDirs = []string{filepath.Join(repoRoot(t), "examples", "tools")}
+	cfg.Tools.ManifestDirs = []string{filepath.Join(devtest.RepoRoot(t), "examples", "tools")}
 	cfg.Tools.Enabled = []string{"echo", "python_exec"}
 	err := toolhost.Run(context.Background(), toolhost.Deps{Conn: m.Conn, Names: m.Names, Config: cfg})
 	if err == nil || !strings.Contains(err.Error(), `"python_exec"`) {

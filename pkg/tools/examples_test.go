@@ -9,36 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
-
-// repoRoot is $SKEIN_REPO_ROOT, or the folder holding go.work above the test.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	if r := os.Getenv("SKEIN_REPO_ROOT"); r != "" {
-		return r
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.work not found above the test; set SKEIN_REPO_ROOT")
-		}
-		dir = parent
-	}
-}
 
 // exampleTools loads examples/tools. The Go sum tool runs from the Makefile-built binary when
 // it is there, else from a binary this test builds.
 func exampleTools(t testing.TB) map[string]*tools.Tool {
 	t.Helper()
-	dir := filepath.Join(repoRoot(t), "examples", "tools")
+	dir := filepath.Join(devtest.RepoRoot(t), "examples", "tools")
 	ts, err := tools.LoadDirs([]string{dir}, nil)
 	if err != nil {
 		t.Fatalf("load examples: %v", err)
@@ -67,8 +46,8 @@ func TestExampleToolsRunThroughTheRunner(t *testing.T) {
 	if len(ex) != 3 {
 		t.Fatalf("want echo, sum and wordcount, got %d tools", len(ex))
 	}
-	needProgram(t, "python3")
-	needProgram(t, "node")
+	devtest.NeedProgram(t, "python3")
+	devtest.NeedProgram(t, "node")
 	cases := []struct {
 		tool, args, want string
 	}{

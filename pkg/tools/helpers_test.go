@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
 
@@ -41,20 +41,9 @@ func fixture(t *testing.T, name string) *tools.Tool {
 	cp := *tl
 	cp.Argv = append([]string(nil), tl.Argv...)
 	if tl.Argv[0] == "python3" || tl.Argv[0] == "node" {
-		needProgram(t, tl.Argv[0])
+		devtest.NeedProgram(t, tl.Argv[0])
 	}
 	return &cp
-}
-
-// needProgram skips when an interpreter is missing, except in CI where it must be there.
-func needProgram(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" {
-			t.Fatalf("%s is required but not on PATH: %v", name, err)
-		}
-		t.Skipf("%s not on PATH (install it; CI requires it)", name)
-	}
 }
 
 // readPID waits for a tool to have written a pid file.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 )
 
 // The pinned @toon-format/spec package (mk/toon.mk) is the newest one the
@@ -56,7 +58,7 @@ func TestConformance(t *testing.T) {
 		sets["SKEIN_TOON_SPEC_FIXTURES"] = d
 	}
 	if _, ok := sets["npm @toon-format/spec"]; !ok {
-		missingSetup(t, "the @toon-format/spec conformance fixtures ("+pkgDir+")")
+		devtest.Missing(t, "the @toon-format/spec conformance fixtures ("+pkgDir+")")
 	}
 	names := make([]string, 0, len(sets))
 	for n := range sets {

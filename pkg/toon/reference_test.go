@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 )
 
 type refRequest struct {
@@ -36,11 +38,11 @@ func runReference(t testing.TB, reqs []refRequest) []refResponse {
 	t.Helper()
 	mods := nodeModules(t)
 	if _, err := os.Stat(filepath.Join(mods, "@toon-format", "toon", "package.json")); err != nil {
-		missingSetup(t, "the reference implementation @toon-format/toon under "+mods)
+		devtest.Missing(t, "the reference implementation @toon-format/toon under "+mods)
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		missingSetup(t, "node")
+		devtest.Missing(t, "node")
 	}
 	in, err := json.Marshal(reqs)
 	if err != nil {

@@ -23,11 +23,12 @@ import (
 	"sync"
 	"unicode"
 
-	ort "github.com/yalue/onnxruntime_go"
-
 	"github.com/sugarme/tokenizer"
 	"github.com/sugarme/tokenizer/pretrained"
+	ort "github.com/yalue/onnxruntime_go"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/skein-mesh/skein/pkg/devenv"
 )
 
 // ModelID names the model and its pooling; stores record it and refuse vectors of another.
@@ -78,7 +79,7 @@ func Paths(opt Options) (lib, dir string) {
 	if dir == "" {
 		dir = os.Getenv(EnvModelDir)
 	}
-	tools := toolsDir()
+	tools := devenv.ToolsDir()
 	if lib == "" && tools != "" {
 		lib = filepath.Join(tools, "memory", "lib", "libonnxruntime.so")
 	}
@@ -86,37 +87,6 @@ func Paths(opt Options) (lib, dir string) {
 		dir = filepath.Join(tools, "memory", "minilm")
 	}
 	return lib, dir
-}
-
-// toolsDir is $SKEIN_TOOLS_DIR; or .tools beside the go.work found walking up from the working
-// directory (tests run inside the repository); or .tools in the folder above the running binary
-// (`make build` puts binaries in bin/, so a user can run bin/skein from any folder).
-func toolsDir() string {
-	if d := os.Getenv("SKEIN_TOOLS_DIR"); d != "" {
-		return d
-	}
-	if r := os.Getenv("SKEIN_REPO_ROOT"); r != "" {
-		return filepath.Join(r, ".tools")
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-				return filepath.Join(d, ".tools")
-			}
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	if exe, err := os.Executable(); err == nil {
-		if exe, err = filepath.EvalSymlinks(exe); err == nil {
-			d := filepath.Join(filepath.Dir(filepath.Dir(exe)), ".tools")
-			if st, err := os.Stat(d); err == nil && st.IsDir() {
-				return d
-			}
-		}
-	}
-	return ""
 }
 
 var (

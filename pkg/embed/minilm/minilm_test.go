@@ -13,13 +13,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
 )
 
 var _ embed.Embedder = (*minilm.Embedder)(nil)
-
-func required() bool { return os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" }
 
 var (
 	shared     *minilm.Embedder
@@ -32,7 +31,7 @@ func open(tb testing.TB) *minilm.Embedder {
 	tb.Helper()
 	sharedOnce.Do(func() { shared, sharedErr = minilm.Open(minilm.Options{}) })
 	if sharedErr != nil {
-		if errors.Is(sharedErr, minilm.ErrNotInstalled) && !required() {
+		if errors.Is(sharedErr, minilm.ErrNotInstalled) && !devenv.Required() {
 			tb.Skipf("all-MiniLM-L6-v2 not installed (run `make setup`): %v", sharedErr)
 		}
 		tb.Fatalf("open embedder: %v", sharedErr)
@@ -62,7 +61,7 @@ func loadReference(t *testing.T) reference {
 	path := filepath.Join(dir, "reference.json")
 	b, err := os.ReadFile(path)
 	if err != nil {
-		if !required() {
+		if !devenv.Required() {
 			t.Skipf("reference vectors missing (run `make setup`): %v", err)
 		}
 		t.Fatalf("reference vectors: %v", err)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skein-mesh/skein/pkg/devenv"
 )
 
 // EnvServer overrides the milvus-lite executable.
@@ -44,24 +46,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func required() bool { return os.Getenv("CI") != "" || os.Getenv("SKEIN_REQUIRE_ALL") == "1" }
-
 // Executable finds the milvus-lite server program.
 func Executable() (string, error) {
 	if p := os.Getenv(EnvServer); p != "" {
 		return p, nil
 	}
-	tools := os.Getenv("SKEIN_TOOLS_DIR")
-	if tools == "" {
-		wd, _ := os.Getwd()
-		for d := wd; d != filepath.Dir(d); d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-				tools = filepath.Join(d, ".tools")
-				break
-			}
-		}
-	}
-	p := filepath.Join(tools, "venv", "bin", "milvus-lite")
+	p := filepath.Join(devenv.ToolsDir(), "venv", "bin", "milvus-lite")
 	if _, err := os.Stat(p); err != nil {
 		return "", fmt.Errorf("milvus-lite server not found at %s: run `make setup` (or set %s)", p, EnvServer)
 	}
@@ -83,7 +73,7 @@ func Start(tb testing.TB) *Server {
 	tb.Helper()
 	exe, err := Executable()
 	if err != nil {
-		if required() {
+		if devenv.Required() {
 			tb.Fatal(err)
 		}
 		tb.Skip(err)
