@@ -1,0 +1,152 @@
+package trace_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+func session(id string) []protocol.Event {
+	cost := 0.25
+	return []protocol.Event{
+		{SessionID: id, Type: protocol.EvSessionStarted, Agent: "a", Task: "count the words"},
+		{SessionID: id, Type: protocol.EvToolCall, Tool: "wordcount", Args: json.RawMessage(`{"text":"x"}`),
+			Result: &protocol.ToolResult{OK: false, Kind: protocol.ToolErrExit, Error: "boom"}},
+		{SessionID: id, Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccessWithRecovery, Text: "1 word"},
+		{SessionID: id, Type: protocol.EvUsage, Report: &protocol.UsageReport{Usage: protocol.Usage{InputTokens: 10}, CostUSD: &cost}},
+	}
+}
+
+func publish(t *testing.T, m *bustest.Mesh, evs []protocol.Event) {
+	t.Helper()
+	p := trace.NewPublisher(m.Conn.JS, m.Names, "test")
+	for _, ev := range evs {
+		if err := p.Emit(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReadFollowAndListSeeEventsInOrder(t *testing.T) {
+	m := bustest.Start(t)
+	publish(t, m, session("s-1"))
+	publish(t, m, session("s-2")[:2]) // still running
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	evs, err := trace.Read(ctx, m.Conn.JS, m.Names, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, ev := range evs {
+		types = append(types, string(ev.Type))
+		if ev.Source != "test" || ev.Time.IsZero() || ev.V != protocol.SchemaVersion {
+			t.Fatalf("event not stamped: %+v", ev)
+		}
+	}
+	if got := strings.Join(types, ","); got != "session_started,tool_call,final,usage" {
+		t.Fatalf("read %s", got)
+	}
+
+	var followed int
+	if err := trace.Follow(ctx, m.Conn.JS, m.Names, "s-1", func(ev protocol.Event) bool {
+		followed++
+		return ev.Type != protocol.EvUsage
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if followed != 4 {
+		t.Fatalf("followed %d events", followed)
+	}
+
+	list, err := trace.List(ctx, m.Conn.JS, m.Names, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].SessionID != "s-1" || list[0].Outcome != protocol.OutcomeSuccessWithRecovery ||
+		list[0].Task != "count the words" || list[0].Events != 4 || list[1].Outcome != "" {
+		t.Fatalf("list = %+v", list)
+	}
+}
+
+func TestMirrorWritesJSONLAndLogAndSignalsTheEnd(t *testing.T) {
+	m := bustest.Start(t)
+	home := t.TempDir()
+	mirror := &trace.Mirror{JS: m.Conn.JS, Names: m.Names, Home: home, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mirror.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	finished := mirror.Done("s-9")
+	// The mirror starts at new events: publish once its durable consumer exists.
+	for {
+		if _, err := m.Conn.JS.Consumer(ctx, m.Names.Stream(protocol.StreamTrace), protocol.ConsumerMirror); err == nil {
+			break
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-time.After(10 * time.Second):
+			t.Fatal("mirror consumer never appeared")
+		}
+	}
+	publish(t, m, session("s-9"))
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("mirror never signalled the session's usage event")
+	}
+
+	f, err := os.Open(trace.JSONLPath(home, "s-9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var last protocol.Event
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		n++
+		if err := json.Unmarshal(sc.Bytes(), &last); err != nil {
+			t.Fatalf("line %d is not JSON: %v", n, err)
+		}
+	}
+	if n != 4 || last.Type != protocol.EvUsage || last.Report == nil || last.Report.InputTokens != 10 {
+		t.Fatalf("jsonl: %d lines, last %+v", n, last)
+	}
+	log, err := os.ReadFile(trace.LogPath(home, "s-9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"tool_call", "wordcount", "FAILED nonzero_exit: boom", "cost=$0.250000"} {
+		if !strings.Contains(string(log), want) {
+			t.Fatalf("log lacks %q:\n%s", want, log)
+		}
+	}
+	if matches, _ := filepath.Glob(filepath.Join(home, "traces", "*")); len(matches) != 1 {
+		t.Fatalf("trace files: %v", matches)
+	}
+}
+
+func TestLineMarksUnknownCost(t *testing.T) {
+	line := trace.Line(protocol.Event{Type: protocol.EvUsage, Report: &protocol.UsageReport{}})
+	if !strings.Contains(line, "cost=unknown") {
+		t.Fatalf("an unpriced model's cost must read unknown, never $0: %s", line)
+	}
+}
