@@ -96,13 +96,11 @@ func TestMirrorWritesJSONLAndLogAndSignalsTheEnd(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	finished := mirror.Done("s-9")
 	// The mirror starts at new events: publish once its durable consumer exists.
-	for {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := m.Conn.JS.Consumer(ctx, m.Names.Stream(protocol.StreamTrace), protocol.ConsumerMirror); err == nil {
 			break
 		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-time.After(10 * time.Second):
+		if time.Now().After(deadline) {
 			t.Fatal("mirror consumer never appeared")
 		}
 	}
