@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -214,6 +215,9 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 		}()
 	}
 	wg.Wait()
+	for i, c := range calls {
+		r.subagentUsage(turn, c.Name, results[i])
+	}
 	format := r.e.d.Config.Tools.ResultFormat
 	blocks := make([]llm.Block, len(calls))
 	for i, c := range calls {
@@ -228,6 +232,28 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 	}
 	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: blocks})
 	return bad == len(calls)
+}
+
+// subagentUsage records the tokens of an agent called as a tool as model calls of this session
+// with role subagent, so the session's usage report counts them.
+func (r *run) subagentUsage(turn int, tool string, reply protocol.ToolReply) {
+	if reply.Usage == nil {
+		return
+	}
+	var child struct {
+		SessionID string `json:"session_id"`
+	}
+	_ = json.Unmarshal(reply.Result, &child)
+	models := make([]string, 0, len(reply.Usage.ByModel))
+	for m := range reply.Usage.ByModel {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	for _, m := range models {
+		u := reply.Usage.ByModel[m]
+		r.e.emit(r.step, protocol.Event{Type: protocol.EvModelCall, Role: protocol.RoleSubagent, Turn: turn, Model: m,
+			Tool: tool, Usage: &u, Attrs: map[string]string{"child_session": child.SessionID}})
+	}
 }
 
 func (r *run) toolNames() []string {
@@ -251,7 +277,8 @@ func (r *run) toolTimeout(spec protocol.ToolSpec) time.Duration {
 func (e *Executor) catalog(ctx context.Context) ([]protocol.ToolSpec, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		specs, err := tools.Catalog(ctx, e.d.Conn.JS, e.d.Names, e.d.Config.Tools.Enabled)
+		specs, err := tools.Catalog(ctx, e.d.Conn.JS, e.d.Names, e.d.catalogNames())
+		specs = e.d.offered(specs)
 		var missing *tools.MissingToolsError
 		switch {
 		case err == nil:
@@ -264,6 +291,24 @@ func (e *Executor) catalog(ctx context.Context) ([]protocol.ToolSpec, error) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// catalogNames is the allow-list to read from the catalog: the enabled tools and the agents
+// offered as tools (nil, every published tool, when no tool allow-list is set).
+func (d Deps) catalogNames() []string {
+	t := d.Config.Tools
+	if len(t.Enabled) == 0 {
+		return nil
+	}
+	return append(append([]string(nil), t.Enabled...), t.Agents...)
+}
+
+// offered drops the agents another agent's toolhost published but this agent's tools.agents
+// does not list: the tools KV is shared by the whole mesh.
+func (d Deps) offered(specs []protocol.ToolSpec) []protocol.ToolSpec {
+	return slices.DeleteFunc(specs, func(s protocol.ToolSpec) bool {
+		return s.Agent != "" && !slices.Contains(d.Config.Tools.Agents, s.Agent)
+	})
 }
 
 // safeArgs keeps malformed arguments in the trace as a JSON string instead of breaking the event.

@@ -16,3 +16,16 @@ require (
 )
 
 replace github.com/skein-mesh/skein/pkg => ../pkg
+
+// Tests run agents as tools on an in-process mesh; the toolhost itself imports none of these.
+require (
+	github.com/skein-mesh/skein/executor v0.0.0
+	github.com/skein-mesh/skein/gateway v0.0.0
+	github.com/skein-mesh/skein/planner v0.0.0
+)
+
+replace github.com/skein-mesh/skein/executor => ../executor
+
+replace github.com/skein-mesh/skein/gateway => ../gateway
+
+replace github.com/skein-mesh/skein/planner => ../planner

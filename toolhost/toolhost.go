@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +42,9 @@ type Deps struct {
 	// ShutdownGrace is how long calls in flight may finish after ctx ends before their tools
 	// are killed (0: 10s).
 	ShutdownGrace time.Duration
+	// AgentWait bounds how long a call of an agent in tools.agents waits for the child session
+	// (0: DefaultAgentWait).
+	AgentWait time.Duration
 }
 
 // Run serves until ctx ends, then stops the micro service, lets calls in flight finish within
@@ -145,7 +149,17 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		}
 		host.tools = append(host.tools, t.Name)
 	}
-	if len(loaded) == 0 {
+	taken := map[string]bool{}
+	for _, t := range loaded {
+		taken[t.Name] = true
+	}
+	if err := host.addAgentEndpoints(ctx, d, cfg.Tools.Agents, taken); err != nil {
+		host.stop()
+		killRunning()
+		return nil, err
+	}
+	slices.Sort(host.tools)
+	if len(loaded) == 0 && len(cfg.Tools.Agents) == 0 {
 		log.Warn("no tools to serve: tools.manifest_dirs is empty or holds no manifests")
 	}
 	log.Info("toolhost ready", "tools", host.tools, "concurrency", cap(h.slots))

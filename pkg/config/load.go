@@ -130,9 +130,9 @@ func Parse(path string, data []byte) (*Config, error) {
 }
 
 var (
-	yamlLineRE  = regexp.MustCompile(`^line (\d+): (.*)$`)
-	anyLineRE   = regexp.MustCompile(`line (\d+)`)
-	unknownKey  = regexp.MustCompile(`field (\S+) not found in type config\.(\w+)`)
+	yamlLineRE   = regexp.MustCompile(`^line (\d+): (.*)$`)
+	anyLineRE    = regexp.MustCompile(`line (\d+)`)
+	unknownKey   = regexp.MustCompile(`field (\S+) not found in type config\.(\w+)`)
 	typeMismatch = regexp.MustCompile("cannot unmarshal !!(\\w+) (?:`([^`]*)` )?into (\\S+)")
 )
 
@@ -265,6 +265,15 @@ func (c *Config) Validate() Errors {
 	for i, n := range c.Tools.Enabled {
 		if err := protocol.CheckToken("tool name", n); err != nil {
 			bad(fmt.Sprintf("tools.enabled[%d]", i), "%v", err)
+		}
+	}
+	for i, n := range c.Tools.Agents {
+		key := fmt.Sprintf("tools.agents[%d]", i)
+		if err := protocol.CheckToken("agent name", n); err != nil {
+			bad(key, "%v", err)
+		} else if n == c.Agent.Name {
+			// An agent offered to itself would recurse until max_depth stops it.
+			bad(key, "names this agent itself (%q); an agent cannot be its own tool", n)
 		}
 	}
 	if c.Tools.MaxParallel < 1 || c.Tools.MaxParallel > 64 {

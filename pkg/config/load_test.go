@@ -91,6 +91,8 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"bad provider", "llm:\n  provider: bard\n", []string{"llm.provider", "anthropic, openai or scripted"}},
 		{"bad role override", "miner:\n  llm:\n    cache: sometimes\n", []string{"miner.llm.cache", "auto or off"}},
 		{"bad agent name", "agent:\n  name: my agent\n", []string{"agent.name"}},
+		{"bad agent tool", "tools:\n  agents: [ok, \"a.b\"]\n", []string{"tools.agents[1]", "agent name"}},
+		{"agent as its own tool", "agent:\n  name: boss\ntools:\n  agents: [helper, boss]\n", []string{"tools.agents[1]", "itself"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -250,6 +250,9 @@ type ToolReply struct {
 	ToolResult
 	LatencyMS int64  `msgpack:"latency_ms" json:"latency_ms"`
 	Host      string `msgpack:"host,omitempty" json:"host,omitempty"`
+	// Usage is the child session's usage report when the tool is an agent, so its tokens count
+	// toward the calling session (role subagent).
+	Usage *UsageReport `msgpack:"usage,omitempty" json:"usage,omitempty"`
 }
 
 // Polarity of a memory entry.

@@ -1,0 +1,300 @@
+package toolhost_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/skein-mesh/skein/executor"
+	"github.com/skein-mesh/skein/gateway"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/planner"
+	"github.com/skein-mesh/skein/toolhost"
+)
+
+// The boss asks the helper through the agent tool; a refused delegation comes back as an error
+// the boss's model reads and answers about.
+const bossScript = `rules:
+  - when: {last: "refused the task"}
+    reply: {text: "The helper could not take it."}
+  - when: {last: "(?s)session_id.*four"}
+    reply: {text: "The helper says the answer is four."}
+  - when: {last: "ask the helper"}
+    reply:
+      tool_calls:
+        - {name: helper, args: {task: "What is two plus two?"}}
+`
+
+const helperScript = `rules:
+  - when: {last: "two plus two"}
+    reply: {text: "four"}
+`
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func agentConfig(t *testing.T, name, script string, maxDepth int, agents ...string) *config.Config {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(p, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Agent.Name = name
+	cfg.Agent.MaxDepth = maxDepth
+	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", p
+	cfg.Tools.Agents = agents
+	cfg.Memory.Enabled = false
+	cfg.Miner.Enabled = false
+	if errs := cfg.Validate(); len(errs) > 0 {
+		t.Fatalf("config of %s: %v", name, errs)
+	}
+	return cfg
+}
+
+// miniMesh runs a gateway, a planner, a toolhost offering helper to boss, and one executor per
+// agent, all in process on a real embedded NATS.
+func miniMesh(t *testing.T) *bustest.Mesh {
+	t.Helper()
+	m := bustest.Start(t)
+	boss := agentConfig(t, "boss", bossScript, 3, "helper")
+	helper := agentConfig(t, "helper", helperScript, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	goRun := func(fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("service stopped: %v", err)
+			}
+		}()
+	}
+
+	h, err := toolhost.New(ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: boss, Logger: quiet(), HostID: "agents-host"})
+	if err != nil {
+		t.Fatalf("toolhost: %v", err)
+	}
+	if got := h.Tools(); len(got) != 1 || got[0] != "helper" {
+		t.Fatalf("toolhost serves %v, want [helper]", got)
+	}
+	goRun(func() error { return h.Serve(ctx) })
+	for _, cfg := range []*config.Config{boss, helper} {
+		ex, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor-"+cfg.Agent.Name), Names: m.Names, Config: cfg, Logger: quiet(), ID: "ex-" + cfg.Agent.Name})
+		if err != nil {
+			t.Fatalf("executor %s: %v", cfg.Agent.Name, err)
+		}
+		goRun(func() error { return ex.Serve(ctx) })
+	}
+	goRun(func() error {
+		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: boss, Logger: quiet()})
+	})
+	goRun(func() error {
+		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: boss, Logger: quiet(), ID: "planner-test"})
+	})
+	return m
+}
+
+func submit(t *testing.T, m *bustest.Mesh, req protocol.SubmitRequest) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := gateway.New(ctx, gateway.Deps{Conn: m.Conn, Names: m.Names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The executors register their agents as they start; wait for both before submitting.
+	for {
+		r, err := g.Submit(ctx, req)
+		if err == nil {
+			return r.SessionID
+		}
+		if !strings.Contains(err.Error(), "unknown agent") || ctx.Err() != nil {
+			t.Fatalf("submit: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitDone reads a session's trace up to its planner's usage event.
+func waitDone(t *testing.T, m *bustest.Mesh, session string) []protocol.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var evs []protocol.Event
+	err := trace.Follow(ctx, m.Conn.JS, m.Names, session, func(ev protocol.Event) bool {
+		evs = append(evs, ev)
+		return ev.Type != protocol.EvUsage
+	})
+	if err != nil {
+		t.Fatalf("session %s did not end: %v (events so far: %d)", session, err, len(evs))
+	}
+	return evs
+}
+
+func readTrace(t *testing.T, m *bustest.Mesh, session string) []protocol.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evs, err := trace.Read(ctx, m.Conn.JS, m.Names, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+func only(t *testing.T, evs []protocol.Event, typ protocol.EventType) protocol.Event {
+	t.Helper()
+	var found []protocol.Event
+	for _, ev := range evs {
+		if ev.Type == typ {
+			found = append(found, ev)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d %s events, want 1: %+v", len(found), typ, evs)
+	}
+	return found[0]
+}
+
+func childSessions(t *testing.T, m *bustest.Mesh, parent string) []protocol.Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := m.Conn.JS.KeyValue(ctx, m.Names.Bucket(protocol.BucketSessions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		t.Fatal(err)
+	}
+	var out []protocol.Session
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s protocol.Session
+		if err := protocol.Unmarshal(e.Value(), &s); err != nil {
+			t.Fatal(err)
+		}
+		if s.Parent == parent {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestAgentAsTool(t *testing.T) {
+	m := miniMesh(t)
+	boss := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "Please ask the helper what two plus two is."})
+	evs := waitDone(t, m, boss)
+
+	final := only(t, evs, protocol.EvFinal)
+	if final.Outcome != protocol.OutcomeSuccess || !strings.Contains(final.Text, "four") {
+		t.Fatalf("boss ended %s with %q, want success quoting the helper", final.Outcome, final.Text)
+	}
+	call := only(t, evs, protocol.EvToolCall)
+	if call.Tool != "helper" || call.Result == nil || !call.Result.OK {
+		t.Fatalf("helper call = %+v", call)
+	}
+	var res struct {
+		SessionID string           `json:"session_id"`
+		Outcome   protocol.Outcome `json:"outcome"`
+		FinalText string           `json:"final_text"`
+	}
+	if err := json.Unmarshal(call.Result.Result, &res); err != nil {
+		t.Fatalf("helper result %s: %v", call.Result.Result, err)
+	}
+	if res.FinalText != "four" || res.Outcome != protocol.OutcomeSuccess || res.SessionID != toolhost.ChildSessionID(boss, call.CallID) {
+		t.Fatalf("helper result = %+v", res)
+	}
+
+	kids := childSessions(t, m, boss)
+	if len(kids) != 1 || kids[0].SessionID != res.SessionID || kids[0].Agent != "helper" || kids[0].Depth != 1 {
+		t.Fatalf("children of %s = %+v, want the one helper session at depth 1", boss, kids)
+	}
+
+	// The helper's tokens are the boss's, under role subagent.
+	report := only(t, evs, protocol.EvUsage).Report
+	child := waitDone(t, m, res.SessionID)
+	childReport := only(t, child, protocol.EvUsage).Report
+	if report == nil || childReport == nil {
+		t.Fatal("usage events carry no report")
+	}
+	sub := report.ByRole[protocol.RoleSubagent]
+	if sub.InputTokens == 0 || sub != childReport.Usage {
+		t.Fatalf("boss usage by role %+v: subagent should equal the helper's total %+v", report.ByRole, childReport.Usage)
+	}
+	if want := report.ByRole[protocol.RoleExecutor].Add(sub); report.Usage != want {
+		t.Fatalf("boss total %+v, want executor + subagent %+v", report.Usage, want)
+	}
+
+	// The executor's call timed out, say, and the model calls again with the same call id: the
+	// same child answers and no second one starts.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reply, err := tools.Call(ctx, m.Conn.NC, m.Names, protocol.ToolRequest{SessionID: boss, CallID: call.CallID, Tool: "helper",
+		Args: call.Args}, time.Minute)
+	if err != nil || !reply.OK || reply.Usage == nil {
+		t.Fatalf("retried call: %+v, %v", reply, err)
+	}
+	if !strings.Contains(string(reply.Result), res.SessionID) {
+		t.Fatalf("retried call answered from %s, want %s", reply.Result, res.SessionID)
+	}
+	if kids := childSessions(t, m, boss); len(kids) != 1 {
+		t.Fatalf("after a retried call %s has %d children, want 1", boss, len(kids))
+	}
+	only(t, readTrace(t, m, res.SessionID), protocol.EvSessionStarted)
+}
+
+func TestAgentToolRefusedPastMaxDepth(t *testing.T) {
+	m := miniMesh(t)
+	// The boss runs as a sub-agent already (depth 1); its helper call would be depth 2, past the
+	// helper's max_depth of 1.
+	boss := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "Please ask the helper what two plus two is.", Depth: 1})
+	evs := waitDone(t, m, boss)
+	call := only(t, evs, protocol.EvToolCall)
+	if call.Result == nil || call.Result.OK || call.Result.Kind != protocol.ToolErrToolError ||
+		!strings.Contains(call.Result.Error, "allows 1") {
+		t.Fatalf("helper call past max_depth = %+v, want a tool_error naming the limit", call.Result)
+	}
+	final := only(t, evs, protocol.EvFinal)
+	if !strings.Contains(final.Text, "could not take it") {
+		t.Fatalf("boss answered %q; its model should have read the refusal", final.Text)
+	}
+	if kids := childSessions(t, m, boss); len(kids) != 0 {
+		t.Fatalf("a refused call started %+v", kids)
+	}
+}
+
+func TestAgentToolChecksArguments(t *testing.T) {
+	m := miniMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, args := range []string{`{}`, `{"task": ""}`, `{"task": "x", "extra": 1}`, `{"task": 3}`, `[]`} {
+		reply, err := tools.Call(ctx, m.Conn.NC, m.Names, protocol.ToolRequest{SessionID: "s-args", CallID: "c1", Tool: "helper",
+			Args: json.RawMessage(args)}, time.Minute)
+		if err != nil || reply.OK || reply.Kind != protocol.ToolErrBadArgs {
+			t.Errorf("args %s: %+v, %v; want invalid_arguments", args, reply, err)
+		}
+	}
+	if kids := childSessions(t, m, "s-args"); len(kids) != 0 {
+		t.Fatalf("bad arguments started %+v", kids)
+	}
+}
