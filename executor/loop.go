@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -275,22 +277,26 @@ func (r *run) toolTimeout(spec protocol.ToolSpec) time.Duration {
 // short grace period, since toolhosts and executors start in any order; after it the step runs
 // with what exists and the trace says what is missing.
 func (e *Executor) catalog(ctx context.Context) ([]protocol.ToolSpec, error) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		specs, err := tools.Catalog(ctx, e.d.Conn.JS, e.d.Names, e.d.catalogNames())
+	var specs []protocol.ToolSpec
+	b := backoff.WithContext(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(time.Second),
+		backoff.WithMaxElapsedTime(10*time.Second)), ctx)
+	err := backoff.Retry(func() error {
+		var err error
+		specs, err = tools.Catalog(ctx, e.d.Conn.JS, e.d.Names, e.d.catalogNames())
 		specs = e.d.offered(specs)
 		var missing *tools.MissingToolsError
-		switch {
-		case err == nil:
-			return specs, nil
-		case !errors.As(err, &missing):
-			return nil, fmt.Errorf("tool catalog: %w", err)
-		case time.Now().After(deadline) || ctx.Err() != nil:
-			e.d.Logger.Warn("running without some enabled tools", "err", err)
-			return specs, nil
+		if err != nil && !errors.As(err, &missing) {
+			return backoff.Permanent(fmt.Errorf("tool catalog: %w", err))
 		}
-		time.Sleep(250 * time.Millisecond)
+		return err
+	}, b)
+	var missing *tools.MissingToolsError
+	if errors.As(err, &missing) {
+		e.d.Logger.Warn("running without some enabled tools", "err", err)
+		return specs, nil
 	}
+	return specs, err
 }
 
 // catalogNames is the allow-list to read from the catalog: the enabled tools and the agents
