@@ -27,9 +27,6 @@ import (
 // Provider is this backend's name in agent.yaml and in errors.
 const Provider = "anthropic"
 
-// DefaultAPIKeyEnv is read when llm.api_key_env is empty.
-const DefaultAPIKeyEnv = "ANTHROPIC_API_KEY"
-
 // defaultMaxTokens applies when neither the request nor agent.yaml sets one.
 const defaultMaxTokens = 1024
 
@@ -47,12 +44,8 @@ var _ llm.Backend = (*Backend)(nil)
 // use the factory's CheckKey first for a clear start-up error.
 func New(cfg config.LLM, opts ...llm.Option) (*Backend, error) {
 	o := llm.BuildOptions(opts...)
-	env := cfg.APIKeyEnv
-	if env == "" {
-		env = DefaultAPIKeyEnv
-	}
 	reqOpts := []option.RequestOption{
-		option.WithAPIKey(os.Getenv(env)),
+		option.WithAPIKey(os.Getenv(llm.KeyEnv(cfg))),
 		option.WithHTTPClient(o.HTTPClient),
 		// One retry policy for the whole mesh: ours (backoff, retry-after, deadlines).
 		option.WithMaxRetries(0),
