@@ -53,6 +53,12 @@ func Run(ctx context.Context, d Deps) error {
 	if err := svc.AddEndpoint("submit", micro.HandlerFunc(g.handleSubmit), micro.WithEndpointSubject(d.Names.Submit())); err != nil {
 		return fmt.Errorf("gateway submit endpoint: %w", err)
 	}
+	// Dead letters: work that exhausted its deliveries is kept for operators, not lost.
+	stopDLQ, err := bus.StartDLQ(d.Conn, d.Names, d.Logger)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopDLQ() }()
 	errc := make(chan error, 2)
 	if d.Home != "" {
 		m := d.Mirror
