@@ -53,6 +53,8 @@ func TestCrashesLoseNoAcceptedTask(t *testing.T) {
 	start(t, env, "executor-survivor", "executor", args...)
 	planner := start(t, env, "planner-1", "planner", args...)
 	start(t, env, "gateway", "gateway", args...)
+	waitAgent(t, c, "assistant")
+	waitPullers(t, c, "assistant", 2)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -203,3 +203,62 @@ func writeProject(t *testing.T, agentYAML, script string) string {
 	}
 	return p
 }
+
+// waitAgent waits until an executor has registered agent in the agents KV, so the gateway
+// accepts its tasks; processes start in any order.
+func waitAgent(t *testing.T, c *bus.Conn, agent string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv, err := bus.KV(ctx, c.JS, protocol.NewNames(""), protocol.BucketAgents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case e := <-w.Updates():
+			if e != nil {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("no executor registered agent %q within a minute", agent)
+		}
+	}
+}
+
+// waitPullers waits until n processes are pulling from the agent's shared executor consumer.
+func waitPullers(t *testing.T, c *bus.Conn, agent string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names := protocol.NewNames("")
+	for {
+		cons, err := c.JS.Consumer(ctx, names.Stream(protocol.StreamWork), names.ExecutorConsumer(agent))
+		if err == nil {
+			if info, err := cons.Info(ctx); err == nil && info.NumWaiting >= n {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("fewer than %d executors pulling work for %q within a minute", n, agent)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// waitMemoryd waits until memoryd answers its health check.
+func waitMemoryd(t *testing.T, c *bus.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var rep protocol.MemoryHealthReply
+	if err := bus.Request(ctx, c.NC, protocol.NewNames("").Memory(protocol.MemHealth), &protocol.MemoryHealthRequest{}, &rep, 5*time.Second); err != nil || !rep.OK {
+		t.Fatalf("memoryd not healthy: %v %+v", err, rep)
+	}
+}

@@ -43,6 +43,8 @@ func TestLearningLoopAcrossProcesses(t *testing.T) {
 	for _, role := range []string{"toolhost", "executor", "memoryd", "miner", "planner", "gateway"} {
 		start(t, env, role, role, args...)
 	}
+	waitAgent(t, c, "greeter")
+	waitMemoryd(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 

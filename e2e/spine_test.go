@@ -59,6 +59,8 @@ func TestSpineAcrossProcesses(t *testing.T) {
 	start(t, env, "executor-2", "executor", args...)
 	start(t, env, "planner", "planner", args...)
 	start(t, env, "gateway", "gateway", args...)
+	waitAgent(t, c, "assistant")
+	waitPullers(t, c, "assistant", 2)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
