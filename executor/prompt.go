@@ -10,6 +10,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/memory/retrieve"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tokenize"
 	"github.com/skein-mesh/skein/pkg/toon"
 )
 
@@ -28,7 +29,7 @@ func buildPrompt(cfg *config.Config, step protocol.Step, guides []protocol.Guide
 		stable.WriteString("\n- ")
 		stable.WriteString(strings.TrimSpace(p))
 	}
-	if cfg.Tools.ResultFormat == "toon" {
+	if cfg.Tools.ResultFormat != "json" {
 		stable.WriteString("\n\n")
 		stable.WriteString(toonNote)
 	}
@@ -75,12 +76,26 @@ func renderResult(tr protocol.ToolResult, format string) string {
 	if tr.Truncated {
 		payload, _ = json.Marshal(map[string]json.RawMessage{"truncated": json.RawMessage("true"), "result": payload})
 	}
-	if format == "toon" {
-		if v, err := toon.ParseJSON(bytes.NewReader(payload)); err == nil {
-			if out, err := toon.Encode(v, toon.EncodeOptions{}); err == nil {
-				return string(out)
-			}
-		}
+	// The model reads compact JSON: a tool's indentation is tokens that say nothing.
+	var compact bytes.Buffer
+	if json.Compact(&compact, payload) == nil {
+		payload = compact.Bytes()
 	}
-	return string(payload)
+	if format == "json" {
+		return string(payload)
+	}
+	v, err := toon.ParseJSON(bytes.NewReader(payload))
+	if err != nil {
+		return string(payload)
+	}
+	out, err := toon.Encode(v, toon.EncodeOptions{})
+	if err != nil {
+		return string(payload)
+	}
+	// auto: TOON wins on uniform data (tables, listings, logs) and loses on irregular nesting,
+	// so each result goes in whichever form is fewer tokens.
+	if format == "auto" && tokenize.Count(string(payload)) <= tokenize.Count(string(out)) {
+		return string(payload)
+	}
+	return string(out)
 }

@@ -2,12 +2,14 @@ package executor
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tokenize"
 )
 
 func TestBuildPromptLayout(t *testing.T) {
@@ -71,8 +73,48 @@ func TestRenderResult(t *testing.T) {
 		facts["error"] != "exit status 3" || facts["kind"] != protocol.ToolErrExit || facts["stderr"] != "disk full" {
 		t.Errorf("failure: %v %v", facts, err)
 	}
+	// A tool's indentation never reaches the model.
+	if got := renderResult(protocol.ToolResult{OK: true, Result: json.RawMessage("{\n  \"a\": 1\n}")}, "json"); got != `{"a":1}` {
+		t.Errorf("pretty JSON not compacted: %q", got)
+	}
 	cut := protocol.ToolResult{OK: true, Truncated: true, Result: json.RawMessage(`{"n":1}`)}
 	if got := renderResult(cut, "json"); !strings.Contains(got, `"truncated":true`) || !strings.Contains(got, `"n":1`) {
 		t.Errorf("truncated: %q", got)
+	}
+}
+
+// auto picks whichever form is fewer tokens: TOON for uniform rows, JSON where per-item arrays
+// force TOON's list form.
+func TestRenderResultAutoPicksTheCheaperForm(t *testing.T) {
+	var rows []map[string]any
+	for i := range 20 {
+		rows = append(rows, map[string]any{"id": i, "name": fmt.Sprintf("file-%d.txt", i), "size": i * 100})
+	}
+	uniform, _ := json.Marshal(map[string]any{"files": rows})
+	var issues []map[string]any
+	for i := range 6 {
+		issues = append(issues, map[string]any{"id": i, "labels": []string{"bug", "p1"},
+			"user": map[string]any{"login": fmt.Sprintf("u%d", i), "site": map[string]any{"url": "x"}}})
+	}
+	irregular, _ := json.Marshal(map[string]any{"issues": issues})
+	for _, c := range []struct {
+		name    string
+		payload []byte
+	}{{"uniform", uniform}, {"irregular", irregular}} {
+		tr := protocol.ToolResult{OK: true, Result: c.payload}
+		asJSON, asTOON, auto := renderResult(tr, "json"), renderResult(tr, "toon"), renderResult(tr, "auto")
+		want := asTOON
+		if tokenize.Count(asJSON) <= tokenize.Count(asTOON) {
+			want = asJSON
+		}
+		if auto != want {
+			t.Errorf("%s: auto chose %d tokens; json %d, toon %d", c.name, tokenize.Count(auto), tokenize.Count(asJSON), tokenize.Count(asTOON))
+		}
+	}
+	if renderResult(protocol.ToolResult{OK: true, Result: uniform}, "auto") == string(uniform) {
+		t.Error("a uniform table should be cheaper as TOON")
+	}
+	if renderResult(protocol.ToolResult{OK: true, Result: irregular}, "auto") != string(irregular) {
+		t.Error("per-item arrays under nested objects should be cheaper as JSON")
 	}
 }

@@ -30,7 +30,7 @@ func TestCostScenario(t *testing.T) {
 
 	var rows []costRow
 	for _, cache := range []string{"off", "auto"} {
-		for _, format := range []string{"json", "toon"} {
+		for _, format := range []string{"json", "toon", "auto"} {
 			fake := llmtest.NewAnthropic(t, sc.script())
 			cfg := sc.anthropic(t, fake)
 			cfg.LLM.Cache = cache
@@ -80,9 +80,13 @@ func TestCostScenario(t *testing.T) {
 		}
 	}
 	for _, cache := range []string{"off", "auto"} {
-		j, tn := find(cache, "json", "1"), find(cache, "toon", "1")
+		j, tn, a := find(cache, "json", "1"), find(cache, "toon", "1"), find(cache, "auto", "1")
 		if tn.usd >= j.usd {
 			t.Errorf("cache %s: TOON results ($%.4f) are not cheaper than JSON ($%.4f) on this scenario", cache, tn.usd, j.usd)
+		}
+		// auto sends each result in its cheaper form, so it never costs more than all-TOON.
+		if a.usd > tn.usd {
+			t.Errorf("cache %s: auto results ($%.4f) cost more than TOON ($%.4f)", cache, a.usd, tn.usd)
 		}
 	}
 

@@ -279,8 +279,10 @@ func (c *Config) Validate() Errors {
 	if c.Tools.MaxParallel < 1 || c.Tools.MaxParallel > 64 {
 		bad("tools.max_parallel", "must be between 1 and 64, got %d", c.Tools.MaxParallel)
 	}
-	if c.Tools.ResultFormat != "toon" && c.Tools.ResultFormat != "json" {
-		bad("tools.result_format", "must be toon or json, got %q", c.Tools.ResultFormat)
+	switch c.Tools.ResultFormat {
+	case "toon", "json", "auto":
+	default:
+		bad("tools.result_format", "must be toon, json or auto, got %q", c.Tools.ResultFormat)
 	}
 	if c.Tools.TimeoutS <= 0 {
 		bad("tools.timeout_s", "must be positive, got %v", c.Tools.TimeoutS)

@@ -85,7 +85,7 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"wrong type", "agent:\n  max_steps: many\n", []string{"agent.yaml:2", "agent.max_steps", "wrong type", "an integer"}},
 		{"wrong type in a list", "tools:\n  enabled: [a, [b]]\n", []string{"agent.yaml:2", "tools.enabled", "wrong type"}},
 		{"bad yaml", "agent: [\n", []string{"agent.yaml", "invalid YAML"}},
-		{"bad value", "tools:\n  result_format: xml\n", []string{"tools.result_format", "toon or json"}},
+		{"bad value", "tools:\n  result_format: xml\n", []string{"tools.result_format", "toon, json or auto"}},
 		{"missing script", "llm:\n  provider: scripted\n  model: s\n  script: nope.yaml\n", []string{"llm.script", "does not exist"}},
 		{"missing tool dir", "tools:\n  manifest_dirs: [nope]\n", []string{"tools.manifest_dirs[0]", "does not exist"}},
 		{"bad provider", "llm:\n  provider: bard\n", []string{"llm.provider", "anthropic, openai or scripted"}},
