@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -52,6 +53,44 @@ type Filter struct {
 	Polarity protocol.Polarity
 	Tools    []string // match entries tagged with any of these
 	Status   Status   // "" means active only; use StatusAny for all
+}
+
+// Match reports whether e passes the filter: the one rule every store applies (an entry with no
+// status counts as active).
+func (f Filter) Match(e *Entry) bool {
+	switch f.Status {
+	case StatusAny:
+	case "":
+		if e.Status != StatusActive && e.Status != "" {
+			return false
+		}
+	default:
+		if e.Status != f.Status {
+			return false
+		}
+	}
+	if f.Agent != "" && e.Agent != f.Agent {
+		return false
+	}
+	if f.Tier != "" && e.Tier != f.Tier {
+		return false
+	}
+	if f.Polarity != "" && e.Polarity != f.Polarity {
+		return false
+	}
+	if len(f.Tools) > 0 && !slices.ContainsFunc(f.Tools, func(t string) bool { return slices.Contains(e.Tools, t) }) {
+		return false
+	}
+	return true
+}
+
+// Clone returns a copy of e that shares no slices with it, so a store never hands out its own.
+func Clone(e Entry) Entry {
+	e.Tools = slices.Clone(e.Tools)
+	e.Sessions = slices.Clone(e.Sessions)
+	e.Mined = slices.Clone(e.Mined)
+	e.Embedding = slices.Clone(e.Embedding)
+	return e
 }
 
 // StatusAny in a Filter matches every status.

@@ -415,42 +415,6 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// Match reports whether e passes f (exported for other stores' tests and tools).
-func Match(e *memory.Entry, f *memory.Filter) bool {
-	switch f.Status {
-	case memory.StatusAny:
-	case "":
-		if e.Status != memory.StatusActive && e.Status != "" {
-			return false
-		}
-	default:
-		if e.Status != f.Status {
-			return false
-		}
-	}
-	if f.Agent != "" && e.Agent != f.Agent {
-		return false
-	}
-	if f.Tier != "" && e.Tier != f.Tier {
-		return false
-	}
-	if f.Polarity != "" && e.Polarity != f.Polarity {
-		return false
-	}
-	if len(f.Tools) > 0 && !slices.ContainsFunc(f.Tools, func(t string) bool { return slices.Contains(e.Tools, t) }) {
-		return false
-	}
-	return true
-}
-
-func clone(e memory.Entry) memory.Entry {
-	e.Tools = slices.Clone(e.Tools)
-	e.Sessions = slices.Clone(e.Sessions)
-	e.Mined = slices.Clone(e.Mined)
-	e.Embedding = slices.Clone(e.Embedding)
-	return e
-}
-
 // Search implements memory.Store by an exact scan of the local index.
 func (s *Store) Search(ctx context.Context, vec []float32, k int, f memory.Filter) ([]memory.Hit, error) {
 	s.mu.RLock()
@@ -475,7 +439,7 @@ func (s *Store) Search(ctx context.Context, vec []float32, k int, f memory.Filte
 	cands := s.idx.search(q, k, &f)
 	hits := make([]memory.Hit, len(cands))
 	for i, c := range cands {
-		hits[i] = memory.Hit{Entry: clone(s.idx.entries[c.slot]), Score: float64(c.score)}
+		hits[i] = memory.Hit{Entry: memory.Clone(s.idx.entries[c.slot]), Score: float64(c.score)}
 	}
 	return hits, ctx.Err()
 }
@@ -486,7 +450,7 @@ func (s *Store) List(ctx context.Context, f memory.Filter) ([]memory.Entry, erro
 	defer s.mu.RUnlock()
 	var out []memory.Entry
 	for _, i := range s.idx.list(&f) {
-		out = append(out, clone(s.idx.entries[i]))
+		out = append(out, memory.Clone(s.idx.entries[i]))
 	}
 	slices.SortFunc(out, func(a, b memory.Entry) int {
 		if a.ID < b.ID {

@@ -145,7 +145,7 @@ func (s *Store) Get(_ context.Context, id string) (memory.Entry, error) {
 	if !ok {
 		return memory.Entry{}, memory.ErrNotFound
 	}
-	return clone(e), nil
+	return memory.Clone(e), nil
 }
 
 func (s *Store) Put(_ context.Context, e memory.Entry) (memory.Entry, error) {
@@ -167,11 +167,11 @@ func (s *Store) Put(_ context.Context, e memory.Entry) (memory.Entry, error) {
 		return memory.Entry{}, memory.ErrConflict
 	}
 	s.rev++
-	e = clone(e)
+	e = memory.Clone(e)
 	e.Revision = s.rev
 	s.entries[e.ID] = e
 	s.Puts++
-	return clone(e), nil
+	return memory.Clone(e), nil
 }
 
 func (s *Store) Delete(_ context.Context, id string) error {
@@ -189,10 +189,10 @@ func (s *Store) Search(_ context.Context, vec []float32, k int, f memory.Filter)
 	defer s.mu.Unlock()
 	var hits []memory.Hit
 	for _, e := range s.entries {
-		if !Match(e, f) {
+		if !f.Match(&e) {
 			continue
 		}
-		hits = append(hits, memory.Hit{Entry: clone(e), Score: Cosine(vec, e.Embedding)})
+		hits = append(hits, memory.Hit{Entry: memory.Clone(e), Score: Cosine(vec, e.Embedding)})
 	}
 	sort.Slice(hits, func(i, j int) bool {
 		if hits[i].Score != hits[j].Score {
@@ -211,8 +211,8 @@ func (s *Store) List(_ context.Context, f memory.Filter) ([]memory.Entry, error)
 	defer s.mu.Unlock()
 	var out []memory.Entry
 	for _, e := range s.entries {
-		if Match(e, f) {
-			out = append(out, clone(e))
+		if f.Match(&e) {
+			out = append(out, memory.Clone(e))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -221,39 +221,3 @@ func (s *Store) List(_ context.Context, f memory.Filter) ([]memory.Entry, error)
 
 func (s *Store) Model() string { return s.model }
 func (s *Store) Close() error  { return nil }
-
-// Match applies a memory.Filter the way every store must.
-func Match(e memory.Entry, f memory.Filter) bool {
-	if f.Agent != "" && e.Agent != f.Agent {
-		return false
-	}
-	if f.Tier != "" && e.Tier != f.Tier {
-		return false
-	}
-	if f.Polarity != "" && e.Polarity != f.Polarity {
-		return false
-	}
-	switch f.Status {
-	case memory.StatusAny:
-	case "":
-		if e.Status != memory.StatusActive {
-			return false
-		}
-	default:
-		if e.Status != f.Status {
-			return false
-		}
-	}
-	if len(f.Tools) > 0 && !slices.ContainsFunc(e.Tools, func(t string) bool { return slices.Contains(f.Tools, t) }) {
-		return false
-	}
-	return true
-}
-
-func clone(e memory.Entry) memory.Entry {
-	e.Tools = slices.Clone(e.Tools)
-	e.Sessions = slices.Clone(e.Sessions)
-	e.Mined = slices.Clone(e.Mined)
-	e.Embedding = slices.Clone(e.Embedding)
-	return e
-}
