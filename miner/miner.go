@@ -14,6 +14,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/service"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
@@ -121,10 +123,8 @@ func Run(ctx context.Context, d Deps) error {
 	// A session being mined when the miner stops gets a short grace to finish (an abandoned one is
 	// mined again after redelivery, repeating its closing trace events); after it, mining is cut,
 	// since memoryd may be stopping too and the miner must not hold a shutdown for minutes.
-	hctx, cancelInFlight := context.WithCancel(context.WithoutCancel(ctx))
+	hctx, cancelInFlight := service.InFlight(ctx)
 	defer cancelInFlight()
-	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(shutdownGrace, cancelInFlight) })
-	defer stopGrace()
 	cc, err := cons.Consume(func(msg jetstream.Msg) { handle(hctx, &d, msg) })
 	if err != nil {
 		return fmt.Errorf("miner: consume: %w", err)
@@ -185,9 +185,6 @@ func handle(ctx context.Context, d *Deps, msg jetstream.Msg) {
 		"harmful", len(res.Feedback.Harmful), "followed", len(res.Feedback.Followed))
 	_ = msg.Ack()
 }
-
-// shutdownGrace is how long mining in flight may continue after the miner is told to stop.
-const shutdownGrace = 3 * time.Second
 
 // ErrNoTrace is returned by MineSession for a session with no events in the stream.
 var ErrNoTrace = errors.New("no trace events for session")

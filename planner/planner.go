@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/service"
+
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -86,10 +88,8 @@ func Run(ctx context.Context, d Deps) error {
 	// Handlers get a short grace to finish on shutdown (a session half-finished by a stopping
 	// planner is finished again, its last events repeated, by the next one), but not a planning
 	// model call's whole deadline.
-	hctx, cancelInFlight := context.WithCancel(context.WithoutCancel(ctx))
+	hctx, cancelInFlight := service.InFlight(ctx)
 	defer cancelInFlight()
-	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(shutdownGrace, cancelInFlight) })
-	defer stopGrace()
 	tc, err := tasks.Consume(func(m jetstream.Msg) { p.handle(hctx, m, taskTimeout, p.onTask) })
 	if err != nil {
 		return fmt.Errorf("planner consume tasks: %w", err)
@@ -138,9 +138,6 @@ func (p *Planner) configure() error {
 	p.model = model
 	return nil
 }
-
-// shutdownGrace is how long work in flight may continue after the planner is told to stop.
-const shutdownGrace = 3 * time.Second
 
 // permanent marks errors that no redelivery can fix.
 type permanent struct{ error }

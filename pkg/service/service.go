@@ -149,3 +149,15 @@ func CheckKeys(role string, cfg *config.Config) error {
 	}
 	return nil
 }
+
+// ShutdownGrace is how long work in flight may go on after a service is told to stop.
+const ShutdownGrace = 3 * time.Second
+
+// InFlight returns the context for handlers of messages already taken: it outlives ctx by
+// ShutdownGrace, so work half done when a service stops is finished if it can be quickly (and is
+// redelivered and redone if not), without holding a shutdown for a slow call's whole deadline.
+func InFlight(ctx context.Context) (context.Context, context.CancelFunc) {
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(ShutdownGrace, cancel) })
+	return hctx, func() { stop(); cancel() }
+}
