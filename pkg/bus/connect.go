@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -31,27 +32,43 @@ func (c *Conn) Close() {
 }
 
 // Connect dials url, retrying with backoff until ctx ends or maxWait passes, so services can
-// start before the server does.
-func Connect(ctx context.Context, url, name string, maxWait time.Duration) (*Conn, error) {
+// start before the server does. A refused identity is not retried.
+func Connect(ctx context.Context, url, name string, maxWait time.Duration, options ...Option) (*Conn, error) {
 	if url == "" {
 		url = DefaultURL
 	}
-	opts := []nats.Option{
+	var do dialOptions
+	for _, o := range options {
+		o(&do)
+	}
+	extra, id, err := do.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
-	}
+		nats.ErrorHandler(errorHandler(name, id)),
+	}, extra...)
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 100 * time.Millisecond
 	b.MaxInterval = 2 * time.Second
 	b.MaxElapsedTime = maxWait
 	var nc *nats.Conn
-	err := backoff.Retry(func() error {
+	err = backoff.Retry(func() error {
 		var err error
 		nc, err = nats.Connect(url, opts...)
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+			return backoff.Permanent(authError(url, do, err))
+		}
 		return err
 	}, backoff.WithContext(b, ctx))
 	if err != nil {
+		var ae *AuthError
+		if errors.As(err, &ae) {
+			return nil, ae
+		}
 		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `skein up`, or pass --nats URL)", url, err)
 	}
 	// Trace events are published asynchronously; a lost one must at least be said.

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/skein-mesh/skein/pkg/auth"
+	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 // EmbeddedOptions configures an in-process NATS server.
@@ -24,6 +27,15 @@ type EmbeddedOptions struct {
 	Name string
 	// Logs enables the server's own log lines on stderr.
 	Logs bool
+	// CredsDir holds one credentials file per identity (created on first start, see auth.Ensure);
+	// the server admits only those identities, each with its row of the permission matrix.
+	// Empty means no authentication (tests of code that does not care).
+	CredsDir string
+	// Names is the mesh whose subjects the permissions name.
+	Names protocol.Names
+	// TLS, when Cert and Key are set, makes the server speak TLS; with CA it also requires client
+	// certificates signed by it.
+	TLS TLSFiles
 }
 
 // Embedded is a running in-process server.
@@ -81,6 +93,23 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		// Tool outputs and transcripts travel by reference, but leave room for large plans.
 		MaxPayload: 8 << 20,
 		NoSigs:     true,
+	}
+	if o.CredsDir != "" {
+		pub, err := auth.Ensure(o.CredsDir)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: %w", err)
+		}
+		if opts.Nkeys, err = auth.ServerUsers(pub, o.Names); err != nil {
+			return nil, fmt.Errorf("embedded nats: %w", err)
+		}
+	}
+	if o.TLS.Cert != "" || o.TLS.Key != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: o.TLS.Cert, KeyFile: o.TLS.Key, CaFile: o.TLS.CA, Verify: o.TLS.CA != ""})
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: mesh.tls: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, o.TLS.CA != ""
+		opts.TLSTimeout = 2
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
