@@ -61,6 +61,9 @@ type LLM struct {
 	TimeoutS float64 `yaml:"timeout_s"`
 	// MaxRetries bounds retries of transient errors.
 	MaxRetries int `yaml:"max_retries"`
+	// AllowInsecure lets base_url be plain http:// to a host other than this machine, which
+	// sends the provider key unencrypted; off by default.
+	AllowInsecure bool `yaml:"allow_insecure"`
 }
 
 // Tools is the `tools:` section.
@@ -115,4 +118,17 @@ type Mesh struct {
 	NATSURL   string `yaml:"nats_url"`
 	// Replicas of every stream and bucket: 1 on one server, 3 on a 3-node cluster.
 	Replicas int `yaml:"replicas"`
+	// CredsFile is this process's NATS credentials (an nkey seed file or a NATS .creds file);
+	// empty means $SKEIN_CREDS, then the identity's file under $SKEIN_HOME/creds.
+	CredsFile string `yaml:"creds_file"`
+	// TLS secures NATS connections (and the embedded server's port).
+	TLS TLS `yaml:"tls"`
+}
+
+// TLS is `mesh.tls:`: CA verifies the server (and, on the embedded server, client
+// certificates); Cert and Key are this side's certificate.
+type TLS struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
 }

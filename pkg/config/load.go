@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -140,6 +142,7 @@ var (
 var section = map[string]string{
 	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.",
 	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Miner": "miner.", "Mesh": "mesh.",
+	"TLS": "mesh.tls.",
 }
 
 func yamlError(path string, data []byte, err error) error {
@@ -222,6 +225,8 @@ func (c *Config) resolvePaths(dir string) {
 	for _, l := range c.llms() {
 		l.Script = abs(l.Script)
 	}
+	c.Mesh.CredsFile = abs(c.Mesh.CredsFile)
+	c.Mesh.TLS.CA, c.Mesh.TLS.Cert, c.Mesh.TLS.Key = abs(c.Mesh.TLS.CA), abs(c.Mesh.TLS.Cert), abs(c.Mesh.TLS.Key)
 }
 
 // llms returns every model binding in the file, the default first.
@@ -313,6 +318,11 @@ func (c *Config) Validate() Errors {
 	default:
 		bad("memory.embedder", "must be minilm, ollama or openai, got %q", c.Memory.Embedder)
 	}
+	if c.Memory.Embedder == "openai" && c.Memory.EmbedURL != "" && !c.LLM.AllowInsecure {
+		if err := CheckKeyTransport(c.Memory.EmbedURL); err != nil {
+			bad("memory.embed_url", "%v (set llm.allow_insecure: true to send it anyway)", err)
+		}
+	}
 	if c.Memory.EvictEvery != "" {
 		if _, err := time.ParseDuration(c.Memory.EvictEvery); err != nil {
 			bad("memory.evict_every", "not a duration (like 1h or 30m): %q", c.Memory.EvictEvery)
@@ -330,6 +340,22 @@ func (c *Config) Validate() Errors {
 		if err := protocol.CheckToken("mesh.namespace", c.Mesh.Namespace); err != nil {
 			bad("mesh.namespace", "%v", err)
 		}
+	}
+	if c.Mesh.CredsFile != "" {
+		if _, err := os.Stat(c.Mesh.CredsFile); err != nil {
+			bad("mesh.creds_file", "file %s does not exist", c.Mesh.CredsFile)
+		}
+	}
+	for key, p := range map[string]string{"mesh.tls.ca": c.Mesh.TLS.CA, "mesh.tls.cert": c.Mesh.TLS.Cert, "mesh.tls.key": c.Mesh.TLS.Key} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err != nil {
+			bad(key, "file %s does not exist", p)
+		}
+	}
+	if (c.Mesh.TLS.Cert == "") != (c.Mesh.TLS.Key == "") {
+		bad("mesh.tls", "cert and key go together: set both or neither")
 	}
 	return errs
 }
@@ -349,6 +375,7 @@ func (c *Config) inherit(l *LLM) {
 		if l.Script == "" {
 			l.Script = d.Script
 		}
+		l.AllowInsecure = l.AllowInsecure || d.AllowInsecure
 	}
 	if l.Model == "" {
 		l.Model = d.Model
@@ -403,6 +430,39 @@ func (c *Config) validateLLM(key string, l *LLM, bad func(key, format string, a 
 	if l.TimeoutS <= 0 {
 		bad(key+".timeout_s", "must be positive, got %v", l.TimeoutS)
 	}
+	if l.Provider != "scripted" && l.BaseURL != "" && !l.AllowInsecure {
+		if err := CheckKeyTransport(l.BaseURL); err != nil {
+			bad(key+".base_url", "%v (set %s.allow_insecure: true to send it anyway)", err, key)
+		}
+	}
+}
+
+// CheckKeyTransport refuses a model or embedding endpoint that would carry an API key in clear
+// text: plain http:// is only for this machine (a local proxy or model server).
+func CheckKeyTransport(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return fmt.Errorf("not a URL: %q", rawURL)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "https":
+		return nil
+	case "http":
+		if isLoopback(u.Hostname()) {
+			return nil
+		}
+		return fmt.Errorf("%s would send the provider key unencrypted over the network; use https://", rawURL)
+	default:
+		return fmt.Errorf("%q: the scheme must be https:// (or http:// to this machine)", rawURL)
+	}
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ForRole returns the model binding a role uses: its override, or the default llm.

@@ -116,3 +116,43 @@ func TestMissingFileSaysHowToCreateOne(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestProviderKeysNeverGoOverPlainHTTPToAnotherHost(t *testing.T) {
+	cases := []struct {
+		yaml string
+		bad  string // key named in the error, "" for valid
+	}{
+		{"llm: {provider: openai, model: m, base_url: 'http://10.0.0.5:8000/v1'}", "llm.base_url"},
+		{"llm: {provider: anthropic, model: m, base_url: 'http://proxy.example.com'}", "llm.base_url"},
+		{"llm: {provider: openai, model: m, base_url: 'ftp://x'}", "llm.base_url"},
+		{"llm: {provider: openai, model: m, base_url: 'http://10.0.0.5:8000/v1', allow_insecure: true}", ""},
+		{"llm: {provider: openai, model: m, base_url: 'http://127.0.0.1:11434/v1'}", ""},
+		{"llm: {provider: openai, model: m, base_url: 'http://localhost:11434/v1'}", ""},
+		{"llm: {provider: openai, model: m, base_url: 'http://[::1]:8080'}", ""},
+		{"llm: {provider: openai, model: m, base_url: 'https://api.example.com/v1'}", ""},
+		{"executor: {llm: {model: x, provider: openai, base_url: 'http://10.1.1.1'}}", "executor.llm.base_url"},
+		{"llm: {allow_insecure: true}\nexecutor: {llm: {model: x}}", ""},
+		{"memory: {embedder: openai, embed_url: 'http://10.0.0.9/v1'}", "memory.embed_url"},
+		{"memory: {embedder: ollama, embed_url: 'http://10.0.0.9:11434'}", ""},
+	}
+	for _, c := range cases {
+		_, err := Parse("agent.yaml", []byte(c.yaml))
+		switch {
+		case c.bad == "" && err != nil:
+			t.Errorf("%s: unexpected error %v", c.yaml, err)
+		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad+": ")):
+			t.Errorf("%s: want an error naming %s, got %v", c.yaml, c.bad, err)
+		case c.bad != "" && !strings.Contains(err.Error(), "allow_insecure"):
+			t.Errorf("%s: the error should name allow_insecure: %v", c.yaml, err)
+		}
+	}
+}
+
+func TestMeshTLSAndCredsPaths(t *testing.T) {
+	_, err := Parse("agent.yaml", []byte("mesh: {creds_file: nope.nk, tls: {cert: c.pem}}"))
+	for _, want := range []string{"mesh.creds_file: file", "mesh.tls.cert: file", "mesh.tls: cert and key go together"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in %v", want, err)
+		}
+	}
+}

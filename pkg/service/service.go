@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
@@ -76,6 +77,7 @@ func Logger(role string) *slog.Logger {
 // signal arrives. It returns the process exit code. Roles may define extra flags before calling.
 func Main(role string, fn func(Deps) error) int {
 	natsURL := flag.String("nats", "", "NATS server URL (default $SKEIN_NATS_URL, then "+bus.DefaultURL+")")
+	creds := flag.String("creds", "", "NATS credentials file (default $SKEIN_CREDS, mesh.creds_file, then $SKEIN_HOME/creds/"+role+".nk)")
 	cfgPath := flag.String("config", "", "agent.yaml (default ./agent.yaml if present)")
 	flag.Parse()
 	log := Logger(role)
@@ -94,14 +96,14 @@ func Main(role string, fn func(Deps) error) int {
 	if url == "" {
 		url = bus.DefaultURL
 	}
-	conn, err := bus.Connect(ctx, url, "skein-"+role, 30*time.Second)
+	conn, err := bus.Connect(ctx, url, "skein-"+role, 30*time.Second, ConnectOptions(auth.Identity(role), *creds, cfg)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer conn.Close()
 	names := protocol.NewNames(cfg.Mesh.Namespace)
-	if err := bus.Provision(ctx, conn.JS, names, Limits(cfg)); err != nil {
+	if err := Prepare(ctx, auth.Identity(role), conn, names, cfg, log); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -112,6 +114,31 @@ func Main(role string, fn func(Deps) error) int {
 		return 1
 	}
 	return 0
+}
+
+// ConnectOptions are the credentials and TLS identity id connects with: --creds (credsFlag), then
+// $SKEIN_CREDS, then mesh.creds_file, then the identity's file under $SKEIN_HOME/creds (where
+// `skein up` writes them), and mesh.tls.
+func ConnectOptions(id auth.Identity, credsFlag string, cfg *config.Config) []bus.Option {
+	src := auth.Source{Flag: credsFlag, Home: Home()}
+	var t config.TLS
+	if cfg != nil {
+		src.Config, t = cfg.Mesh.CredsFile, cfg.Mesh.TLS
+	}
+	return []bus.Option{bus.WithCreds(auth.Resolve(id, src)), bus.WithTLS(bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key})}
+}
+
+// Prepare makes sure the streams and buckets id uses exist before it starts: the admin
+// provisions (creating or updating), the gateway creates what is missing and changes nothing,
+// every other role waits for them, because its permissions let it create nothing.
+func Prepare(ctx context.Context, id auth.Identity, conn *bus.Conn, names protocol.Names, cfg *config.Config, log *slog.Logger) error {
+	switch id {
+	case auth.Admin:
+		return bus.Provision(ctx, conn.JS, names, Limits(cfg))
+	case auth.Gateway:
+		return bus.CreateMissing(ctx, conn.JS, names, Limits(cfg))
+	}
+	return bus.WaitStreams(ctx, conn.JS, auth.Resources(id, names), 2*time.Minute, log)
 }
 
 // Limits are the stream limits for a config: the defaults with mesh.replicas.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/service"
 )
 
@@ -16,7 +17,8 @@ func newUpCmd() *cobra.Command {
 		Use:   "up",
 		Short: "Run the whole mesh in this process on an embedded NATS server",
 		Long: "up starts an in-process NATS server (JetStream files under $SKEIN_HOME, default ./.skein) listening\n" +
-			"on --listen so other processes (more executors, toolhosts) can join, and runs every service.",
+			"on --listen so other processes (more executors, toolhosts) can join, and runs every service.\n" +
+			"Connections need credentials: up writes one file per identity under $SKEIN_HOME/creds on first start.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
@@ -34,8 +36,11 @@ func newUpCmd() *cobra.Command {
 				return err
 			}
 			defer mesh.stop()
-			fmt.Fprintf(cmd.OutOrStdout(), "skein mesh up: %s (state in %s)\n", mesh.server.URL(), service.Home())
-			fmt.Fprintf(cmd.OutOrStdout(), "  join more executors: executor --nats %s --config agent.yaml\n", mesh.server.URL())
+			out, creds := cmd.OutOrStdout(), auth.Dir(service.Home())
+			fmt.Fprintf(out, "skein mesh up: %s (state in %s)\n", mesh.server.URL(), service.Home())
+			fmt.Fprintf(out, "  join more executors: executor --nats %s --config agent.yaml\n", mesh.server.URL())
+			fmt.Fprintf(out, "  credentials: %s (one per role; a process with the same SKEIN_HOME finds its own;\n", creds)
+			fmt.Fprintf(out, "    elsewhere copy the role's file and add --creds FILE, e.g. --creds %s)\n", auth.File(creds, auth.Executor))
 			if httpAddr != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "  HTTP API: http://%s/v1/tasks\n", httpAddr)
 			}

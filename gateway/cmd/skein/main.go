@@ -27,6 +27,7 @@ func main() {
 	}
 	root.PersistentFlags().String("nats", "", "NATS URL of a running mesh (default $SKEIN_NATS_URL; none: start an embedded mesh)")
 	root.PersistentFlags().String("config", "", "agent config file (default ./agent.yaml if present)")
+	root.PersistentFlags().String("creds", "", "NATS credentials file for --nats (default $SKEIN_CREDS, mesh.creds_file, then $SKEIN_HOME/creds/client.nk, admin.nk for memory import/evict/migrate)")
 	root.AddCommand(
 		newInitCmd(), newUpCmd(), newRunCmd(), newTraceCmd(),
 	)

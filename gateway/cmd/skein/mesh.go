@@ -15,6 +15,7 @@ import (
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/memoryd"
 	"github.com/skein-mesh/skein/miner"
+	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -49,7 +50,12 @@ type embeddedMesh struct {
 	wg     sync.WaitGroup
 	conns  []*bus.Conn
 	lock   *homeLock
+	home   string
+	tls    config.TLS
 }
+
+// identityOf maps the in-process services' connection names to the identity each connects as.
+var identityOf = map[string]auth.Identity{"mirror-wait": auth.Gateway}
 
 // startServer starts the embedded NATS server with the mesh provisioned, and no services.
 func startServer(ctx context.Context, cfg *config.Config, home, listen string) (*embeddedMesh, error) {
@@ -57,15 +63,17 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 	if err != nil {
 		return nil, err
 	}
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "nats"), Listen: listen})
+	t := cfg.Mesh.TLS
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "nats"), Listen: listen,
+		CredsDir: auth.Dir(home), Names: protocol.NewNames(cfg.Mesh.Namespace), TLS: bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key}})
 	if err != nil {
 		lock.release()
 		return nil, err
 	}
 	lock.setURL(srv.URL())
-	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock}
+	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	c, err := m.conn("provision")
+	c, err := m.conn(string(auth.Admin))
 	if err != nil {
 		m.stop()
 		return nil, err
@@ -77,8 +85,15 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 	return m, nil
 }
 
+// conn connects one in-process service (or the CLI) to the embedded server as its own identity,
+// with the credentials the server wrote under the home.
 func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
-	c, err := bus.Connect(m.ctx, m.server.URL(), "skein-"+role, 10*time.Second)
+	id, ok := identityOf[role]
+	if !ok {
+		id = auth.Identity(role)
+	}
+	c, err := bus.Connect(m.ctx, m.server.URL(), "skein-"+role, 10*time.Second,
+		bus.WithCreds(auth.File(auth.Dir(m.home), id)), bus.WithTLS(bus.TLSFiles{CA: m.tls.CA, Cert: m.tls.Cert, Key: m.tls.Key}))
 	if err == nil {
 		m.conns = append(m.conns, c)
 	}
@@ -247,8 +262,10 @@ func dialMeshFull(cmd *cobra.Command, cfg *config.Config, services bool) (*bus.C
 	}
 	names := protocol.NewNames(cfg.Mesh.Namespace)
 	flagURL, _ := cmd.Flags().GetString("nats")
+	id := cliIdentity(cmd)
 	if url := service.NATSURL(flagURL, cfg); url != "" {
-		c, err := bus.Connect(ctx, url, "skein-cli", 5*time.Second)
+		credsFlag, _ := cmd.Flags().GetString("creds")
+		c, err := bus.Connect(ctx, url, "skein-cli", 5*time.Second, service.ConnectOptions(id, credsFlag, cfg)...)
 		if err != nil {
 			return nil, names, nil, nil, err
 		}
@@ -264,10 +281,24 @@ func dialMeshFull(cmd *cobra.Command, cfg *config.Config, services bool) (*bus.C
 	if err != nil {
 		return nil, names, nil, nil, err
 	}
-	c, err := bus.Connect(ctx, mesh.server.URL(), "skein-cli", 5*time.Second)
+	c, err := mesh.conn(string(id))
 	if err != nil {
 		mesh.stop()
 		return nil, names, nil, nil, err
 	}
 	return c, names, mesh, func() { c.Close(); mesh.stop() }, nil
+}
+
+// adminCommands change memory itself, which only the admin identity may; every other command
+// connects as client.
+var adminCommands = map[string]bool{
+	"skein memory import": true, "skein memory evict": true, "skein memory migrate": true,
+	"skein ingest-traces": true, "skein replay": true,
+}
+
+func cliIdentity(cmd *cobra.Command) auth.Identity {
+	if adminCommands[cmd.CommandPath()] {
+		return auth.Admin
+	}
+	return auth.Client
 }
