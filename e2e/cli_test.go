@@ -45,7 +45,7 @@ func cliEnv(t *testing.T, home string) []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "SKEIN_NATS_URL", "SKEIN_HOME", "SKEIN_LOG":
+		case "SKEIN_NATS_URL", "SKEIN_HOME", "SKEIN_LOG", "SKEIN_CREDS", "SKEIN_CREDS_DIR":
 			continue
 		}
 		env = append(env, kv)
@@ -633,6 +633,20 @@ func TestCLIUpAndJoin(t *testing.T) {
 	}
 	if res := parseRunJSON(t, r); res.Outcome != "success_with_recovery" {
 		t.Errorf("run --nats: %+v", res)
+	}
+	// Authentication is on: from another home (no credentials there) the run is refused with one
+	// line naming the fix, and --creds with the client file of up's home lets it in.
+	stranger := cliEnv(t, filepath.Join(t.TempDir(), "elsewhere"))
+	r = skein(t, dir, stranger, "", "run", "--nats", url, "--config", "agent.offline.yaml", "--json", "Greet Ada")
+	if r.code == 0 || !strings.Contains(r.stderr, "--creds") || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
+		t.Errorf("run without credentials: want one line naming --creds; %s", r)
+	}
+	r = skein(t, dir, stranger, "", "run", "--nats", url, "--creds", filepath.Join(home, "creds", "client.nk"), "--config", "agent.offline.yaml", "--json", "Greet Ada")
+	if r.code != 0 {
+		t.Errorf("run --creds client.nk: %s", r)
+	}
+	if b, _ := os.ReadFile(up.log); !strings.Contains(string(b), filepath.Join(home, "creds")) {
+		t.Errorf("up does not say where the credentials are:\n%s", b)
 	}
 	// $SKEIN_NATS_URL does the same as --nats.
 	r = skein(t, dir, append(env, "SKEIN_NATS_URL="+url), "", "run", "--config", "agent.offline.yaml", "--json", "Greet Ada")

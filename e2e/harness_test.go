@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -137,22 +138,27 @@ func dumpLog(t *testing.T, p *proc) {
 	t.Logf("--- last lines of %s ---\n%s", p.name, strings.Join(lines, "\n"))
 }
 
-// natsServer starts a real NATS server in the test process and returns its URL.
+// natsServer starts a real NATS server in the test process, with authentication on as in
+// production, and returns its URL. Role processes find their credentials through
+// $SKEIN_CREDS_DIR, which the test's environment (inherited by start) names.
 func natsServer(t *testing.T) string {
 	t.Helper()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	creds := t.TempDir()
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames("")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
+	t.Setenv("SKEIN_CREDS_DIR", creds)
 	return srv.URL()
 }
 
+// connect connects the test itself as admin (it provisions and inspects consumers).
 func connect(t *testing.T, url string) *bus.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := bus.Connect(ctx, url, "e2e", 15*time.Second)
+	c, err := bus.Connect(ctx, url, "e2e", 15*time.Second, bus.WithCreds(auth.Resolve(auth.Admin, auth.Source{})))
 	if err != nil {
 		t.Fatal(err)
 	}
