@@ -50,3 +50,51 @@ func list(b *strings.Builder, key string, subjects []string) {
 	}
 	b.WriteString("          ]\n")
 }
+
+// MarkdownTable renders the matrix as the table docs/security.md shows (a test keeps them equal).
+func MarkdownTable(n protocol.Names) string {
+	var b strings.Builder
+	cols := Identities[:len(Identities)-1] // admin may do anything
+	b.WriteString("| resource | what |")
+	for _, id := range cols {
+		fmt.Fprintf(&b, " %s |", id)
+	}
+	b.WriteString("\n|---|---|")
+	for range cols {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, r := range Matrix {
+		name := ""
+		switch r.Kind {
+		case KindSubject:
+			name = "`" + r.Subject(n) + "`"
+		case KindStream:
+			name = "stream `" + n.Stream(r.Base) + "`"
+		case KindBucket:
+			name = "KV `" + n.Bucket(r.Base) + "`"
+		case KindObjectStore:
+			name = "objects `" + n.Bucket(r.Base) + "`"
+		}
+		fmt.Fprintf(&b, "| %s | %s |", name, r.Doc)
+		for _, id := range cols {
+			a := r.Grants[id].String()
+			if a == "" {
+				a = "·"
+			}
+			fmt.Fprintf(&b, " %s |", a)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nDurable consumers (only the owner may pull from, ack, replace or delete them):\n\n| stream | consumer | owner |\n|---|---|---|\n")
+	for _, d := range Durables {
+		name := d.Name
+		if name == "*" {
+			name = "any (`executor-<agent>`)"
+		} else {
+			name = "`" + name + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", n.Stream(d.Stream), name, d.Owner)
+	}
+	return b.String()
+}

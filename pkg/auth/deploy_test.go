@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -78,4 +79,16 @@ func samePerms(a, b *server.Permissions) bool {
 	}
 	return reflect.DeepEqual(norm(a.Publish), norm(b.Publish)) && reflect.DeepEqual(norm(a.Subscribe), norm(b.Subscribe)) &&
 		reflect.DeepEqual(a.Response, b.Response)
+}
+
+// TestDocsShowTheMatrix: docs/security.md shows the matrix the server enforces.
+func TestDocsShowTheMatrix(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(devtest.RepoRoot(t), "docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), auth.MarkdownTable(protocol.NewNames(""))) {
+		t.Fatal("docs/security.md does not show the current matrix: paste auth.MarkdownTable's output (go test -run TestDocsShowTheMatrix -v prints it)\n" +
+			auth.MarkdownTable(protocol.NewNames("")))
+	}
 }
