@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -57,7 +58,10 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 	if err != nil {
 		return nil, err
 	}
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "nats"), Listen: listen})
+	var srv *bus.Embedded
+	labeled("nats-server", func() {
+		srv, err = bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "nats"), Listen: listen})
+	})
 	if err != nil {
 		lock.release()
 		return nil, err
@@ -77,8 +81,16 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 	return m, nil
 }
 
+// labeled runs fn with the pprof label role=role: goroutines fn starts (a connection's reader,
+// a service's handlers) inherit it, so a CPU profile of the one process splits by role.
+func labeled(role string, fn func()) {
+	pprof.Do(context.Background(), pprof.Labels("role", role), func(context.Context) { fn() })
+}
+
 func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
-	c, err := bus.Connect(m.ctx, m.server.URL(), "skein-"+role, 10*time.Second)
+	var c *bus.Conn
+	var err error
+	labeled(role, func() { c, err = bus.Connect(m.ctx, m.server.URL(), "skein-"+role, 10*time.Second) })
 	if err == nil {
 		m.conns = append(m.conns, c)
 	}
@@ -100,16 +112,18 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 		}
 		l := log.With("role", role)
 		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			if err := fn(sctx, c, l); err != nil && !errors.Is(err, context.Canceled) {
-				if optional {
-					l.Warn("service unavailable; the mesh runs without it", "err", err)
-				} else {
-					l.Error("service stopped", "err", err)
+		labeled(role, func() {
+			go func() {
+				defer m.wg.Done()
+				if err := fn(sctx, c, l); err != nil && !errors.Is(err, context.Canceled) {
+					if optional {
+						l.Warn("service unavailable; the mesh runs without it", "err", err)
+					} else {
+						l.Error("service stopped", "err", err)
+					}
 				}
-			}
-		}()
+			}()
+		})
 		return nil
 	}
 	// The toolhost publishes the catalog and the executor registers its agent before anything can
@@ -119,26 +133,32 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 		m.stop()
 		return nil, err
 	}
-	th, err := toolhost.New(sctx, toolhost.Deps{Conn: tc, Names: names, Config: cfg, Logger: log.With("role", "toolhost"), Home: home})
+	var th *toolhost.Host
+	labeled("toolhost", func() {
+		th, err = toolhost.New(sctx, toolhost.Deps{Conn: tc, Names: names, Config: cfg, Logger: log.With("role", "toolhost"), Home: home})
+	})
 	if err != nil {
 		m.stop()
 		return nil, err
 	}
 	m.wg.Add(1)
-	go func() { defer m.wg.Done(); _ = th.Serve(sctx) }()
+	labeled("toolhost", func() { go func() { defer m.wg.Done(); _ = th.Serve(sctx) }() })
 	cfg = m.startMemoryd(cfg, names, home, log)
 	ec, err := conn("executor")
 	if err != nil {
 		m.stop()
 		return nil, err
 	}
-	ex, err := executor.New(sctx, executor.Deps{Conn: ec, Names: names, Config: cfg, Logger: log.With("role", "executor"), Home: home})
+	var ex *executor.Executor
+	labeled("executor", func() {
+		ex, err = executor.New(sctx, executor.Deps{Conn: ec, Names: names, Config: cfg, Logger: log.With("role", "executor"), Home: home})
+	})
 	if err != nil {
 		m.stop()
 		return nil, err
 	}
 	m.wg.Add(1)
-	go func() { defer m.wg.Done(); _ = ex.Serve(sctx) }()
+	labeled("executor", func() { go func() { defer m.wg.Done(); _ = ex.Serve(sctx) }() })
 	services := []struct {
 		role     string
 		optional bool
@@ -180,12 +200,7 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 	ready := make(chan struct{})
 	failed := make(chan error, 1)
 	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		if err := memoryd.Run(m.ctx, memoryd.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home, Ready: ready}); err != nil && !errors.Is(err, context.Canceled) {
-			failed <- err
-		}
-	}()
+	labeled("memoryd", func() { go m.runMemoryd(cfg, names, home, c, l, ready, failed) })
 	select {
 	case <-ready:
 		return cfg
@@ -195,6 +210,13 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 		l.Warn("memory is off for this mesh: memoryd did not start within 2 minutes")
 	}
 	return memoryOff(cfg)
+}
+
+func (m *embeddedMesh) runMemoryd(cfg *config.Config, names protocol.Names, home string, c *bus.Conn, l *slog.Logger, ready chan struct{}, failed chan error) {
+	defer m.wg.Done()
+	if err := memoryd.Run(m.ctx, memoryd.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home, Ready: ready}); err != nil && !errors.Is(err, context.Canceled) {
+		failed <- err
+	}
 }
 
 func memoryOff(cfg *config.Config) *config.Config {
