@@ -1,6 +1,6 @@
 // Package miner turns finished sessions into guidelines. A durable consumer on the TRACE stream
 // waits for each session's usage event (always the last), reads that session's whole trace with
-// an ordered consumer (so the miner keeps no state across restarts), mines failure lessons from
+// direct gets (so the miner keeps no state across restarts and leaves none on the server), mines failure lessons from
 // the tools' real errors and success patterns, compresses each into one short imperative
 // guideline, and hands them to memoryd with stable candidate keys, so re-mining is idempotent.
 // It then marks the guidelines the session had retrieved helpful or harmful.
@@ -251,54 +251,33 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 }
 
 // Replay re-mines every session whose usage event lies in a range of the trace stream: the
-// last `since` (when > 0) or from stream sequence fromSeq. It reads with an ordered consumer,
-// so it leaves nothing behind and does not disturb the durable miner.
+// last `since` (when > 0) or from stream sequence fromSeq. It reads with direct gets
+// (bus.ReadStream), so it leaves nothing behind and does not disturb the durable miner.
 func Replay(ctx context.Context, d Deps, since time.Duration, fromSeq uint64) ([]*Result, error) {
 	d.defaults()
 	d.model()
-	stream, err := d.Conn.JS.Stream(ctx, d.Names.Stream(protocol.StreamTrace))
-	if err != nil {
-		return nil, fmt.Errorf("replay: trace stream: %w", err)
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{d.Names.TraceAll()}}
+	var from bus.ReadFrom
 	switch {
 	case fromSeq > 0:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
+		from.Seq = fromSeq
 	case since > 0:
-		t := time.Now().Add(-since)
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
-	}
-	cons, err := stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		from.Time = time.Now().Add(-since)
 	}
 	var sessions []string
 	seen := map[string]bool{}
-	for pending := info.NumPending; pending > 0; {
-		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("replay: %w", err)
+	err := bus.ReadStream(ctx, d.Conn.JS, d.Names.Stream(protocol.StreamTrace), d.Names.TraceAll(), from, func(m *jetstream.RawStreamMsg) bool {
+		var ev protocol.Event
+		if protocol.Unmarshal(m.Data, &ev) != nil || ev.Type != protocol.EvUsage || ev.Role == protocol.RoleMiner {
+			return true
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			var ev protocol.Event
-			if protocol.Unmarshal(msg.Data(), &ev) != nil || ev.Type != protocol.EvUsage || ev.Role == protocol.RoleMiner {
-				continue
-			}
-			if !seen[ev.SessionID] {
-				seen[ev.SessionID] = true
-				sessions = append(sessions, ev.SessionID)
-			}
+		if !seen[ev.SessionID] {
+			seen[ev.SessionID] = true
+			sessions = append(sessions, ev.SessionID)
 		}
-		if n == 0 {
-			break
-		}
-		pending -= uint64(n)
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
 	}
 	var out []*Result
 	for _, s := range sessions {

@@ -54,6 +54,8 @@ func StreamConfigs(n protocol.Names, l Limits) []jetstream.StreamConfig {
 			Name: n.Stream(protocol.StreamTrace), Subjects: []string{n.TraceAll()},
 			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
 			MaxAge: l.TraceMaxAge, MaxBytes: l.TraceMaxBytes, Discard: jetstream.DiscardOld, Replicas: r,
+			// Sessions' traces are read with direct gets (bus.ReadStream), which need no consumer.
+			AllowDirect: true,
 		},
 		{
 			Name: n.Stream(protocol.StreamUsage), Subjects: []string{n.UsageAll()},

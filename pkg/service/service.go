@@ -79,6 +79,7 @@ func Main(role string, fn func(Deps) error) int {
 	natsURL := flag.String("nats", "", "NATS server URL (default $SKEIN_NATS_URL, then "+bus.DefaultURL+")")
 	creds := flag.String("creds", "", "NATS credentials file (default $SKEIN_CREDS, mesh.creds_file, then $SKEIN_HOME/creds/"+role+".nk)")
 	cfgPath := flag.String("config", "", "agent.yaml (default ./agent.yaml if present)")
+	pprofAddr := flag.String("pprof", "", "serve runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (default off)")
 	flag.Parse()
 	log := Logger(role)
 	cfg, err := LoadConfig(*cfgPath)
@@ -92,6 +93,12 @@ func Main(role string, fn func(Deps) error) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *pprofAddr != "" {
+		if _, err := ServePprof(ctx, *pprofAddr, log); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
 	url := NATSURL(*natsURL, cfg)
 	if url == "" {
 		url = bus.DefaultURL

@@ -33,7 +33,14 @@ type Mirror struct {
 
 	mu   sync.Mutex
 	done map[string]chan struct{}
+	// ended lists the sessions whose channel is closed, oldest first, so the map stays bounded
+	// on a mesh that runs sessions for months.
+	ended []string
 }
+
+// mirrorKeepEnded is how many ended sessions' Done channels are kept; Done on an older one
+// waits for an event that already passed (callers wait with a limit).
+const mirrorKeepEnded = 1024
 
 // Run mirrors until ctx ends.
 func (m *Mirror) Run(ctx context.Context) error {
@@ -133,5 +140,10 @@ func (m *Mirror) signal(session string) {
 	case <-ch:
 	default:
 		close(ch)
+		m.ended = append(m.ended, session)
+		if len(m.ended) > mirrorKeepEnded {
+			delete(m.done, m.ended[0])
+			m.ended = m.ended[1:]
+		}
 	}
 }

@@ -8,20 +8,25 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 // Follow delivers a session's events in order from its first one, until fn returns false or ctx
-// ends. It uses an ordered consumer, so nothing is left behind on the server.
+// ends. It uses an ordered consumer, deleted when Follow returns.
 func Follow(ctx context.Context, js jetstream.JetStream, names protocol.Names, session string, fn func(protocol.Event) bool) error {
 	s, err := js.Stream(ctx, names.Stream(protocol.StreamTrace))
 	if err != nil {
 		return fmt.Errorf("trace stream: %w", err)
 	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.Trace(session)}})
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.Trace(session)},
+		InactiveThreshold: followInactive})
 	if err != nil {
 		return fmt.Errorf("follow trace %s: %w", session, err)
 	}
+	// The server would keep the consumer for its inactive threshold after the follower leaves;
+	// a mesh that follows every session must not collect them, so delete it on the way out.
+	defer deleteOrdered(ctx, s, c)
 	it, err := c.Messages()
 	if err != nil {
 		return fmt.Errorf("follow trace %s: %w", session, err)
@@ -50,39 +55,34 @@ func Follow(ctx context.Context, js jetstream.JetStream, names protocol.Names, s
 	}
 }
 
-// Read returns a session's events stored so far (it does not wait for more).
+// followInactive is how long the server keeps a follower's consumer after its process vanished
+// without deleting it (a crash); it must outlast the pull requests' expiry (30 s).
+const followInactive = time.Minute
+
+// deleteOrdered removes the server-side consumer an ordered consumer is currently using.
+func deleteOrdered(ctx context.Context, s jetstream.Stream, c jetstream.Consumer) {
+	info := c.CachedInfo()
+	if info == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = s.DeleteConsumer(dctx, info.Name)
+}
+
+// Read returns a session's events stored so far (it does not wait for more). It leaves nothing
+// behind on the server (see bus.ReadStream), so a role may call it once per session forever.
 func Read(ctx context.Context, js jetstream.JetStream, names protocol.Names, session string) ([]protocol.Event, error) {
-	s, err := js.Stream(ctx, names.Stream(protocol.StreamTrace))
-	if err != nil {
-		return nil, fmt.Errorf("trace stream: %w", err)
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.Trace(session)}})
-	if err != nil {
-		return nil, fmt.Errorf("read trace %s: %w", session, err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read trace %s: %w", session, err)
-	}
-	pending := info.NumPending
 	var out []protocol.Event
-	for pending > 0 {
-		batch, err := c.Fetch(int(min(pending, 500)), jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("read trace %s: %w", session, err)
+	err := bus.ReadStream(ctx, js, names.Stream(protocol.StreamTrace), names.Trace(session), bus.ReadFrom{}, func(m *jetstream.RawStreamMsg) bool {
+		var ev protocol.Event
+		if err := protocol.Unmarshal(m.Data, &ev); err == nil {
+			out = append(out, ev)
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			var ev protocol.Event
-			if err := protocol.Unmarshal(msg.Data(), &ev); err == nil {
-				out = append(out, ev)
-			}
-		}
-		if n == 0 {
-			break
-		}
-		pending -= uint64(n)
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read trace %s: %w", session, err)
 	}
 	return out, nil
 }
@@ -99,57 +99,34 @@ type SessionSummary struct {
 
 // List summarizes the sessions found in the trace stream, oldest first.
 func List(ctx context.Context, js jetstream.JetStream, names protocol.Names, since time.Duration) ([]SessionSummary, error) {
-	s, err := js.Stream(ctx, names.Stream(protocol.StreamTrace))
-	if err != nil {
-		return nil, fmt.Errorf("trace stream: %w", err)
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.TraceAll()}}
+	var from bus.ReadFrom
 	if since > 0 {
-		t := time.Now().Add(-since)
-		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
-		cfg.OptStartTime = &t
-	}
-	c, err := s.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("list traces: %w", err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list traces: %w", err)
+		from.Time = time.Now().Add(-since)
 	}
 	byID := map[string]*SessionSummary{}
 	var order []string
-	pending := info.NumPending
-	for pending > 0 {
-		batch, err := c.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("list traces: %w", err)
+	err := bus.ReadStream(ctx, js, names.Stream(protocol.StreamTrace), names.TraceAll(), from, func(m *jetstream.RawStreamMsg) bool {
+		var ev protocol.Event
+		if protocol.Unmarshal(m.Data, &ev) != nil {
+			return true
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			var ev protocol.Event
-			if protocol.Unmarshal(msg.Data(), &ev) != nil {
-				continue
-			}
-			sum := byID[ev.SessionID]
-			if sum == nil {
-				sum = &SessionSummary{SessionID: ev.SessionID, Started: ev.Time}
-				byID[ev.SessionID] = sum
-				order = append(order, ev.SessionID)
-			}
-			sum.Events++
-			if ev.Type == protocol.EvSessionStarted {
-				sum.Agent, sum.Task = ev.Agent, ev.Task
-			}
-			if ev.Type.Terminal() {
-				sum.Outcome = ev.Outcome
-			}
+		sum := byID[ev.SessionID]
+		if sum == nil {
+			sum = &SessionSummary{SessionID: ev.SessionID, Started: ev.Time}
+			byID[ev.SessionID] = sum
+			order = append(order, ev.SessionID)
 		}
-		if n == 0 {
-			break
+		sum.Events++
+		if ev.Type == protocol.EvSessionStarted {
+			sum.Agent, sum.Task = ev.Agent, ev.Task
 		}
-		pending -= uint64(n)
+		if ev.Type.Terminal() {
+			sum.Outcome = ev.Outcome
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list traces: %w", err)
 	}
 	out := make([]SessionSummary, 0, len(order))
 	for _, id := range order {

@@ -84,6 +84,25 @@ func TestReadFollowAndListSeeEventsInOrder(t *testing.T) {
 		list[0].Task != "count the words" || list[0].Events != 4 || list[1].Outcome != "" {
 		t.Fatalf("list = %+v", list)
 	}
+
+	// Readers leave nothing on the server: a role reads or follows every session, so a consumer
+	// left per read would pile up until the stream's consumer limit stalls the mesh.
+	for i := 0; i < 20; i++ {
+		if _, err := trace.Read(ctx, m.Conn.JS, m.Names, "s-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := m.Conn.JS.Stream(ctx, m.Names.Stream(protocol.StreamTrace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers != 0 {
+		t.Fatalf("%d consumers left on the trace stream after reading and following", info.State.Consumers)
+	}
 }
 
 func TestMirrorWritesJSONLAndLogAndSignalsTheEnd(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/skein-mesh/skein/pkg/service"
 )
 
 // exitError carries a specific exit status out of a command.
@@ -28,6 +30,8 @@ func main() {
 	root.PersistentFlags().String("nats", "", "NATS URL of a running mesh (default $SKEIN_NATS_URL; none: start an embedded mesh)")
 	root.PersistentFlags().String("config", "", "agent config file (default ./agent.yaml if present)")
 	root.PersistentFlags().String("creds", "", "NATS credentials file for --nats (default $SKEIN_CREDS, mesh.creds_file, then $SKEIN_HOME/creds/client.nk, admin.nk for memory import/evict/migrate)")
+	root.PersistentFlags().String("pprof", "", "serve runtime profiles (/debug/pprof/) of this process on this address, e.g. 127.0.0.1:6060 (default off)")
+	root.PersistentPreRunE = startPprof
 	root.AddCommand(
 		newInitCmd(), newUpCmd(), newRunCmd(), newTraceCmd(),
 	)
@@ -49,3 +53,18 @@ func main() {
 
 // extraCommands lets each area's command file register its commands without touching main.
 var extraCommands []func() *cobra.Command
+
+// startPprof serves this process's profiles when --pprof is set; in `skein up` and an embedded
+// `skein run` they are labelled by role (see embeddedMesh.labeled).
+func startPprof(cmd *cobra.Command, _ []string) error {
+	addr, _ := cmd.Flags().GetString("pprof")
+	if addr == "" {
+		return nil
+	}
+	at, err := service.ServePprof(cmd.Context(), addr, nil)
+	if err != nil {
+		return &exitError{code: 2, msg: "skein: " + err.Error()}
+	}
+	fmt.Fprintf(os.Stderr, "skein: profiles at http://%s/debug/pprof/\n", at)
+	return nil
+}

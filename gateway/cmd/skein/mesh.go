@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -64,8 +65,11 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 		return nil, err
 	}
 	t := cfg.Mesh.TLS
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "nats"), Listen: listen,
-		CredsDir: auth.Dir(home), Names: protocol.NewNames(cfg.Mesh.Namespace), TLS: bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key}})
+	var srv *bus.Embedded
+	labeled("nats-server", func() {
+		srv, err = bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "nats"), Listen: listen,
+			CredsDir: auth.Dir(home), Names: protocol.NewNames(cfg.Mesh.Namespace), TLS: bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key}})
+	})
 	if err != nil {
 		lock.release()
 		return nil, err
@@ -85,6 +89,12 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 	return m, nil
 }
 
+// labeled runs fn with the pprof label role=role: goroutines fn starts (a connection's reader,
+// a service's handlers) inherit it, so a CPU profile of the one process splits by role.
+func labeled(role string, fn func()) {
+	pprof.Do(context.Background(), pprof.Labels("role", role), func(context.Context) { fn() })
+}
+
 // conn connects one in-process service (or the CLI) to the embedded server as its own identity,
 // with the credentials the server wrote under the home.
 func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
@@ -92,8 +102,12 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 	if !ok {
 		id = auth.Identity(role)
 	}
-	c, err := bus.Connect(m.ctx, m.server.URL(), "skein-"+role, 10*time.Second,
-		bus.WithCreds(auth.File(auth.Dir(m.home), id)), bus.WithTLS(bus.TLSFiles{CA: m.tls.CA, Cert: m.tls.Cert, Key: m.tls.Key}))
+	var c *bus.Conn
+	var err error
+	labeled(role, func() {
+		c, err = bus.Connect(m.ctx, m.server.URL(), "skein-"+role, 10*time.Second,
+			bus.WithCreds(auth.File(auth.Dir(m.home), id)), bus.WithTLS(bus.TLSFiles{CA: m.tls.CA, Cert: m.tls.Cert, Key: m.tls.Key}))
+	})
 	if err == nil {
 		m.conns = append(m.conns, c)
 	}
@@ -115,16 +129,18 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 		}
 		l := log.With("role", role)
 		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			if err := fn(sctx, c, l); err != nil && !errors.Is(err, context.Canceled) {
-				if optional {
-					l.Warn("service unavailable; the mesh runs without it", "err", err)
-				} else {
-					l.Error("service stopped", "err", err)
+		labeled(role, func() {
+			go func() {
+				defer m.wg.Done()
+				if err := fn(sctx, c, l); err != nil && !errors.Is(err, context.Canceled) {
+					if optional {
+						l.Warn("service unavailable; the mesh runs without it", "err", err)
+					} else {
+						l.Error("service stopped", "err", err)
+					}
 				}
-			}
-		}()
+			}()
+		})
 		return nil
 	}
 	// The toolhost publishes the catalog and the executor registers its agent before anything can
@@ -134,26 +150,32 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 		m.stop()
 		return nil, err
 	}
-	th, err := toolhost.New(sctx, toolhost.Deps{Conn: tc, Names: names, Config: cfg, Logger: log.With("role", "toolhost"), Home: home})
+	var th *toolhost.Host
+	labeled("toolhost", func() {
+		th, err = toolhost.New(sctx, toolhost.Deps{Conn: tc, Names: names, Config: cfg, Logger: log.With("role", "toolhost"), Home: home})
+	})
 	if err != nil {
 		m.stop()
 		return nil, err
 	}
 	m.wg.Add(1)
-	go func() { defer m.wg.Done(); _ = th.Serve(sctx) }()
+	labeled("toolhost", func() { go func() { defer m.wg.Done(); _ = th.Serve(sctx) }() })
 	cfg = m.startMemoryd(cfg, names, home, log)
 	ec, err := conn("executor")
 	if err != nil {
 		m.stop()
 		return nil, err
 	}
-	ex, err := executor.New(sctx, executor.Deps{Conn: ec, Names: names, Config: cfg, Logger: log.With("role", "executor"), Home: home})
+	var ex *executor.Executor
+	labeled("executor", func() {
+		ex, err = executor.New(sctx, executor.Deps{Conn: ec, Names: names, Config: cfg, Logger: log.With("role", "executor"), Home: home})
+	})
 	if err != nil {
 		m.stop()
 		return nil, err
 	}
 	m.wg.Add(1)
-	go func() { defer m.wg.Done(); _ = ex.Serve(sctx) }()
+	labeled("executor", func() { go func() { defer m.wg.Done(); _ = ex.Serve(sctx) }() })
 	services := []struct {
 		role     string
 		optional bool
@@ -195,12 +217,7 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 	ready := make(chan struct{})
 	failed := make(chan error, 1)
 	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		if err := memoryd.Run(m.ctx, memoryd.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home, Ready: ready}); err != nil && !errors.Is(err, context.Canceled) {
-			failed <- err
-		}
-	}()
+	labeled("memoryd", func() { go m.runMemoryd(cfg, names, home, c, l, ready, failed) })
 	select {
 	case <-ready:
 		return cfg
@@ -210,6 +227,13 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 		l.Warn("memory is off for this mesh: memoryd did not start within 2 minutes")
 	}
 	return memoryOff(cfg)
+}
+
+func (m *embeddedMesh) runMemoryd(cfg *config.Config, names protocol.Names, home string, c *bus.Conn, l *slog.Logger, ready chan struct{}, failed chan error) {
+	defer m.wg.Done()
+	if err := memoryd.Run(m.ctx, memoryd.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home, Ready: ready}); err != nil && !errors.Is(err, context.Canceled) {
+		failed <- err
+	}
 }
 
 func memoryOff(cfg *config.Config) *config.Config {

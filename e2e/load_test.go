@@ -1,0 +1,275 @@
+package e2e
+
+// The load runner shared by the soak, overhead and scaling runs: a mesh started with `skein up`
+// (its profiles served with --pprof), a generator that keeps a number of sessions in flight the
+// way `skein run --nats` does (submit, then follow the trace to the end), and the figures an
+// operator would look at: sessions/s, latency percentiles, consumers per stream, goroutines, RSS
+// and CPU per role.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// upMesh is a `skein up` process and a client connection to it.
+type upMesh struct {
+	p     *proc
+	url   string
+	pprof string
+	c     *bus.Conn
+	names protocol.Names
+}
+
+// startUp runs `skein up` with the config at cfgPath and waits until it serves.
+func startUp(t *testing.T, cfgPath string, extra ...string) *upMesh {
+	t.Helper()
+	home := filepath.Join(t.TempDir(), "home")
+	listen, pp := freePort(t), freePort(t)
+	args := append([]string{"up", "--listen", listen, "--pprof", pp, "--config", cfgPath}, extra...)
+	p := start(t, cliEnv(t, home), "skein-up", "skein", args...)
+	waitForLine(t, p, "skein mesh up")
+	m := &upMesh{p: p, url: "nats://" + listen, pprof: pp, names: protocol.NewNames("")}
+	m.c = connect(t, m.url)
+	return m
+}
+
+// sessionResult is one generated session.
+type sessionResult struct {
+	start, end time.Time
+	outcome    protocol.Outcome
+	err        error
+}
+
+func (r sessionResult) latency() time.Duration { return r.end.Sub(r.start) }
+
+// runSession submits task and follows its trace until the planner's usage event, the end of
+// the session as `skein run` sees it (the miner works on afterwards).
+func runSession(ctx context.Context, c *bus.Conn, task string) sessionResult {
+	r := sessionResult{start: time.Now()}
+	id, err := submit(ctx, c, task, "")
+	if err != nil {
+		r.err, r.end = err, time.Now()
+		return r
+	}
+	r.err = trace.Follow(ctx, c.JS, protocol.NewNames(""), id, func(ev protocol.Event) bool {
+		if ev.Type.Terminal() {
+			r.outcome = ev.Outcome
+		}
+		return !(ev.Type == protocol.EvUsage && ev.Role != protocol.RoleMiner)
+	})
+	r.end = time.Now()
+	if r.err == nil && r.outcome == "" {
+		r.err = fmt.Errorf("session %s: no outcome", id)
+	}
+	return r
+}
+
+// generate keeps `workers` sessions in flight until `until` (or n sessions, when n > 0).
+func generate(ctx context.Context, c *bus.Conn, workers, n int, until time.Time, task func(i int) string) []sessionResult {
+	var mu sync.Mutex
+	var out []sessionResult
+	next := 0
+	take := func() (int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if (n > 0 && next >= n) || (n <= 0 && time.Now().After(until)) || ctx.Err() != nil {
+			return 0, false
+		}
+		next++
+		return next - 1, true
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i, ok := take()
+				if !ok {
+					return
+				}
+				sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				r := runSession(sctx, c, task(i))
+				cancel()
+				mu.Lock()
+				out = append(out, r)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i].end.Before(out[j].end) })
+	return out
+}
+
+// failures counts sessions that errored or did not succeed.
+func failures(rs []sessionResult) (n int, first string) {
+	for _, r := range rs {
+		if r.err != nil || !r.outcome.Succeeded() {
+			if n == 0 {
+				first = fmt.Sprintf("outcome %q err %v", r.outcome, r.err)
+			}
+			n++
+		}
+	}
+	return n, first
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p)
+	return s[i]
+}
+
+func latencies(rs []sessionResult) []time.Duration {
+	out := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		out[i] = r.latency()
+	}
+	return out
+}
+
+// meshStats is what the runner samples from the mesh process at a point in time.
+type meshStats struct {
+	consumers  map[string]int
+	goroutines int
+	rssKB      int64
+	cpu        time.Duration // user+system CPU of the process so far
+}
+
+func (s meshStats) String() string {
+	keys := make([]string, 0, len(s.consumers))
+	for k := range s.consumers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var cs []string
+	for _, k := range keys {
+		cs = append(cs, fmt.Sprintf("%s=%d", k, s.consumers[k]))
+	}
+	return fmt.Sprintf("consumers %s; goroutines %d; RSS %.0f MB", strings.Join(cs, " "), s.goroutines, float64(s.rssKB)/1024)
+}
+
+func (m *upMesh) stats(ctx context.Context, t *testing.T) meshStats {
+	t.Helper()
+	s := meshStats{consumers: map[string]int{}}
+	for _, name := range []string{protocol.StreamTasks, protocol.StreamWork, protocol.StreamResults, protocol.StreamTrace, protocol.StreamUsage, protocol.StreamDLQ} {
+		st, err := m.c.JS.Stream(ctx, m.names.Stream(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.consumers[name] = info.State.Consumers
+	}
+	s.goroutines = goroutines(t, m.pprof)
+	s.rssKB, s.cpu = procUsage(m.p.cmd.Process.Pid)
+	return s
+}
+
+// goroutines reads the goroutine count from a --pprof endpoint.
+func goroutines(t *testing.T, addr string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "goroutine profile: total")))
+	if err != nil {
+		t.Fatalf("goroutine profile header %q: %v", line, err)
+	}
+	return n
+}
+
+// procUsage reads a process's resident memory and CPU time from /proc.
+func procUsage(pid int) (rssKB int64, cpu time.Duration) {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+				rssKB, _ = strconv.ParseInt(f[1], 10, 64)
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Fields after the command name (which may hold spaces) start at the last ')'.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 13 {
+			ut, _ := strconv.ParseInt(f[11], 10, 64)
+			st, _ := strconv.ParseInt(f[12], 10, 64)
+			cpu = time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
+		}
+	}
+	return rssKB, cpu
+}
+
+// roleCPU takes a CPU profile of `skein up` for d and splits it by the role label the embedded
+// mesh puts on each service's goroutines.
+func roleCPU(t *testing.T, addr string, d time.Duration) map[string]time.Duration {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, max(1, int(d.Seconds()))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.ParseData(body)
+	if err != nil {
+		t.Fatalf("cpu profile: %v", err)
+	}
+	vi := len(p.SampleType) - 1 // cpu nanoseconds
+	out := map[string]time.Duration{}
+	for _, s := range p.Sample {
+		role := "runtime/unlabeled"
+		if r := s.Label["role"]; len(r) > 0 {
+			role = r[0]
+		}
+		out[role] += time.Duration(s.Value[vi])
+	}
+	return out
+}
+
+func formatCPU(cpu map[string]time.Duration, over time.Duration) string {
+	keys := make([]string, 0, len(cpu))
+	var total time.Duration
+	for k, v := range cpu {
+		keys = append(keys, k)
+		total += v
+	}
+	sort.Slice(keys, func(i, j int) bool { return cpu[keys[i]] > cpu[keys[j]] })
+	var b strings.Builder
+	fmt.Fprintf(&b, "CPU per role over %s (%.2f cores in all):", over, total.Seconds()/over.Seconds())
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s %.0f%%", k, 100*cpu[k].Seconds()/total.Seconds())
+	}
+	return b.String()
+}

@@ -1,0 +1,13 @@
+# Soak: continuous short sessions against one `skein up` (scripted model, compiled sum tool,
+# memory and miner on) for SOAK_DURATION; reports sessions/s, p50/p99 per minute, consumers per
+# stream, goroutines, RSS and CPU per role (e2e/soak_test.go). Not part of `make test`.
+#   make soak                      10 minutes, 4 sessions in flight
+#   make soak SOAK_DURATION=2m SOAK_WORKERS=8
+
+SOAK_DURATION ?= 10m
+SOAK_WORKERS  ?= 4
+
+.PHONY: soak
+soak: build tools-examples
+	cd e2e && SKEIN_SOAK_WORKERS=$(SOAK_WORKERS) $(GO) test -count=1 -v -run '^TestSoak$$' \
+		-timeout 60m . -soak.duration=$(SOAK_DURATION)
