@@ -60,7 +60,9 @@ func (m *testMesh) dial(t *testing.T, id auth.Identity) *conn {
 	}
 	t.Cleanup(c.Close)
 	out := &conn{Conn: c, id: id, denied: make(chan error, 64)}
-	c.NC.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	prev := c.NC.ErrorHandler()
+	c.NC.SetErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		prev(nc, sub, err)
 		if errors.Is(err, nats.ErrPermissionViolation) {
 			select {
 			case out.denied <- err:

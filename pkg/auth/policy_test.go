@@ -205,3 +205,27 @@ func TestGatewayCreatesOthersWait(t *testing.T) {
 		t.Errorf("the gateway changed an existing stream: %v %v", err, s.CachedInfo().Config.MaxAge)
 	}
 }
+
+// TestRefusedRequestEndsAtOnce: a request the server refuses gets no answer; bus.Request must
+// say so instead of waiting and retrying as if the responder were slow.
+func TestRefusedRequestEndsAtOnce(t *testing.T) {
+	m := startMesh(t)
+	m.seed(t)
+	c := m.dial(t, auth.Client)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var rep protocol.MemoryImportReply
+	err := bus.Request(ctx, c.NC, m.names.Memory(protocol.MemImport), &protocol.MemoryImportRequest{}, &rep, time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "Permissions Violation") || !strings.Contains(err.Error(), "may not send") {
+		t.Fatalf("refused request: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the refused request waited for its deadline")
+	}
+	// The same connection still makes the requests it may.
+	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer hcancel()
+	if _, err := c.NC.RequestWithContext(hctx, m.names.Memory(protocol.MemHealth), []byte("x")); err != nil {
+		t.Fatalf("allowed request after a refusal: %v", err)
+	}
+}

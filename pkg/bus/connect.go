@@ -26,6 +26,7 @@ func (c *Conn) Close() {
 	if c == nil || c.NC == nil {
 		return
 	}
+	denials.Delete(c.NC)
 	if err := c.NC.Drain(); err != nil {
 		c.NC.Close()
 	}
@@ -71,6 +72,7 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 		}
 		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `skein up`, or pass --nats URL)", url, err)
 	}
+	denials.Store(nc, &denyWatch{})
 	// Trace events are published asynchronously; a lost one must at least be said.
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 		slog.Warn("async publish failed", "subject", m.Subject, "err", err)

@@ -78,7 +78,8 @@ func (o dialOptions) natsOptions() ([]nats.Option, auth.Identity, error) {
 // errorHandler says clearly when the server refused something this process did: a permission
 // violation otherwise shows only as a request timing out.
 func errorHandler(name string, id auth.Identity) nats.ErrHandler {
-	return func(_ *nats.Conn, sub *nats.Subscription, err error) {
+	return func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		noteDenial(nc, err)
 		if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
 			who := string(id)
 			if who == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -28,7 +29,13 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply prot
 	err = backoff.Retry(func() error {
 		tctx, cancel := context.WithTimeout(ctx, perTry)
 		defer cancel()
+		var denied atomic.Pointer[error]
+		stop := onDenied(nc, subject, func(e error) { denied.Store(&e); cancel() })
 		msg, err = nc.RequestWithContext(tctx, subject, data)
+		stop()
+		if d := denied.Load(); d != nil {
+			return backoff.Permanent(fmt.Errorf("this connection's identity may not send to %s (see docs/security.md): %w", subject, *d))
+		}
 		if err == nil {
 			return nil
 		}
