@@ -17,3 +17,8 @@ soak: build tools-examples
 .PHONY: bench-overhead
 bench-overhead: build tools-examples
 	cd e2e && $(GO) test -count=1 -v -run '^TestToolCallOverhead$$' -timeout 30m . -overhead
+
+# Throughput with 1 and then 8 executors on a 1 s I/O-bound tool (e2e/scaling_test.go).
+.PHONY: bench-scaling
+bench-scaling: build
+	cd e2e && $(GO) test -count=1 -v -run '^TestExecutorScaling$$' -timeout 30m . -scaling
