@@ -42,6 +42,7 @@ func (r *run) compact(turn int) {
 			tr.Content = fmt.Sprintf("[elided to save context: %d tokens of %s output; call it again if needed]",
 				tokenize.Count(tr.Content), names[tr.CallID])
 			r.msgs[i].Content[j].ToolResult = &tr
+			r.sizes[i] = -1
 		}
 	}
 	size = r.transcriptTokens()
@@ -92,6 +93,7 @@ func (r *run) foldOldTurns(names map[string]string) {
 	first := r.msgs[0]
 	first.Content = append(append([]llm.Block{}, first.Content...), llm.Block{Type: llm.BlockText, Text: digest.String()})
 	r.msgs = append([]llm.Message{first}, r.msgs[end:]...)
+	r.sizes = nil // recounted on demand; folding is rare
 }
 
 func (r *run) callNames() map[string]string {
@@ -106,19 +108,34 @@ func (r *run) callNames() map[string]string {
 	return names
 }
 
-// transcriptTokens counts the variable part of the prompt with the real tokenizer.
+// transcriptTokens counts the variable part of the prompt with the real tokenizer. Each message
+// is counted once, when first needed, and again only when compaction rewrites it: the check runs
+// every turn, and a transcript re-tokenized each time would make every turn cost more than the
+// last.
 func (r *run) transcriptTokens() int {
+	for len(r.sizes) < len(r.msgs) {
+		r.sizes = append(r.sizes, -1)
+	}
 	n := 0
-	for _, m := range r.msgs {
-		for _, b := range m.Content {
-			switch b.Type {
-			case llm.BlockText:
-				n += tokenize.Count(b.Text)
-			case llm.BlockToolUse:
-				n += tokenize.Count(b.ToolUse.Name) + tokenize.Count(string(b.ToolUse.Args))
-			case llm.BlockToolResult:
-				n += tokenize.Count(b.ToolResult.Content)
-			}
+	for i, m := range r.msgs {
+		if r.sizes[i] < 0 {
+			r.sizes[i] = messageTokens(m)
+		}
+		n += r.sizes[i]
+	}
+	return n
+}
+
+func messageTokens(m llm.Message) int {
+	n := 0
+	for _, b := range m.Content {
+		switch b.Type {
+		case llm.BlockText:
+			n += tokenize.Count(b.Text)
+		case llm.BlockToolUse:
+			n += tokenize.Count(b.ToolUse.Name) + tokenize.Count(string(b.ToolUse.Args))
+		case llm.BlockToolResult:
+			n += tokenize.Count(b.ToolResult.Content)
 		}
 	}
 	return n

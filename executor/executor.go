@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -32,9 +33,15 @@ type Deps struct {
 	ID string
 	// Backend overrides the model built from the config (tests).
 	Backend llm.Backend
-	// Concurrency is how many steps this process runs at once (default 4).
+	// Concurrency is how many steps this process runs at once (0: executor.concurrency, else
+	// DefaultConcurrency).
 	Concurrency int
 }
+
+// DefaultConcurrency is the steps one executor runs at once when nothing says otherwise: a step
+// mostly waits on a model or a tool, so several per CPU keep the machine busy without
+// overcommitting it; start more executor processes (or machines) to go further.
+func DefaultConcurrency() int { return max(8, 8*runtime.NumCPU()) }
 
 // ackWait is how long a step may go without a heartbeat before JetStream redelivers it. A
 // variable so tests can prove the heartbeat with a short one.
@@ -64,7 +71,10 @@ func New(ctx context.Context, d Deps) (*Executor, error) {
 		d.ID = fmt.Sprintf("executor@%s/%d", host, os.Getpid())
 	}
 	if d.Concurrency <= 0 {
-		d.Concurrency = 4
+		d.Concurrency = d.Config.Executor.Concurrency
+	}
+	if d.Concurrency <= 0 {
+		d.Concurrency = DefaultConcurrency()
 	}
 	model := d.Backend
 	if model == nil {
@@ -117,7 +127,8 @@ func (e *Executor) Serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("executor consumer for %s: %w", agent, err)
 	}
-	e.d.Logger.Info("executor ready", "id", e.d.ID, "agent", agent, "model", e.d.Config.ForRole(protocol.RoleExecutor).Model)
+	e.d.Logger.Info("executor ready", "id", e.d.ID, "agent", agent, "model", e.d.Config.ForRole(protocol.RoleExecutor).Model,
+		"concurrency", e.d.Concurrency)
 	// Pull one message at a time, and only while a worker slot is free, so a busy executor never
 	// holds work another one could start.
 	it, err := cons.Messages(jetstream.PullMaxMessages(1))

@@ -31,6 +31,7 @@ type run struct {
 	defs     []llm.ToolDef
 	system   []llm.SystemBlock
 	msgs     []llm.Message
+	sizes    []int // token count of each of msgs, -1 until counted (see transcriptTokens)
 	usage    protocol.Usage
 	toolFail bool
 	badTurns int

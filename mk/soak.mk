@@ -11,3 +11,14 @@ SOAK_WORKERS  ?= 4
 soak: build tools-examples
 	cd e2e && SKEIN_SOAK_WORKERS=$(SOAK_WORKERS) $(GO) test -count=1 -v -run '^TestSoak$$' \
 		-timeout 60m . -soak.duration=$(SOAK_DURATION)
+
+# Per-call overhead of a sequential tool call on the mesh vs a bare NATS request/reply between
+# two processes, side by side in one run (e2e/overhead_test.go).
+.PHONY: bench-overhead
+bench-overhead: build tools-examples
+	cd e2e && $(GO) test -count=1 -v -run '^TestToolCallOverhead$$' -timeout 30m . -overhead
+
+# Throughput with 1 and then 8 executors on a 1 s I/O-bound tool (e2e/scaling_test.go).
+.PHONY: bench-scaling
+bench-scaling: build
+	cd e2e && $(GO) test -count=1 -v -run '^TestExecutorScaling$$' -timeout 30m . -scaling

@@ -4,6 +4,7 @@
 package toolhost
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -37,8 +38,11 @@ type Deps struct {
 	Home   string
 	// HostID names this toolhost in replies and logs ("" picks hostname-pid-random).
 	HostID string
-	// Concurrency bounds the tool processes running at once (0: 4 per CPU, at least 8).
+	// Concurrency bounds the tool processes running at once (0: toolhost.concurrency, else 4
+	// per CPU, at least 8).
 	Concurrency int
+	// Queue is how many calls may wait for a slot (0: toolhost.queue, else Concurrency; -1: none).
+	Queue int
 	// ShutdownGrace is how long calls in flight may finish after ctx ends before their tools
 	// are killed (0: 10s).
 	ShutdownGrace time.Duration
@@ -116,12 +120,13 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 			DefaultTimeout: time.Duration(cfg.Tools.TimeoutS * float64(time.Second)),
 			MaxOutput:      cfg.Tools.MaxOutput,
 		},
-		host:  id,
-		log:   log,
-		nc:    d.Conn.NC,
-		ctx:   runCtx,
-		slots: make(chan struct{}, concurrency(d.Concurrency)),
+		host: id,
+		log:  log,
+		nc:   d.Conn.NC,
+		ctx:  runCtx,
 	}
+	h.slots = make(chan struct{}, concurrency(cmp.Or(d.Concurrency, cfg.Toolhost.Concurrency)))
+	h.waiting = make(chan struct{}, queueLen(cmp.Or(d.Queue, cfg.Toolhost.Queue), cap(h.slots)))
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
 		Name:        protocol.ServiceToolhost,
 		Version:     Version,
@@ -162,7 +167,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	if len(loaded) == 0 && len(cfg.Tools.Agents) == 0 {
 		log.Warn("no tools to serve: tools.manifest_dirs is empty or holds no manifests")
 	}
-	log.Info("toolhost ready", "tools", host.tools, "concurrency", cap(h.slots))
+	log.Info("toolhost ready", "tools", host.tools, "concurrency", cap(h.slots), "queue", cap(h.waiting))
 	return host, nil
 }
 
@@ -210,6 +215,9 @@ type handler struct {
 	nc     *nats.Conn
 	ctx    context.Context
 	slots  chan struct{}
+	// waiting holds a place for each call waiting for a slot; when it is full too, calls are
+	// refused at once (kind busy) instead of piling up behind the handler.
+	waiting chan struct{}
 
 	mu       sync.Mutex
 	closing  bool
@@ -217,8 +225,9 @@ type handler struct {
 }
 
 // serve takes one request off an endpoint. Endpoint callbacks are serialized per subscription,
-// so the call itself runs on its own goroutine; taking a slot first makes a busy host queue
-// requests instead of starting unbounded processes.
+// so serve never waits: the call runs on its own goroutine once it has a slot; with no slot free
+// it waits in a bounded queue, and with the queue full it is refused at once with kind busy, so
+// the caller can retry and another toolhost can take it.
 func (h *handler) serve(t *tools.Tool, r micro.Request) {
 	start := time.Now()
 	reply := r.Reply()
@@ -232,14 +241,31 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 	}
 	h.inflight.Add(1)
 	h.mu.Unlock()
+	queued := false
 	select {
 	case h.slots <- struct{}{}:
-	case <-h.ctx.Done():
-		h.inflight.Done()
-		return
+	default:
+		select {
+		case h.waiting <- struct{}{}:
+			queued = true
+		default:
+			h.inflight.Done()
+			h.respond(reply, t.Name, &protocol.ToolReply{Host: h.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrBusy,
+				Error: fmt.Sprintf("toolhost %s is running %d tools with %d calls waiting; call %s again", h.host, cap(h.slots), cap(h.waiting), t.Name)}})
+			return
+		}
 	}
 	go func() {
 		defer h.inflight.Done()
+		if queued {
+			select {
+			case h.slots <- struct{}{}:
+				<-h.waiting
+			case <-h.ctx.Done():
+				<-h.waiting
+				return
+			}
+		}
 		defer func() { <-h.slots }()
 		res := h.call(t, data)
 		out := protocol.ToolReply{ToolResult: res, LatencyMS: time.Since(start).Milliseconds(), Host: h.host}
@@ -296,6 +322,17 @@ func concurrency(n int) int {
 		return n
 	}
 	return max(8, 4*runtime.NumCPU())
+}
+
+// queueLen is the wait queue's size: n, or the slot count for 0, or none for -1.
+func queueLen(n, slots int) int {
+	switch {
+	case n < 0:
+		return 0
+	case n == 0:
+		return slots
+	}
+	return n
 }
 
 func defaultHostID() string {

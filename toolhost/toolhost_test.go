@@ -290,3 +290,63 @@ func TestBadManifestsStopTheHostWithAClearError(t *testing.T) {
 		t.Fatalf("want an error naming python_exec, got %v", err)
 	}
 }
+
+// A toolhost with every slot taken and no queue refuses a call at once with kind busy (its
+// handler never waits for a slot), and tools.Call retries a busy refusal until a slot frees.
+func TestFullToolhostRefusesFastAndCallersRetry(t *testing.T) {
+	t.Setenv("SKEIN_TEST_PIDFILE", filepath.Join(t.TempDir(), "pid")) // where sleeper writes its child's pid
+	m := bustest.Start(t)
+	conn := m.Connect(t, "busy-host")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- toolhost.Run(ctx, toolhost.Deps{Conn: conn, Names: m.Names, Config: testConfig(t), HostID: "busy", Concurrency: 1, Queue: -1})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitServed(t, m, "sleeper")
+
+	first := make(chan protocol.ToolReply, 1)
+	go func() { first <- call(t, m, "sleeper", `{}`, 30*time.Second) }() // holds the only slot ~1 s
+	data, err := protocol.Marshal(&protocol.ToolRequest{Tool: "sleeper", Args: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused protocol.ToolReply
+	for deadline := time.Now().Add(5 * time.Second); refused.Kind != protocol.ToolErrBusy; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no busy refusal while the only slot was taken; last reply %+v", refused)
+		}
+		// This request may itself win the slot (then it runs the tool); the next one is refused.
+		msg, err := m.Conn.NC.Request(m.Names.Tool("sleeper"), data, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := protocol.Unmarshal(msg.Data, &refused); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if refused.OK || !strings.Contains(refused.Error, "call sleeper again") {
+		t.Fatalf("busy reply %+v", refused)
+	}
+	// A caller going through tools.Call is not refused: it retries until the slot is free.
+	second := call(t, m, "sleeper", `{}`, 30*time.Second)
+	if second.Kind == protocol.ToolErrBusy || (<-first).Kind == protocol.ToolErrBusy {
+		t.Fatalf("tools.Call returned a busy refusal: %+v", second)
+	}
+}
+
+// waitServed waits until some toolhost answers tool's endpoint.
+func waitServed(t *testing.T, m *bustest.Mesh, tool string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		kv, err := m.Conn.JS.KeyValue(context.Background(), m.Names.Bucket(protocol.BucketTools))
+		if err == nil {
+			if _, err := kv.Get(context.Background(), tool); err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tool %s never published", tool)
+		}
+	}
+}

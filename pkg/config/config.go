@@ -10,6 +10,7 @@ type Config struct {
 	Memory   Memory   `yaml:"memory"`
 	Planner  Planner  `yaml:"planner"`
 	Executor Executor `yaml:"executor"`
+	Toolhost Toolhost `yaml:"toolhost"`
 	Miner    Miner    `yaml:"miner"`
 	Mesh     Mesh     `yaml:"mesh"`
 
@@ -38,6 +39,20 @@ type Planner struct {
 // Executor is the `executor:` section.
 type Executor struct {
 	LLM *LLM `yaml:"llm"`
+	// Concurrency is how many steps one executor process runs at once; 0 derives it from the
+	// machine (8 per CPU, at least 8): a step mostly waits on a model or a tool.
+	Concurrency int `yaml:"concurrency"`
+}
+
+// Toolhost is the `toolhost:` section.
+type Toolhost struct {
+	// Concurrency bounds the tool processes one toolhost runs at once; 0 derives it from the
+	// machine (4 per CPU, at least 8).
+	Concurrency int `yaml:"concurrency"`
+	// Queue is how many calls may wait for a free slot; a call beyond it is refused at once
+	// with kind busy, which callers retry (another toolhost may take it). 0: as many as
+	// Concurrency; -1: none wait.
+	Queue int `yaml:"queue"`
 }
 
 // LLM is a model binding: the top-level `llm:` and the per-role overrides.

@@ -141,7 +141,7 @@ var (
 // section maps Go type names to YAML paths so errors name keys the user wrote.
 var section = map[string]string{
 	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.",
-	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Miner": "miner.", "Mesh": "mesh.",
+	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Toolhost": "toolhost.", "Miner": "miner.", "Mesh": "mesh.",
 	"TLS": "mesh.tls.",
 }
 
@@ -280,6 +280,15 @@ func (c *Config) Validate() Errors {
 			// An agent offered to itself would recurse until max_depth stops it.
 			bad(key, "names this agent itself (%q); an agent cannot be its own tool", n)
 		}
+	}
+	if c.Executor.Concurrency < 0 {
+		bad("executor.concurrency", "must not be negative (0 derives it from the machine), got %d", c.Executor.Concurrency)
+	}
+	if c.Toolhost.Concurrency < 0 {
+		bad("toolhost.concurrency", "must not be negative (0 derives it from the machine), got %d", c.Toolhost.Concurrency)
+	}
+	if c.Toolhost.Queue < -1 {
+		bad("toolhost.queue", "must be -1 (no waiting), 0 (as many as concurrency) or more, got %d", c.Toolhost.Queue)
 	}
 	if c.Tools.MaxParallel < 1 || c.Tools.MaxParallel > 64 {
 		bad("tools.max_parallel", "must be between 1 and 64, got %d", c.Tools.MaxParallel)

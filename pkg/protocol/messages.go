@@ -241,7 +241,10 @@ const (
 	ToolErrExit        = "nonzero_exit"
 	ToolErrTooLarge    = "output_too_large"
 	ToolErrUnavailable = "unavailable"
-	ToolErrToolError   = "tool_error" // the tool answered {ok:false}
+	// ToolErrBusy: every slot and queue place of the toolhost was taken; nothing was started,
+	// so the caller retries (tools.Call does, with backoff).
+	ToolErrBusy      = "busy"
+	ToolErrToolError = "tool_error" // the tool answered {ok:false}
 )
 
 // ToolReply answers a ToolRequest.

@@ -7,6 +7,7 @@
 package tokenize
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 	"unicode"
@@ -41,11 +42,76 @@ func encoder() *tiktoken.Tiktoken {
 
 // Count returns the number of tokens in s. Special-token text (e.g. "<|endoftext|>") is
 // counted as ordinary text, as it would be when it appears inside a prompt.
+//
+// Counts of longer texts are remembered (by a 64-bit hash and the length, not the text), so a
+// transcript's messages, re-sent every model turn, are tokenized once: hashing is far cheaper
+// than BPE.
 func Count(s string) int {
 	if s == "" {
 		return 0
 	}
-	return len(encoder().EncodeOrdinary(s))
+	if len(s) < memoMinLen {
+		return len(encoder().EncodeOrdinary(s))
+	}
+	k := memoKey{hashOf(s), len(s)}
+	if n, ok := memo.get(k); ok {
+		return n
+	}
+	n := len(encoder().EncodeOrdinary(s))
+	memo.put(k, n)
+	return n
+}
+
+// memoMinLen is the shortest text whose count is remembered: below it BPE costs about what a
+// lookup does.
+const memoMinLen = 8
+
+// memoEntries bounds the remembered counts per generation (two generations are kept).
+const memoEntries = 1 << 15
+
+var (
+	seed = maphash.MakeSeed()
+	memo = &countMemo{cur: map[memoKey]int{}}
+)
+
+func hashOf(s string) uint64 { return maphash.String(seed, s) }
+
+type memoKey struct {
+	h uint64
+	n int
+}
+
+// countMemo is a two-generation cache: when the current generation is full it becomes the old
+// one, so recently used counts survive and memory stays bounded at 2×memoEntries entries.
+type countMemo struct {
+	mu       sync.Mutex
+	cur, old map[memoKey]int
+}
+
+func (m *countMemo) get(k memoKey) (int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n, ok := m.cur[k]; ok {
+		return n, true
+	}
+	if n, ok := m.old[k]; ok {
+		m.putLocked(k, n)
+		return n, true
+	}
+	return 0, false
+}
+
+func (m *countMemo) put(k memoKey, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.putLocked(k, n)
+}
+
+func (m *countMemo) putLocked(k memoKey, n int) {
+	if len(m.cur) >= memoEntries {
+		m.old, m.cur = m.cur, make(map[memoKey]int, memoEntries/4)
+	}
+	m.cur[k] = n
 }
 
 // Truncate returns s cut to at most maxTokens tokens. The cut falls on a word boundary (the

@@ -16,6 +16,9 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
+// errBusy marks a busy refusal for the retry loop.
+var errBusy = errors.New("toolhost busy")
+
 // DefaultCallTimeout bounds a Call given no timeout.
 const DefaultCallTimeout = 60 * time.Second
 
@@ -28,7 +31,8 @@ const UnavailableAfter = 10 * time.Second
 // reply) comes back as a reply with OK false and a Kind; the error is non-nil only when ctx
 // ends or req cannot be encoded.
 //
-// Only "no responders" is retried. A request that reached a toolhost and timed out is never
+// Only "no responders" (for up to UnavailableAfter) and a toolhost's busy refusal (for up to
+// timeout) are retried: in both cases nothing ran. A request that reached a toolhost and timed out is never
 // sent again, because a tool may not be idempotent; that is also why this does not use
 // bus.Request, which retries timeouts and cannot tell the two apart.
 func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol.ToolRequest, timeout time.Duration) (protocol.ToolReply, error) {
@@ -50,17 +54,30 @@ func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 50 * time.Millisecond
 	b.MaxInterval = time.Second
-	b.MaxElapsedTime = min(timeout, UnavailableAfter)
+	b.MaxElapsedTime = timeout
 	var msg *nats.Msg
-	var last error
+	var reply protocol.ToolReply
+	var decodeErr, last error
+	var busy *protocol.ToolReply
 	err = backoff.Retry(func() error {
 		m, err := nc.RequestWithContext(cctx, subject, data)
-		last = err
+		last, busy = err, nil
 		switch {
 		case err == nil:
-			msg = m
+			// A toolhost with every slot and queue place taken started nothing: ask again (the
+			// queue group may pick another toolhost), for as long as the call's timeout allows.
+			var r protocol.ToolReply
+			derr := protocol.Unmarshal(m.Data, &r)
+			if derr == nil && !r.OK && r.Kind == protocol.ToolErrBusy {
+				busy = &r
+				return errBusy
+			}
+			msg, reply, decodeErr = m, r, derr
 			return nil
 		case errors.Is(err, nats.ErrNoResponders):
+			if time.Since(start) >= UnavailableAfter {
+				return backoff.Permanent(err)
+			}
 			return err
 		}
 		return backoff.Permanent(err)
@@ -72,6 +89,8 @@ func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol
 		}
 		waited := time.Since(start).Round(time.Millisecond)
 		switch {
+		case busy != nil:
+			return failedReply(protocol.ToolErrBusy, fmt.Sprintf("every toolhost serving %q stayed busy for %s: %s", req.Tool, waited, busy.Error)), nil
 		case errors.Is(last, nats.ErrNoResponders):
 			return failedReply(protocol.ToolErrUnavailable, fmt.Sprintf("no toolhost serves tool %q (nothing answered on %s for %s)", req.Tool, subject, waited)), nil
 		case errors.Is(last, context.DeadlineExceeded), errors.Is(last, nats.ErrTimeout):
@@ -80,8 +99,7 @@ func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol
 		return failedReply(protocol.ToolErrUnavailable, fmt.Sprintf("call tool %q: %v", req.Tool, last)), nil
 	}
 
-	var reply protocol.ToolReply
-	if derr := protocol.Unmarshal(msg.Data, &reply); derr != nil {
+	if derr := decodeErr; derr != nil {
 		desc := msg.Header.Get("Nats-Service-Error")
 		if desc == "" {
 			desc = derr.Error()

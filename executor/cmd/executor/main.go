@@ -2,6 +2,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 
 	"github.com/skein-mesh/skein/executor"
@@ -9,7 +10,9 @@ import (
 )
 
 func main() {
+	conc := flag.Int("concurrency", 0, "steps run at once (default executor.concurrency, else 8 per CPU, at least 8)")
 	os.Exit(service.Main("executor", func(d service.Deps) error {
-		return executor.Run(d.Ctx, executor.Deps{Conn: d.Conn, Names: d.Names, Config: d.Config, Logger: d.Logger, Home: d.Home})
+		return executor.Run(d.Ctx, executor.Deps{Conn: d.Conn, Names: d.Names, Config: d.Config, Logger: d.Logger, Home: d.Home,
+			Concurrency: *conc})
 	}))
 }

@@ -22,7 +22,7 @@
 // with identical tasks) each get the full script, a task run again starts afresh, and the
 // backend holds no state. Two rules with identical replies share their count.
 //
-// Usage is counted with pkg/tokenize (o200k_base) on the rendered prompt and the reply, so
+// Usage is counted with pkg/tokenize (o200k_base) on the rendered prompt (part by part) and the reply, so
 // token figures mean something offline; the model name is "scripted", priced at 0.
 package scripted
 
@@ -237,7 +237,7 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 		if len(resp.ToolCalls) > 0 {
 			resp.StopReason = llm.StopToolUse
 		}
-		resp.Usage = protocol.Usage{InputTokens: int64(tokenize.Count(render(req))), OutputTokens: int64(max(out, 1))}
+		resp.Usage = protocol.Usage{InputTokens: int64(promptTokens(req)), OutputTokens: int64(max(out, 1))}
 		resp.Latency = time.Since(start)
 		return resp, nil
 	}
@@ -322,26 +322,36 @@ func lastText(req llm.Request) string {
 	return ""
 }
 
-// render lays the prompt out as text for counting.
-func render(req llm.Request) string {
+// promptTokens counts the prompt as laid out by render, one part at a time: the tools and system
+// prompt, then each message. tokenize.Count remembers each part's count, so a conversation's
+// earlier messages are not tokenized again every turn.
+func promptTokens(req llm.Request) int {
 	var sb strings.Builder
 	for _, t := range req.Tools {
 		sb.WriteString(t.Name + "\n" + t.Description + "\n" + string(t.InputSchema) + "\n")
 	}
 	sb.WriteString(systemText(req))
+	n := tokenize.Count(sb.String())
 	for _, m := range req.Messages {
-		sb.WriteString("\n" + string(m.Role) + ":\n")
-		for _, blk := range m.Content {
-			switch {
-			case blk.Type == llm.BlockText:
-				sb.WriteString(blk.Text)
-			case blk.Type == llm.BlockToolUse && blk.ToolUse != nil:
-				sb.WriteString(blk.ToolUse.Name + " " + string(blk.ToolUse.Args))
-			case blk.Type == llm.BlockToolResult && blk.ToolResult != nil:
-				sb.WriteString(blk.ToolResult.Content)
-			}
-			sb.WriteString("\n")
+		n += tokenize.Count(renderMessage(m))
+	}
+	return n
+}
+
+// renderMessage lays one message out as text for counting.
+func renderMessage(m llm.Message) string {
+	var sb strings.Builder
+	sb.WriteString("\n" + string(m.Role) + ":\n")
+	for _, blk := range m.Content {
+		switch {
+		case blk.Type == llm.BlockText:
+			sb.WriteString(blk.Text)
+		case blk.Type == llm.BlockToolUse && blk.ToolUse != nil:
+			sb.WriteString(blk.ToolUse.Name + " " + string(blk.ToolUse.Args))
+		case blk.Type == llm.BlockToolResult && blk.ToolResult != nil:
+			sb.WriteString(blk.ToolResult.Content)
 		}
+		sb.WriteString("\n")
 	}
 	return sb.String()
 }

@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+)
+
+var overheadRun = flag.Bool("overhead", false, "run TestToolCallOverhead (make bench-overhead)")
+
+// echoEnv makes the test binary a bare NATS responder (see TestMain): the other process of the
+// request/reply baseline.
+const echoEnv = "SKEIN_E2E_ECHO_NATS"
+
+const echoSubject = "bench.echo"
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(echoEnv); url != "" {
+		os.Exit(echoResponder(url))
+	}
+	os.Exit(m.Run())
+}
+
+// echoResponder answers every request on echoSubject with its own payload until stdin closes.
+func echoResponder(url string) int {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer nc.Close()
+	if _, err := nc.Subscribe(echoSubject, func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := nc.Flush(); err != nil {
+		return 1
+	}
+	fmt.Println("ready")
+	_, _ = bytes.NewBuffer(nil).ReadFrom(os.Stdin)
+	return 0
+}
+
+// overheadCalls is how many sequential tool calls the long session makes.
+const overheadCalls = 50
+
+// The scripted model calls sum once ("add once": [1,1] sums to 2, which no rule answers with
+// another call) or overheadCalls times in a row ("add many": every "sum: 10" result gets the same
+// call again until the rule's count is used up). The calls are sequential: one per model turn.
+var overheadScript = fmt.Sprintf(`
+rules:
+  - when: {last: "^add once"}
+    reply:
+      tool_calls:
+        - {name: sum, args: {numbers: [1, 1]}}
+  - when: {last: "^add many"}
+    reply:
+      tool_calls:
+        - {name: sum, args: {numbers: [2, 3, 5]}}
+  - when: {last: "sum: 10"}
+    times: %d
+    reply:
+      tool_calls:
+        - {name: sum, args: {numbers: [2, 3, 5]}}
+  - reply: {text: "Done."}
+`, overheadCalls)
+
+var overheadAgent = fmt.Sprintf(`
+agent:
+  name: assistant
+  max_steps: %d
+llm:
+  provider: scripted
+  model: scripted
+  script: script.yaml
+tools:
+  manifest_dirs: [$TOOLS]
+  enabled: [sum]
+memory:
+  enabled: false
+`, overheadCalls+5)
+
+func median(ds []time.Duration) time.Duration { return percentile(ds, 0.5) }
+
+// TestToolCallOverhead measures, side by side in one run, what a sequential tool call costs on
+// the mesh beyond the tool's own run time, against a bare NATS request/reply between two
+// processes. Per-call time is (session of N calls - session of 1 call) / (N-1), which takes out
+// the session's fixed costs (submit, planning, result, usage); the tool's own run time is a
+// direct fork/exec of the same program with the same input.
+func TestToolCallOverhead(t *testing.T) {
+	if !*overheadRun {
+		t.Skip("benchmark: run with -overhead (make bench-overhead)")
+	}
+	m := startUp(t, writeProject(t, overheadAgent, overheadScript))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	// Bare NATS: this process asks, a second process answers, on the mesh's own server.
+	echo := exec.Command(os.Args[0])
+	echo.Env = append(os.Environ(), echoEnv+"="+m.url)
+	stdin, _ := echo.StdinPipe()
+	var out bytes.Buffer
+	echo.Stdout = &out
+	if err := echo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = echo.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); !bytes.Contains(out.Bytes(), []byte("ready")); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("echo responder did not start")
+		}
+	}
+	payload := bytes.Repeat([]byte("x"), 200) // about a tool request's size
+	var bare []time.Duration
+	for round := 0; round < 5; round++ {
+		const n = 1000
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			if _, err := m.c.NC.Request(echoSubject, payload, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bare = append(bare, time.Since(start)/n)
+	}
+
+	// The tool's own run time.
+	sum := filepath.Join(devtest.RepoRoot(t), "examples", "tools", "sum", "sum")
+	var tool []time.Duration
+	for i := 0; i < 50; i++ {
+		cmd := exec.Command(sum)
+		cmd.Stdin = bytes.NewReader([]byte(`{"numbers":[2,3,5]}`))
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		tool = append(tool, time.Since(start))
+	}
+
+	// Sessions, alternating so that machine noise hits both alike.
+	var once, many []time.Duration
+	session := func(task string) time.Duration {
+		r := runSession(ctx, m.c, task)
+		if r.err != nil || !r.outcome.Succeeded() {
+			t.Fatalf("%s: outcome %q, %v", task, r.outcome, r.err)
+		}
+		return r.latency()
+	}
+	session("add once (warm-up)")
+	for i := 0; i < 7; i++ {
+		once = append(once, session(fmt.Sprintf("add once (%d)", i)))
+		many = append(many, session(fmt.Sprintf("add many (%d)", i)))
+	}
+	perCall := (median(many) - median(once)) / (overheadCalls - 1)
+	overhead := perCall - median(tool)
+	t.Logf("\ntool call overhead (%d sequential calls vs 1, medians of %d sessions each)\n"+
+		"  bare NATS request/reply, two processes: %s\n"+
+		"  tool's own run time (fork/exec sum):    %s\n"+
+		"  session with 1 call:                    %s\n"+
+		"  session with %d calls:                  %s\n"+
+		"  mesh time per call:                     %s\n"+
+		"  mesh overhead per call (minus tool):    %s = %.1f× bare NATS\n",
+		overheadCalls, len(once), median(bare), median(tool), median(once), overheadCalls, median(many), perCall,
+		overhead, float64(overhead)/float64(median(bare)))
+}
