@@ -38,13 +38,14 @@ type Deps struct {
 
 // ackWait is how long a step may go without a heartbeat before JetStream redelivers it. A
 // variable so tests can prove the heartbeat with a short one.
-var ackWait = 30 * time.Second
+var ackWait = 10 * time.Second
 
 // Executor runs steps for one agent.
 type Executor struct {
 	d        Deps
 	model    llm.Backend
 	sessions jetstream.KeyValue
+	steps    jetstream.KeyValue
 	trace    *trace.Publisher
 }
 
@@ -77,7 +78,11 @@ func New(ctx context.Context, d Deps) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{d: d, model: model, sessions: sessions, trace: trace.NewPublisher(d.Conn.JS, d.Names, d.ID)}
+	steps, err := bus.KV(ctx, d.Conn.JS, d.Names, protocol.BucketSteps)
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{d: d, model: model, sessions: sessions, steps: steps, trace: trace.NewPublisher(d.Conn.JS, d.Names, d.ID)}
 	if err := e.register(ctx); err != nil {
 		return nil, err
 	}
@@ -166,6 +171,17 @@ func (e *Executor) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	}
+	if rec, ok := e.recordedResult(ctx, step); ok {
+		// Finished before, but the planner has not seen it (the result may be older than the
+		// RESULTS dedup window): answer with the same result again instead of running twice.
+		if err := e.publishResult(ctx, rec); err != nil {
+			e.d.Logger.Error("republish recorded result", "session", step.SessionID, "step", step.StepID, "err", err)
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		_ = msg.Ack()
+		return
+	}
 	// Heartbeat while the step runs so slow model calls and tools are not redelivered.
 	hbCtx, stopHB := context.WithCancel(ctx)
 	go func() {
@@ -185,6 +201,7 @@ func (e *Executor) handle(ctx context.Context, msg jetstream.Msg) {
 	if ctx.Err() != nil {
 		return // shutting down: leave the message to be redelivered to another executor
 	}
+	e.recordResult(ctx, res)
 	if err := e.publishResult(ctx, res); err != nil {
 		e.d.Logger.Error("publish result", "session", step.SessionID, "step", step.StepID, "err", err)
 		_ = msg.NakWithDelay(time.Second)
@@ -232,4 +249,36 @@ func (e *Executor) publishResult(ctx context.Context, res protocol.StepResult) e
 	_, err = e.d.Conn.JS.Publish(fctx, e.d.Names.Result(res.SessionID), data,
 		jetstream.WithMsgID(protocol.ResultMsgID(res.SessionID, res.StepID)))
 	return err
+}
+
+func stepKey(step protocol.Step) string { return step.SessionID + "." + step.StepID }
+
+// recordedResult returns the result a finished run of step recorded.
+func (e *Executor) recordedResult(ctx context.Context, step protocol.Step) (protocol.StepResult, bool) {
+	var res protocol.StepResult
+	entry, err := e.steps.Get(ctx, stepKey(step))
+	if err != nil {
+		if !bus.IsNotFound(err) {
+			e.d.Logger.Warn("read step record", "session", step.SessionID, "step", step.StepID, "err", err)
+		}
+		return res, false
+	}
+	if err := protocol.Unmarshal(entry.Value(), &res); err != nil {
+		e.d.Logger.Warn("unreadable step record; running the step", "session", step.SessionID, "step", step.StepID, "err", err)
+		return res, false
+	}
+	return res, true
+}
+
+// recordResult keeps a finished step's result for redeliveries. A failure to record is logged:
+// the result still goes out, and the tool call records still keep effects from repeating.
+func (e *Executor) recordResult(ctx context.Context, res protocol.StepResult) {
+	res.Executor = e.d.ID
+	data, err := protocol.Marshal(&res)
+	if err == nil {
+		_, err = e.steps.Put(ctx, res.SessionID+"."+res.StepID, data)
+	}
+	if err != nil {
+		e.d.Logger.Warn("record step result", "session", res.SessionID, "step", res.StepID, "err", err)
+	}
 }

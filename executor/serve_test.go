@@ -200,3 +200,32 @@ func TestAlreadyDone(t *testing.T) {
 		}
 	}
 }
+
+// A step delivered again after it finished, before the planner recorded it, answers with the
+// recorded result instead of running again (the RESULTS dedup window may be long gone).
+func TestRedeliveredFinishedStepRepublishesItsRecordedResult(t *testing.T) {
+	m := startMesh(t, testdata(t, "tools"), testTools...)
+	cfg := testConfig(testdata(t, "tools"), testTools...)
+	x := m.executor(t, cfg, scriptBackend(t, "rules:\n  - reply: {text: done}\n"))
+	serve(t, x)
+	st := step(t, cfg, "answer once")
+	sub, err := m.Conn.NC.SubscribeSync(m.Names.Result(st.SessionID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	publishStep(t, m, st)
+	first := awaitResult(t, sub)
+	awaitSettled(t, m, cfg.Agent.Name, 1)
+	publishStep(t, m, st) // the session KV does not say done: the planner never saw the result
+	second := awaitResult(t, sub)
+	awaitSettled(t, m, cfg.Agent.Name, 2)
+
+	if n := stepsStarted(t, m, st.SessionID); n != 1 {
+		t.Fatalf("%d step_started events, want 1: the redelivered step ran again", n)
+	}
+	if second.FinalText != first.FinalText || second.Outcome != first.Outcome || second.Executor != first.Executor {
+		t.Fatalf("republished result %+v, want the recorded %+v", second, first)
+	}
+}

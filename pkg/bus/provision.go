@@ -18,16 +18,26 @@ type Limits struct {
 	TraceMaxBytes int64
 	ResultsMaxAge time.Duration
 	DedupWindow   time.Duration
+	// ToolCallTTL is how long a tool call's result is kept under its call id; it must outlast
+	// every redelivery of the step that made the call.
+	ToolCallTTL time.Duration
+	// StepTTL is how long a finished step's result is kept for redeliveries.
+	StepTTL time.Duration
+	// RecordMaxBytes bounds each of the tool call and step record buckets.
+	RecordMaxBytes int64
 }
 
 // DefaultLimits suit one machine; a cluster raises Replicas to 3.
 func DefaultLimits() Limits {
 	return Limits{
-		Replicas:      1,
-		TraceMaxAge:   30 * 24 * time.Hour,
-		TraceMaxBytes: 1 << 30,
-		ResultsMaxAge: 7 * 24 * time.Hour,
-		DedupWindow:   10 * time.Minute,
+		Replicas:       1,
+		TraceMaxAge:    30 * 24 * time.Hour,
+		TraceMaxBytes:  1 << 30,
+		ResultsMaxAge:  7 * 24 * time.Hour,
+		DedupWindow:    10 * time.Minute,
+		ToolCallTTL:    24 * time.Hour,
+		StepTTL:        7 * 24 * time.Hour,
+		RecordMaxBytes: 1 << 30,
 	}
 }
 
@@ -82,6 +92,16 @@ func Provision(ctx context.Context, js jetstream.JetStream, n protocol.Names, l 
 		if b == protocol.BucketSessions {
 			cfg.History = 1
 		}
+		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return fmt.Errorf("provision KV bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	for _, rec := range []struct {
+		base string
+		ttl  time.Duration
+	}{{protocol.BucketToolCalls, l.ToolCallTTL}, {protocol.BucketSteps, l.StepTTL}} {
+		cfg := jetstream.KeyValueConfig{Bucket: n.Bucket(rec.base), Replicas: r, Storage: jetstream.FileStorage,
+			History: 1, TTL: rec.ttl, MaxBytes: l.RecordMaxBytes}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("provision KV bucket %s: %w", cfg.Bucket, err)
 		}

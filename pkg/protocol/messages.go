@@ -218,6 +218,9 @@ type ToolRequest struct {
 	Tool      string          `msgpack:"tool" json:"tool"`
 	Args      json.RawMessage `msgpack:"args" json:"args"`
 	Depth     int             `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// DeadlineMS is when the caller stops waiting (Unix milliseconds, 0: unknown). A toolhost
+	// never starts a call whose deadline has passed: nobody would read its answer.
+	DeadlineMS int64 `msgpack:"deadline_ms,omitempty" json:"deadline_ms,omitempty"`
 }
 
 // ToolResult is the one normalized shape of every tool outcome: {ok, error?, result?, stderr?, truncated?}.
@@ -253,6 +256,9 @@ type ToolReply struct {
 	// Usage is the child session's usage report when the tool is an agent, so its tokens count
 	// toward the calling session (role subagent).
 	Usage *UsageReport `msgpack:"usage,omitempty" json:"usage,omitempty"`
+	// Replayed is set when the answer comes from the record of an earlier run of the same call
+	// id, not from running the tool again.
+	Replayed bool `msgpack:"replayed,omitempty" json:"replayed,omitempty"`
 }
 
 // Polarity of a memory entry.

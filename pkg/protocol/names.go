@@ -31,6 +31,12 @@ const (
 	BucketMemory   = "memory"
 	BucketMined    = "mined"
 	ObjectPayloads = "payloads"
+	// BucketToolCalls keeps each tool call's result under its call id, so a repeated call is
+	// answered from the record instead of running the tool again.
+	BucketToolCalls = "toolcalls"
+	// BucketSteps keeps each finished step's result, so a step redelivered after the RESULTS
+	// dedup window republishes its result instead of running again.
+	BucketSteps = "steps"
 )
 
 // Durable consumer names.
