@@ -5,16 +5,15 @@ package executor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -36,8 +35,8 @@ type Deps struct {
 	Concurrency int
 }
 
-// ackWait is how long a step may go without a heartbeat before JetStream redelivers it. A
-// variable so tests can prove the heartbeat with a short one.
+// ackWait is how long a step may go without a heartbeat before JetStream redelivers it (the
+// consumer table's value). A variable so tests can prove the heartbeat with a short one.
 var ackWait = 10 * time.Second
 
 // Executor runs steps for one agent.
@@ -111,103 +110,50 @@ func (e *Executor) register(ctx context.Context) error {
 // Serve pulls and runs steps until ctx ends.
 func (e *Executor) Serve(ctx context.Context) error {
 	agent := e.d.Config.Agent.Name
-	cons, err := e.d.Conn.JS.CreateOrUpdateConsumer(ctx, e.d.Names.Stream(protocol.StreamWork), jetstream.ConsumerConfig{
-		Durable:       e.d.Names.ExecutorConsumer(agent),
-		FilterSubject: e.d.Names.Work(agent),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ackWait,
-		MaxDeliver:    5,
-		MaxAckPending: 1000,
-	})
+	spec, err := bus.Consumers(e.d.Names, bus.KindExecutor, agent)
+	if err != nil {
+		return fmt.Errorf("executor consumer for %s: %w", agent, err)
+	}
+	spec.Config.AckWait = ackWait
+	// A busy executor pulls nothing it cannot start, so it never holds work another one could run.
+	w, err := worker.New(ctx, e.d.Conn, e.d.Names, spec, worker.Options{Workers: e.d.Concurrency, Logger: e.d.Logger}, e.handle)
 	if err != nil {
 		return fmt.Errorf("executor consumer for %s: %w", agent, err)
 	}
 	e.d.Logger.Info("executor ready", "id", e.d.ID, "agent", agent, "model", e.d.Config.ForRole(protocol.RoleExecutor).Model)
-	// Pull one message at a time, and only while a worker slot is free, so a busy executor never
-	// holds work another one could start.
-	it, err := cons.Messages(jetstream.PullMaxMessages(1))
-	if err != nil {
-		return fmt.Errorf("executor pull for %s: %w", agent, err)
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	sem := make(chan struct{}, e.d.Concurrency)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return nil
-		}
-		msg, err := it.Next()
-		if err != nil {
-			<-sem
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			e.d.Logger.Warn("pull work", "err", err)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			e.handle(ctx, msg)
-		}()
-	}
+	return w.Run(ctx)
 }
 
-func (e *Executor) handle(ctx context.Context, msg jetstream.Msg) {
+// handle runs one step. The worker heartbeats it while it runs, acks on nil, and sends
+// undecodable steps to the DLQ.
+func (e *Executor) handle(ctx context.Context, msg jetstream.Msg) error {
 	var step protocol.Step
-	if err := protocol.Unmarshal(msg.Data(), &step); err != nil {
-		e.d.Logger.Error("dropping undecodable step", "subject", msg.Subject(), "err", err)
-		_ = msg.Term()
-		return
+	if err := worker.Decode(msg, &step); err != nil {
+		return err
 	}
 	if done, err := e.alreadyDone(ctx, step); err != nil {
 		e.d.Logger.Warn("check step state", "session", step.SessionID, "err", err)
 	} else if done {
-		_ = msg.Ack()
-		return
+		return nil
 	}
 	if rec, ok := e.recordedResult(ctx, step); ok {
 		// Finished before, but the planner has not seen it (the result may be older than the
 		// RESULTS dedup window): answer with the same result again instead of running twice.
 		if err := e.publishResult(ctx, rec); err != nil {
-			e.d.Logger.Error("republish recorded result", "session", step.SessionID, "step", step.StepID, "err", err)
-			_ = msg.NakWithDelay(time.Second)
-			return
+			return fmt.Errorf("republish recorded result of %s/%s: %w", step.SessionID, step.StepID, err)
 		}
-		_ = msg.Ack()
-		return
+		return nil
 	}
-	// Heartbeat while the step runs so slow model calls and tools are not redelivered.
-	hbCtx, stopHB := context.WithCancel(ctx)
-	go func() {
-		t := time.NewTicker(ackWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-hbCtx.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
 	res := e.RunStep(ctx, step)
-	stopHB()
 	if ctx.Err() != nil {
-		return // shutting down: leave the message to be redelivered to another executor
+		// Shutting down: the worker hands the step to another executor.
+		return fmt.Errorf("step %s/%s cut short: %w", step.SessionID, step.StepID, context.Cause(ctx))
 	}
 	e.recordResult(ctx, res)
 	if err := e.publishResult(ctx, res); err != nil {
-		e.d.Logger.Error("publish result", "session", step.SessionID, "step", step.StepID, "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
+		return fmt.Errorf("publish result of %s/%s: %w", step.SessionID, step.StepID, err)
 	}
-	_ = msg.Ack()
+	return nil
 }
 
 // alreadyDone makes a redelivered step a no-op once its result is recorded.

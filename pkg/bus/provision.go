@@ -127,3 +127,62 @@ func IsNotFound(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
 		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrMsgNotFound)
 }
+
+// ConsumerSpec is one durable consumer of the mesh: the stream it reads, its settings and how
+// many messages a process works on at once. Every role's consumer is declared in Consumers, so
+// their settings can be read and changed in one place.
+type ConsumerSpec struct {
+	Stream string
+	Config jetstream.ConsumerConfig
+	// Workers is the default size of a process's worker pool for it.
+	Workers int
+	// Prefetch is how many messages a process pulls ahead of its free workers: a message waiting
+	// in a client buffer is not heartbeated, so it stays small.
+	Prefetch int
+}
+
+// Consumer kinds (the executor's consumer is one per agent).
+const (
+	KindPlannerTasks   = protocol.ConsumerPlanner
+	KindPlannerResults = protocol.ConsumerPlannerResults
+	KindMiner          = protocol.ConsumerMiner
+	KindExecutor       = "executor"
+)
+
+// Consumers returns the settings of one kind of consumer (agent names the executor's). AckWait
+// is short so a crashed process's work comes back in seconds; workers heartbeat (InProgress)
+// every third of it while they handle a message, so slow work is not redelivered.
+func Consumers(n protocol.Names, kind, agent string) (ConsumerSpec, error) {
+	const ackWait = 10 * time.Second
+	switch kind {
+	case KindPlannerTasks:
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamTasks), Workers: 8, Prefetch: 1, Config: jetstream.ConsumerConfig{
+			Durable: protocol.ConsumerPlanner, FilterSubject: n.TaskAll(), Description: "planner: new sessions",
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10, MaxAckPending: 1000,
+		}}, nil
+	case KindPlannerResults:
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamResults), Workers: 8, Prefetch: 1, Config: jetstream.ConsumerConfig{
+			Durable: protocol.ConsumerPlannerResults, FilterSubject: n.ResultAll(), Description: "planner: step results",
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10, MaxAckPending: 1000,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}}, nil
+	case KindMiner:
+		// Everything still in the stream is mined once; mining is idempotent, so a first start
+		// on an old stream only costs time. Most trace events are acked at once (only a
+		// session's usage event is mined), so the miner pulls further ahead than the others.
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamTrace), Workers: 4, Prefetch: 16, Config: jetstream.ConsumerConfig{
+			Durable: protocol.ConsumerMiner, FilterSubject: n.TraceAll(), Description: "mines finished sessions into guidelines",
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 5, MaxAckPending: 256,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}}, nil
+	case KindExecutor:
+		if err := protocol.CheckToken("agent name", agent); err != nil {
+			return ConsumerSpec{}, err
+		}
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamWork), Workers: 4, Prefetch: 1, Config: jetstream.ConsumerConfig{
+			Durable: n.ExecutorConsumer(agent), FilterSubject: n.Work(agent), Description: "executors of agent " + agent,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5, MaxAckPending: 1000,
+		}}, nil
+	}
+	return ConsumerSpec{}, fmt.Errorf("no consumer of kind %q", kind)
+}

@@ -178,6 +178,11 @@ func (n Names) MaxDeliveriesAdvisory() string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 }
 
+// MsgTerminatedAdvisory is the JetStream advisory subject of messages a consumer terminated.
+func (n Names) MsgTerminatedAdvisory() string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>"
+}
+
 func sanitize(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r == '.' || r == '*' || r == '>' || r == ' ' {
