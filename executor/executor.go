@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,6 +46,7 @@ type Executor struct {
 	model    llm.Backend
 	sessions jetstream.KeyValue
 	steps    jetstream.KeyValue
+	agents   jetstream.KeyValue
 	trace    *trace.Publisher
 }
 
@@ -88,23 +90,57 @@ func New(ctx context.Context, d Deps) (*Executor, error) {
 	return e, nil
 }
 
-// register publishes the agent's spec so the gateway accepts its tasks.
+// register publishes the agent's spec so the gateway accepts its tasks. The registration
+// lapses after mesh.agent_ttl unless refreshed, so an agent whose executors are all gone is
+// refused instead of queueing tasks forever.
 func (e *Executor) register(ctx context.Context) error {
 	kv, err := bus.KV(ctx, e.d.Conn.JS, e.d.Names, protocol.BucketAgents)
 	if err != nil {
 		return err
 	}
+	e.agents = kv
 	c := e.d.Config
+	if entry, err := kv.Get(ctx, c.Agent.Name); err == nil {
+		var prev protocol.AgentSpec
+		if protocol.Unmarshal(entry.Value(), &prev) == nil && !prev.Lapsed(time.Now()) && !slices.Equal(prev.Tools, c.Tools.Enabled) {
+			e.d.Logger.Warn("another executor serves this agent with other tools; executors of one agent should share one config",
+				"agent", c.Agent.Name, "other", prev.Executor, "other_tools", prev.Tools, "tools", c.Tools.Enabled)
+		}
+	}
+	return e.heartbeat(ctx)
+}
+
+// heartbeat writes the agent's registration with a fresh expiry.
+func (e *Executor) heartbeat(ctx context.Context) error {
+	c := e.d.Config
+	now := time.Now().UTC()
 	spec := protocol.AgentSpec{Name: c.Agent.Name, MaxSteps: c.Agent.MaxSteps, MaxDepth: c.Agent.MaxDepth,
-		PlannerMode: c.Planner.Mode, MaxItems: c.Planner.MaxItems, Tools: c.Tools.Enabled, Updated: time.Now().UTC()}
+		PlannerMode: c.Planner.Mode, MaxItems: c.Planner.MaxItems, Tools: c.Tools.Enabled, Updated: now,
+		Expires: now.Add(c.Mesh.AgentTTLOrDefault()), Executor: e.d.ID}
 	data, err := protocol.Marshal(&spec)
 	if err != nil {
 		return err
 	}
-	if _, err := kv.Put(ctx, c.Agent.Name, data); err != nil {
+	if _, err := e.agents.Put(ctx, c.Agent.Name, data); err != nil {
 		return fmt.Errorf("register agent %s: %w", c.Agent.Name, err)
 	}
 	return nil
+}
+
+// keepRegistered refreshes the registration three times per mesh.agent_ttl until ctx ends.
+func (e *Executor) keepRegistered(ctx context.Context) {
+	t := time.NewTicker(e.d.Config.Mesh.AgentTTLOrDefault() / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := e.heartbeat(ctx); err != nil && ctx.Err() == nil {
+				e.d.Logger.Warn("agent registration heartbeat", "err", err)
+			}
+		}
+	}
 }
 
 // Serve pulls and runs steps until ctx ends.
@@ -120,6 +156,7 @@ func (e *Executor) Serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("executor consumer for %s: %w", agent, err)
 	}
+	go e.keepRegistered(ctx)
 	e.d.Logger.Info("executor ready", "id", e.d.ID, "agent", agent, "model", e.d.Config.ForRole(protocol.RoleExecutor).Model)
 	return w.Run(ctx)
 }

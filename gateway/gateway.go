@@ -247,6 +247,10 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 	if err := protocol.Unmarshal(entry.Value(), &spec); err != nil {
 		return fmt.Errorf("agent %q: %w", in.Agent, err)
 	}
+	if spec.Lapsed(time.Now()) {
+		return fmt.Errorf("%w: no executor serves agent %q (its registration lapsed %s ago, last from %s); start one with `executor --config agent.yaml`",
+			ErrRejected, in.Agent, time.Since(spec.Expires).Round(time.Second), spec.Executor)
+	}
 	if spec.MaxDepth > 0 && in.Depth > spec.MaxDepth {
 		return fmt.Errorf("%w: agent-as-tool chain is %d deep; agent %q allows %d", ErrRejected, in.Depth, in.Agent, spec.MaxDepth)
 	}

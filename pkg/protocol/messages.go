@@ -367,4 +367,12 @@ type AgentSpec struct {
 	MaxItems    int       `msgpack:"max_items" json:"max_items"`
 	Tools       []string  `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	Updated     time.Time `msgpack:"updated" json:"updated"`
+	// Expires is when the registration lapses unless an executor of the agent heartbeats it
+	// again (zero: written by an executor that does not heartbeat; it never lapses).
+	Expires time.Time `msgpack:"expires,omitempty" json:"expires,omitempty"`
+	// Executor names the process that wrote the registration last.
+	Executor string `msgpack:"executor,omitempty" json:"executor,omitempty"`
 }
+
+// Lapsed reports whether the registration has expired at now: no executor serves the agent.
+func (a AgentSpec) Lapsed(now time.Time) bool { return !a.Expires.IsZero() && now.After(a.Expires) }
