@@ -114,10 +114,29 @@ func Main(role string, fn func(Deps) error) int {
 	return 0
 }
 
-// Limits are the stream limits for a config: the defaults with mesh.replicas.
+// Limits are the stream and bucket limits for a config: mesh.replicas and mesh.limits over the
+// defaults.
 func Limits(cfg *config.Config) bus.Limits {
 	l := bus.DefaultLimits()
 	l.Replicas = cfg.Mesh.Replicas
+	ml := cfg.Mesh.Limits
+	for base, sl := range ml.Streams() {
+		cur := l.Streams[base]
+		cur.MaxAge = config.DurationOr(sl.MaxAge, cur.MaxAge)
+		if sl.MaxBytes > 0 {
+			cur.MaxBytes = sl.MaxBytes
+		}
+		if sl.MaxMsgs > 0 {
+			cur.MaxMsgs = sl.MaxMsgs
+		}
+		l.Streams[base] = cur
+	}
+	if ml.BucketMaxBytes > 0 {
+		l.BucketMaxBytes = ml.BucketMaxBytes
+	}
+	l.SessionTTL = config.DurationOr(ml.SessionTTL, l.SessionTTL)
+	l.ToolCallTTL = config.DurationOr(ml.ToolCallTTL, l.ToolCallTTL)
+	l.StepTTL = config.DurationOr(ml.StepTTL, l.StepTTL)
 	return l
 }
 
