@@ -64,3 +64,33 @@ func ArgsHash(tool string, args json.RawMessage) string {
 	sum := sha256.Sum256(append([]byte(tool+"\x00"), args...))
 	return hex.EncodeToString(sum[:12])
 }
+
+// Error codes carried across the wire beside an error message.
+const (
+	ErrCodeRejected  = "rejected"  // permanent: the request is refused as it is
+	ErrCodeTransient = "transient" // the mesh could not serve it now; the same request may succeed later
+)
+
+// Idempotent is implemented by requests that know whether sending them twice is harmless. A
+// request is retried after a timeout only when it says so (bus.Request): a timed-out request
+// may have been served, and its reply lost.
+type Idempotent interface {
+	Idempotent() bool
+}
+
+// Idempotent: a submit with a session id minted by the client makes one session however often
+// it is sent; without one, every try makes a new session.
+func (r *SubmitRequest) Idempotent() bool { return r.SessionID != "" }
+
+// Memory reads are idempotent, and so are ingest and feedback (counted once per session).
+func (r *RetrieveRequest) Idempotent() bool      { return true }
+func (r *IngestRequest) Idempotent() bool        { return true }
+func (r *FeedbackRequest) Idempotent() bool      { return true }
+func (r *MemoryHealthRequest) Idempotent() bool  { return true }
+func (r *MemoryInspectRequest) Idempotent() bool { return true }
+func (r *MemoryListRequest) Idempotent() bool    { return true }
+func (r *MemoryGetRequest) Idempotent() bool     { return true }
+func (r *MemoryEmbedRequest) Idempotent() bool   { return true }
+
+// Cancelling a session twice cancels it once.
+func (r *CancelRequest) Idempotent() bool { return true }

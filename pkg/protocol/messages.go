@@ -77,6 +77,9 @@ type SubmitReply struct {
 	SessionID string `msgpack:"session_id" json:"session_id"`
 	Duplicate bool   `msgpack:"duplicate,omitempty" json:"duplicate,omitempty"`
 	Error     string `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Code classifies Error: ErrCodeRejected (the task itself is refused; sending it again
+	// will not help) or ErrCodeTransient (the mesh could not take it now; try again).
+	Code string `msgpack:"code,omitempty" json:"code,omitempty"`
 }
 
 // CancelRequest asks the gateway to cancel a session.
