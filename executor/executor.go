@@ -5,17 +5,17 @@ package executor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -43,15 +43,17 @@ type Deps struct {
 // overcommitting it; start more executor processes (or machines) to go further.
 func DefaultConcurrency() int { return max(8, 8*runtime.NumCPU()) }
 
-// ackWait is how long a step may go without a heartbeat before JetStream redelivers it. A
-// variable so tests can prove the heartbeat with a short one.
-var ackWait = 30 * time.Second
+// ackWait is how long a step may go without a heartbeat before JetStream redelivers it (the
+// consumer table's value). A variable so tests can prove the heartbeat with a short one.
+var ackWait = 10 * time.Second
 
 // Executor runs steps for one agent.
 type Executor struct {
 	d        Deps
 	model    llm.Backend
 	sessions jetstream.KeyValue
+	steps    jetstream.KeyValue
+	agents   jetstream.KeyValue
 	trace    *trace.Publisher
 }
 
@@ -87,121 +89,119 @@ func New(ctx context.Context, d Deps) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{d: d, model: model, sessions: sessions, trace: trace.NewPublisher(d.Conn.JS, d.Names, d.ID)}
+	steps, err := bus.KV(ctx, d.Conn.JS, d.Names, protocol.BucketSteps)
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{d: d, model: model, sessions: sessions, steps: steps, trace: trace.NewPublisher(d.Conn.JS, d.Names, d.ID)}
 	if err := e.register(ctx); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
-// register publishes the agent's spec so the gateway accepts its tasks.
+// register publishes the agent's spec so the gateway accepts its tasks. The registration
+// lapses after mesh.agent_ttl unless refreshed, so an agent whose executors are all gone is
+// refused instead of queueing tasks forever.
 func (e *Executor) register(ctx context.Context) error {
 	kv, err := bus.KV(ctx, e.d.Conn.JS, e.d.Names, protocol.BucketAgents)
 	if err != nil {
 		return err
 	}
+	e.agents = kv
 	c := e.d.Config
+	if entry, err := kv.Get(ctx, c.Agent.Name); err == nil {
+		var prev protocol.AgentSpec
+		if protocol.Unmarshal(entry.Value(), &prev) == nil && !prev.Lapsed(time.Now()) && !slices.Equal(prev.Tools, c.Tools.Enabled) {
+			e.d.Logger.Warn("another executor serves this agent with other tools; executors of one agent should share one config",
+				"agent", c.Agent.Name, "other", prev.Executor, "other_tools", prev.Tools, "tools", c.Tools.Enabled)
+		}
+	}
+	return e.heartbeat(ctx)
+}
+
+// heartbeat writes the agent's registration with a fresh expiry.
+func (e *Executor) heartbeat(ctx context.Context) error {
+	c := e.d.Config
+	now := time.Now().UTC()
 	spec := protocol.AgentSpec{Name: c.Agent.Name, MaxSteps: c.Agent.MaxSteps, MaxDepth: c.Agent.MaxDepth,
-		PlannerMode: c.Planner.Mode, MaxItems: c.Planner.MaxItems, Tools: c.Tools.Enabled, Updated: time.Now().UTC()}
+		PlannerMode: c.Planner.Mode, MaxItems: c.Planner.MaxItems, Tools: c.Tools.Enabled, Updated: now,
+		Expires: now.Add(c.Mesh.AgentTTLOrDefault()), Executor: e.d.ID}
 	data, err := protocol.Marshal(&spec)
 	if err != nil {
 		return err
 	}
-	if _, err := kv.Put(ctx, c.Agent.Name, data); err != nil {
+	if _, err := e.agents.Put(ctx, c.Agent.Name, data); err != nil {
 		return fmt.Errorf("register agent %s: %w", c.Agent.Name, err)
 	}
 	return nil
 }
 
-// Serve pulls and runs steps until ctx ends.
-func (e *Executor) Serve(ctx context.Context) error {
-	agent := e.d.Config.Agent.Name
-	cons, err := e.d.Conn.JS.CreateOrUpdateConsumer(ctx, e.d.Names.Stream(protocol.StreamWork), jetstream.ConsumerConfig{
-		Durable:       e.d.Names.ExecutorConsumer(agent),
-		FilterSubject: e.d.Names.Work(agent),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ackWait,
-		MaxDeliver:    5,
-		MaxAckPending: 1000,
-	})
-	if err != nil {
-		return fmt.Errorf("executor consumer for %s: %w", agent, err)
-	}
-	e.d.Logger.Info("executor ready", "id", e.d.ID, "agent", agent, "model", e.d.Config.ForRole(protocol.RoleExecutor).Model,
-		"concurrency", e.d.Concurrency)
-	// Pull one message at a time, and only while a worker slot is free, so a busy executor never
-	// holds work another one could start.
-	it, err := cons.Messages(jetstream.PullMaxMessages(1))
-	if err != nil {
-		return fmt.Errorf("executor pull for %s: %w", agent, err)
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	sem := make(chan struct{}, e.d.Concurrency)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+// keepRegistered refreshes the registration three times per mesh.agent_ttl until ctx ends.
+func (e *Executor) keepRegistered(ctx context.Context) {
+	t := time.NewTicker(e.d.Config.Mesh.AgentTTLOrDefault() / 3)
+	defer t.Stop()
 	for {
 		select {
-		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil
-		}
-		msg, err := it.Next()
-		if err != nil {
-			<-sem
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
+			return
+		case <-t.C:
+			if err := e.heartbeat(ctx); err != nil && ctx.Err() == nil {
+				e.d.Logger.Warn("agent registration heartbeat", "err", err)
 			}
-			e.d.Logger.Warn("pull work", "err", err)
-			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			e.handle(ctx, msg)
-		}()
 	}
 }
 
-func (e *Executor) handle(ctx context.Context, msg jetstream.Msg) {
+// Serve pulls and runs steps until ctx ends.
+func (e *Executor) Serve(ctx context.Context) error {
+	agent := e.d.Config.Agent.Name
+	spec, err := bus.Consumers(e.d.Names, bus.KindExecutor, agent)
+	if err != nil {
+		return fmt.Errorf("executor consumer for %s: %w", agent, err)
+	}
+	spec.Config.AckWait = ackWait
+	// A busy executor pulls nothing it cannot start, so it never holds work another one could run.
+	w, err := worker.New(ctx, e.d.Conn, e.d.Names, spec, worker.Options{Workers: e.d.Concurrency, Logger: e.d.Logger}, e.handle)
+	if err != nil {
+		return fmt.Errorf("executor consumer for %s: %w", agent, err)
+	}
+	go e.keepRegistered(ctx)
+	e.d.Logger.Info("executor ready", "id", e.d.ID, "agent", agent, "model", e.d.Config.ForRole(protocol.RoleExecutor).Model,
+		"concurrency", e.d.Concurrency)
+	return w.Run(ctx)
+}
+
+// handle runs one step. The worker heartbeats it while it runs, acks on nil, and sends
+// undecodable steps to the DLQ.
+func (e *Executor) handle(ctx context.Context, msg jetstream.Msg) error {
 	var step protocol.Step
-	if err := protocol.Unmarshal(msg.Data(), &step); err != nil {
-		e.d.Logger.Error("dropping undecodable step", "subject", msg.Subject(), "err", err)
-		_ = msg.Term()
-		return
+	if err := worker.Decode(msg, &step); err != nil {
+		return err
 	}
 	if done, err := e.alreadyDone(ctx, step); err != nil {
 		e.d.Logger.Warn("check step state", "session", step.SessionID, "err", err)
 	} else if done {
-		_ = msg.Ack()
-		return
+		return nil
 	}
-	// Heartbeat while the step runs so slow model calls and tools are not redelivered.
-	hbCtx, stopHB := context.WithCancel(ctx)
-	go func() {
-		t := time.NewTicker(ackWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-hbCtx.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
+	if rec, ok := e.recordedResult(ctx, step); ok {
+		// Finished before, but the planner has not seen it (the result may be older than the
+		// RESULTS dedup window): answer with the same result again instead of running twice.
+		if err := e.publishResult(ctx, rec); err != nil {
+			return fmt.Errorf("republish recorded result of %s/%s: %w", step.SessionID, step.StepID, err)
 		}
-	}()
+		return nil
+	}
 	res := e.RunStep(ctx, step)
-	stopHB()
 	if ctx.Err() != nil {
-		return // shutting down: leave the message to be redelivered to another executor
+		// Shutting down: the worker hands the step to another executor.
+		return fmt.Errorf("step %s/%s cut short: %w", step.SessionID, step.StepID, context.Cause(ctx))
 	}
+	e.recordResult(ctx, res)
 	if err := e.publishResult(ctx, res); err != nil {
-		e.d.Logger.Error("publish result", "session", step.SessionID, "step", step.StepID, "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
+		return fmt.Errorf("publish result of %s/%s: %w", step.SessionID, step.StepID, err)
 	}
-	_ = msg.Ack()
+	return nil
 }
 
 // alreadyDone makes a redelivered step a no-op once its result is recorded.
@@ -243,4 +243,36 @@ func (e *Executor) publishResult(ctx context.Context, res protocol.StepResult) e
 	_, err = e.d.Conn.JS.Publish(fctx, e.d.Names.Result(res.SessionID), data,
 		jetstream.WithMsgID(protocol.ResultMsgID(res.SessionID, res.StepID)))
 	return err
+}
+
+func stepKey(step protocol.Step) string { return step.SessionID + "." + step.StepID }
+
+// recordedResult returns the result a finished run of step recorded.
+func (e *Executor) recordedResult(ctx context.Context, step protocol.Step) (protocol.StepResult, bool) {
+	var res protocol.StepResult
+	entry, err := e.steps.Get(ctx, stepKey(step))
+	if err != nil {
+		if !bus.IsNotFound(err) {
+			e.d.Logger.Warn("read step record", "session", step.SessionID, "step", step.StepID, "err", err)
+		}
+		return res, false
+	}
+	if err := protocol.Unmarshal(entry.Value(), &res); err != nil {
+		e.d.Logger.Warn("unreadable step record; running the step", "session", step.SessionID, "step", step.StepID, "err", err)
+		return res, false
+	}
+	return res, true
+}
+
+// recordResult keeps a finished step's result for redeliveries. A failure to record is logged:
+// the result still goes out, and the tool call records still keep effects from repeating.
+func (e *Executor) recordResult(ctx context.Context, res protocol.StepResult) {
+	res.Executor = e.d.ID
+	data, err := protocol.Marshal(&res)
+	if err == nil {
+		_, err = e.steps.Put(ctx, res.SessionID+"."+res.StepID, data)
+	}
+	if err != nil {
+		e.d.Logger.Warn("record step result", "session", res.SessionID, "step", res.StepID, "err", err)
+	}
 }

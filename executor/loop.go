@@ -209,8 +209,12 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			req := protocol.ToolRequest{SessionID: r.step.SessionID, StepID: r.step.StepID, CallID: c.ID, Tool: c.Name, Args: c.Args, Depth: r.step.Depth}
-			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, r.toolTimeout(r.tools[c.Name]))
+			// The call id depends on where the call sits, not on the model's id, so a redelivered
+			// step asks the toolhost for the same ids and gets recorded results back.
+			timeout := r.toolTimeout(r.tools[c.Name])
+			req := protocol.ToolRequest{SessionID: r.step.SessionID, StepID: r.step.StepID, CallID: protocol.ToolCallID(r.step.SessionID, r.step.StepID, turn, i),
+				Tool: c.Name, Args: c.Args, Depth: r.step.Depth, DeadlineMS: time.Now().Add(timeout).UnixMilli()}
+			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, timeout)
 			if err != nil {
 				reply = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: err.Error()}}
 			}
@@ -229,8 +233,12 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			r.toolFail = true
 		}
 		tr := res.ToolResult
-		r.e.emit(r.step, protocol.Event{Type: protocol.EvToolCall, Role: protocol.RoleExecutor, Turn: turn, Tool: c.Name,
-			CallID: c.ID, Args: safeArgs(c.Args), Result: &tr, LatencyMS: res.LatencyMS})
+		ev := protocol.Event{Type: protocol.EvToolCall, Role: protocol.RoleExecutor, Turn: turn, Tool: c.Name,
+			CallID: protocol.ToolCallID(r.step.SessionID, r.step.StepID, turn, i), Args: safeArgs(c.Args), Result: &tr, LatencyMS: res.LatencyMS}
+		if res.Replayed {
+			ev.Attrs = map[string]string{"replayed": "true"}
+		}
+		r.e.emit(r.step, ev)
 		blocks[i] = llm.Block{Type: llm.BlockToolResult, ToolResult: &llm.ToolResult{CallID: c.ID, Content: renderResult(tr, format), IsError: !tr.OK}}
 	}
 	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: blocks})

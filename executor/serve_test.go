@@ -200,3 +200,68 @@ func TestAlreadyDone(t *testing.T) {
 		}
 	}
 }
+
+// A step delivered again after it finished, before the planner recorded it, answers with the
+// recorded result instead of running again (the RESULTS dedup window may be long gone).
+func TestRedeliveredFinishedStepRepublishesItsRecordedResult(t *testing.T) {
+	m := startMesh(t, testdata(t, "tools"), testTools...)
+	cfg := testConfig(testdata(t, "tools"), testTools...)
+	x := m.executor(t, cfg, scriptBackend(t, "rules:\n  - reply: {text: done}\n"))
+	serve(t, x)
+	st := step(t, cfg, "answer once")
+	sub, err := m.Conn.NC.SubscribeSync(m.Names.Result(st.SessionID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	publishStep(t, m, st)
+	first := awaitResult(t, sub)
+	awaitSettled(t, m, cfg.Agent.Name, 1)
+	publishStep(t, m, st) // the session KV does not say done: the planner never saw the result
+	second := awaitResult(t, sub)
+	awaitSettled(t, m, cfg.Agent.Name, 2)
+
+	if n := stepsStarted(t, m, st.SessionID); n != 1 {
+		t.Fatalf("%d step_started events, want 1: the redelivered step ran again", n)
+	}
+	if second.FinalText != first.FinalText || second.Outcome != first.Outcome || second.Executor != first.Executor {
+		t.Fatalf("republished result %+v, want the recorded %+v", second, first)
+	}
+}
+
+// A serving executor keeps its agent's registration fresh; the gateway refuses the agent once
+// it lapses.
+func TestServingExecutorHeartbeatsItsRegistration(t *testing.T) {
+	m := startMesh(t, testdata(t, "tools"), testTools...)
+	cfg := testConfig(testdata(t, "tools"), testTools...)
+	cfg.Mesh.AgentTTL = "900ms"
+	x := m.executor(t, cfg, scriptBackend(t, "rules:\n  - reply: {text: done}\n"))
+	serve(t, x)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	kv, err := bus.KV(ctx, m.Conn.JS, m.Names, protocol.BucketAgents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() protocol.AgentSpec {
+		e, err := kv.Get(ctx, cfg.Agent.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s protocol.AgentSpec
+		if err := protocol.Unmarshal(e.Value(), &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := read()
+	if first.Expires.IsZero() || first.Executor != "executor-under-test" {
+		t.Fatalf("registration %+v has no expiry or executor", first)
+	}
+	time.Sleep(1500 * time.Millisecond) // longer than the TTL
+	later := read()
+	if !later.Expires.After(first.Expires) || later.Lapsed(time.Now()) {
+		t.Fatalf("registration not refreshed: first expires %v, later %v", first.Expires, later.Expires)
+	}
+}

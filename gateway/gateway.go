@@ -104,14 +104,14 @@ func (g *Gateway) handleSubmit(req micro.Request) {
 	var in protocol.SubmitRequest
 	reply := protocol.SubmitReply{}
 	if err := protocol.Unmarshal(req.Data(), &in); err != nil {
-		reply.Error = "malformed submit request: " + err.Error()
+		reply.Error, reply.Code = "malformed submit request: "+err.Error(), protocol.ErrCodeRejected
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		r, err := g.Submit(ctx, in)
 		cancel()
 		reply = r
 		if err != nil {
-			reply.Error = err.Error()
+			reply.Error, reply.Code = err.Error(), ErrorCode(err)
 		}
 	}
 	data, err := protocol.Marshal(&reply)
@@ -124,6 +124,15 @@ func (g *Gateway) handleSubmit(req micro.Request) {
 
 // ErrRejected wraps every reason a task is refused.
 var ErrRejected = errors.New("task rejected")
+
+// ErrorCode classifies a Submit error for the wire: rejected (the task is refused as it is) or
+// transient (the mesh could not take it now).
+func ErrorCode(err error) string {
+	if errors.Is(err, ErrRejected) {
+		return protocol.ErrCodeRejected
+	}
+	return protocol.ErrCodeTransient
+}
 
 // Submit checks a task, records its session as queued and publishes it. Submitting the same
 // session id again is harmless: the session is not duplicated and an unpublished task is
@@ -246,6 +255,10 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 	var spec protocol.AgentSpec
 	if err := protocol.Unmarshal(entry.Value(), &spec); err != nil {
 		return fmt.Errorf("agent %q: %w", in.Agent, err)
+	}
+	if spec.Lapsed(time.Now()) {
+		return fmt.Errorf("%w: no executor serves agent %q (its registration lapsed %s ago, last from %s); start one with `executor --config agent.yaml`",
+			ErrRejected, in.Agent, time.Since(spec.Expires).Round(time.Second), spec.Executor)
 	}
 	if spec.MaxDepth > 0 && in.Depth > spec.MaxDepth {
 		return fmt.Errorf("%w: agent-as-tool chain is %d deep; agent %q allows %d", ErrRejected, in.Depth, in.Agent, spec.MaxDepth)

@@ -328,3 +328,22 @@ func TestResubmitCompletesAnInterruptedSubmit(t *testing.T) {
 		t.Errorf("%d TASKS messages; want 1", n)
 	}
 }
+
+// An agent whose executors stopped heartbeating its registration is refused, not queued.
+func TestSubmitRefusesAnAgentNobodyServes(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	registerAgent(t, f.mesh, protocol.AgentSpec{Name: "ghost", MaxSteps: 5, Executor: "executor@gone/1",
+		Expires: time.Now().Add(-time.Minute)})
+	_, err := f.gw.Submit(ctx, protocol.SubmitRequest{Agent: "ghost", Task: "anyone there?"})
+	if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "no executor serves agent \"ghost\"") {
+		t.Fatalf("submit to a lapsed agent: %v, want a rejection naming it", err)
+	}
+	if n := f.taskCount(t, "ghost"); n != 0 {
+		t.Fatalf("%d tasks queued for an agent nobody serves", n)
+	}
+	registerAgent(t, f.mesh, protocol.AgentSpec{Name: "ghost", MaxSteps: 5, Expires: time.Now().Add(time.Minute)})
+	if _, err := f.gw.Submit(ctx, protocol.SubmitRequest{Agent: "ghost", Task: "anyone there?"}); err != nil {
+		t.Fatalf("submit to a live agent: %v", err)
+	}
+}

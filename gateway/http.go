@@ -72,11 +72,12 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http"})
 	if err != nil {
-		status := http.StatusInternalServerError
+		// 422: the task is refused as it is; 503: the mesh could not take it now, try again.
+		status := http.StatusServiceUnavailable
 		if errors.Is(err, ErrRejected) {
 			status = http.StatusUnprocessableEntity
 		}
-		writeJSON(w, status, map[string]string{"error": err.Error()})
+		writeJSON(w, status, map[string]string{"error": err.Error(), "code": ErrorCode(err)})
 		return
 	}
 	writeJSON(w, http.StatusAccepted, rep)

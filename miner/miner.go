@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -101,89 +102,48 @@ func Run(ctx context.Context, d Deps) error {
 		return nil
 	}
 	d.model() // resolve once, so every session uses the same backend
-	stream, err := d.Conn.JS.Stream(ctx, d.Names.Stream(protocol.StreamTrace))
-	if err != nil {
-		return fmt.Errorf("miner: trace stream: %w", err)
-	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       protocol.ConsumerMiner,
-		Description:   "mines finished sessions into guidelines",
-		FilterSubject: d.Names.TraceAll(),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		// Everything still in the stream is mined once; mining is idempotent, so a first start
-		// on an old stream only costs time.
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    5,
-		MaxAckPending: 256,
-	})
-	if err != nil {
-		return fmt.Errorf("miner: durable consumer %s: %w", protocol.ConsumerMiner, err)
-	}
 	// A session being mined when the miner stops gets a short grace to finish (an abandoned one is
 	// mined again after redelivery, repeating its closing trace events); after it, mining is cut,
-	// since memoryd may be stopping too and the miner must not hold a shutdown for minutes.
-	hctx, cancelInFlight := service.InFlight(ctx)
-	defer cancelInFlight()
-	cc, err := cons.Consume(func(msg jetstream.Msg) { handle(hctx, &d, msg) })
+	// since memoryd may be stopping too and the miner must not hold a shutdown for minutes. A
+	// session that cannot be mined in a few minutes (memoryd down) is retried later rather than
+	// holding up every session behind it.
+	spec, err := bus.Consumers(d.Names, bus.KindMiner, "")
 	if err != nil {
-		return fmt.Errorf("miner: consume: %w", err)
+		return err
+	}
+	w, err := worker.New(ctx, d.Conn, d.Names, spec, worker.Options{Timeout: 3 * time.Minute, Grace: service.ShutdownGrace,
+		NakDelay: 5 * time.Second, Logger: d.Logger}, func(hctx context.Context, msg jetstream.Msg) error { return handle(hctx, &d, msg) })
+	if err != nil {
+		return fmt.Errorf("miner: %w", err)
 	}
 	if d.Ready != nil {
 		close(d.Ready)
 	}
-	d.Logger.Info("miner consuming", "stream", d.Names.Stream(protocol.StreamTrace), "template", d.NoModel)
-	<-ctx.Done()
-	cc.Drain()
-	<-cc.Closed()
-	return nil
+	d.Logger.Info("miner consuming", "stream", spec.Stream, "template", d.NoModel)
+	return w.Run(ctx)
 }
 
-func handle(ctx context.Context, d *Deps, msg jetstream.Msg) {
+// handle mines the session a usage event ends; every other trace event is acked unread. The
+// worker heartbeats the message while mining waits on a model.
+func handle(ctx context.Context, d *Deps, msg jetstream.Msg) error {
 	var ev protocol.Event
-	if err := protocol.Unmarshal(msg.Data(), &ev); err != nil || ev.Type != protocol.EvUsage || ev.Role == protocol.RoleMiner {
-		_ = msg.Ack()
-		return
+	if err := worker.Decode(msg, &ev); err != nil {
+		return err
 	}
-	// Mining may wait on a model; keep the message ours meanwhile.
-	hb, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-hb.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
-	// A session that cannot be mined in a few minutes (memoryd down) is retried later rather
-	// than holding up every session behind it.
-	mctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	res, err := MineSession(mctx, *d, ev.SessionID)
+	if ev.Type != protocol.EvUsage || ev.Role == protocol.RoleMiner {
+		return nil
+	}
+	res, err := MineSession(ctx, *d, ev.SessionID)
 	if errors.Is(err, ErrNoTrace) || errors.Is(err, errBadSession) {
 		// Nothing to retry: the trace aged out of the stream, or the id is not a session's.
-		d.Logger.Warn("not mined", "session", ev.SessionID, "err", err)
-		_ = msg.Term()
-		return
-	}
-	if err != nil && ctx.Err() != nil {
-		// Shutting down: the message comes back to whichever miner runs next.
-		_ = msg.Nak()
-		return
+		return worker.Permanent(fmt.Errorf("session %s not mined: %w", ev.SessionID, err))
 	}
 	if err != nil {
-		d.Logger.Warn("mining failed; will retry", "session", ev.SessionID, "err", err)
-		_ = msg.NakWithDelay(5 * time.Second)
-		return
+		return fmt.Errorf("mining session %s: %w", ev.SessionID, err)
 	}
 	d.Logger.Info("mined", "session", ev.SessionID, "candidates", len(res.Candidates), "helpful", len(res.Feedback.Helpful),
 		"harmful", len(res.Feedback.Harmful), "followed", len(res.Feedback.Followed))
-	_ = msg.Ack()
+	return nil
 }
 
 // ErrNoTrace is returned by MineSession for a session with no events in the stream.

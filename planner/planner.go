@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -52,7 +53,6 @@ type Planner struct {
 const (
 	taskTimeout   = 3 * time.Minute
 	resultTimeout = 25 * time.Second
-	heartbeat     = 10 * time.Second
 )
 
 // Run serves until ctx ends.
@@ -70,42 +70,39 @@ func Run(ctx context.Context, d Deps) error {
 		return err
 	}
 
-	tasks, err := d.Conn.JS.CreateOrUpdateConsumer(ctx, d.Names.Stream(protocol.StreamTasks), jetstream.ConsumerConfig{
-		Durable: protocol.ConsumerPlanner, FilterSubject: d.Names.TaskAll(),
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 10,
-	})
-	if err != nil {
-		return fmt.Errorf("planner tasks consumer: %w", err)
-	}
-	results, err := d.Conn.JS.CreateOrUpdateConsumer(ctx, d.Names.Stream(protocol.StreamResults), jetstream.ConsumerConfig{
-		Durable: protocol.ConsumerPlannerResults, FilterSubject: d.Names.ResultAll(),
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 10,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return fmt.Errorf("planner results consumer: %w", err)
-	}
-	// Handlers get a short grace to finish on shutdown (a session half-finished by a stopping
-	// planner is finished again, its last events repeated, by the next one), but not a planning
-	// model call's whole deadline.
-	hctx, cancelInFlight := service.InFlight(ctx)
-	defer cancelInFlight()
-	tc, err := tasks.Consume(func(m jetstream.Msg) { p.handle(hctx, m, taskTimeout, p.onTask) })
-	if err != nil {
-		return fmt.Errorf("planner consume tasks: %w", err)
-	}
-	rc, err := results.Consume(func(m jetstream.Msg) { p.handle(hctx, m, resultTimeout, p.onResult) })
-	if err != nil {
-		tc.Stop()
-		return fmt.Errorf("planner consume results: %w", err)
+	// Sessions are handled concurrently by a bounded pool per consumer (settings in
+	// bus.Consumers); sessions are compare-and-set in KV, so two results of one session handled
+	// at once are safe. Handlers get a short grace to finish on shutdown (a session half-finished
+	// by a stopping planner is finished again, its last events repeated, by the next one), but
+	// not a planning model call's whole deadline.
+	workers := make([]*worker.Worker, 0, 2)
+	for _, c := range []struct {
+		kind    string
+		timeout time.Duration
+		fn      func(context.Context, []byte) error
+	}{{bus.KindPlannerTasks, taskTimeout, p.onTask}, {bus.KindPlannerResults, resultTimeout, p.onResult}} {
+		spec, err := bus.Consumers(d.Names, c.kind, "")
+		if err != nil {
+			return err
+		}
+		w, err := worker.New(ctx, d.Conn, d.Names, spec, worker.Options{Timeout: c.timeout, Grace: service.ShutdownGrace, Logger: d.Logger}, handler(c.fn))
+		if err != nil {
+			return fmt.Errorf("planner: %w", err)
+		}
+		workers = append(workers, w)
 	}
 	d.Logger.Info("planner ready", "id", d.ID, "mode", p.mode)
-	<-ctx.Done()
-	tc.Drain()
-	rc.Drain()
-	<-tc.Closed()
-	<-rc.Closed()
-	return nil
+	errs := make(chan error, len(workers))
+	for _, w := range workers {
+		go func() { errs <- w.Run(ctx) }()
+	}
+	var first error
+	for range workers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // configure reads planner.mode and planner.max_items and builds the planning model unless
@@ -142,39 +139,16 @@ func (p *Planner) configure() error {
 // permanent marks errors that no redelivery can fix.
 type permanent struct{ error }
 
-func (p *Planner) handle(ctx context.Context, m jetstream.Msg, timeout time.Duration, fn func(context.Context, []byte) error) {
-	hctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	// Heartbeats keep JetStream from handing a message that is still being worked on (a slow
-	// planning call) to another planner.
-	stopBeat := make(chan struct{})
-	beatDone := make(chan struct{})
-	go func() {
-		defer close(beatDone)
-		tick := time.NewTicker(heartbeat)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopBeat:
-				return
-			case <-tick.C:
-				_ = m.InProgress()
-			}
+// handler adapts a message handler to the worker: a permanent error sends the message to the
+// DLQ, any other is retried.
+func handler(fn func(context.Context, []byte) error) worker.Handler {
+	return func(ctx context.Context, m jetstream.Msg) error {
+		err := fn(ctx, m.Data())
+		var perm permanent
+		if errors.As(err, &perm) {
+			return worker.Permanent(err)
 		}
-	}()
-	err := fn(hctx, m.Data())
-	close(stopBeat)
-	<-beatDone
-	var perm permanent
-	switch {
-	case err == nil:
-		_ = m.Ack()
-	case errors.As(err, &perm):
-		p.d.Logger.Error("dropping message", "subject", m.Subject(), "err", err)
-		_ = m.Term()
-	default:
-		p.d.Logger.Warn("will retry message", "subject", m.Subject(), "err", err)
-		_ = m.NakWithDelay(time.Second)
+		return err
 	}
 }
 
@@ -217,7 +191,7 @@ func (p *Planner) update(ctx context.Context, id string, fn func(*protocol.Sessi
 func (p *Planner) onTask(ctx context.Context, data []byte) error {
 	var t protocol.Task
 	if err := protocol.Unmarshal(data, &t); err != nil {
-		return permanent{err}
+		return permanent{fmt.Errorf("undecodable task: %w", err)}
 	}
 	// The model is asked before the compare-and-set, and only while the session is queued; if
 	// another planner's plan lands first, the CAS below finds the session running and this plan
@@ -338,7 +312,7 @@ func (p *Planner) publishReady(ctx context.Context, sess protocol.Session) error
 func (p *Planner) onResult(ctx context.Context, data []byte) error {
 	var r protocol.StepResult
 	if err := protocol.Unmarshal(data, &r); err != nil {
-		return permanent{err}
+		return permanent{fmt.Errorf("undecodable result: %w", err)}
 	}
 	sess, err := p.update(ctx, r.SessionID, func(s *protocol.Session) (bool, error) {
 		for i := range s.Plan {

@@ -24,6 +24,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 // Version is reported in micro service discovery.
@@ -127,6 +128,13 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	}
 	h.slots = make(chan struct{}, concurrency(cmp.Or(d.Concurrency, cfg.Toolhost.Concurrency)))
 	h.waiting = make(chan struct{}, queueLen(cmp.Or(d.Queue, cfg.Toolhost.Queue), cap(h.slots)))
+	calls, err := bus.KV(ctx, d.Conn.JS, d.Names, protocol.BucketToolCalls)
+	if err != nil {
+		killRunning()
+		return nil, fmt.Errorf("toolhost: %w (every role provisions the mesh when it starts)", err)
+	}
+	h.ledger = &ledger{kv: calls, host: id, log: log, trace: trace.NewPublisher(d.Conn.JS, d.Names, "toolhost@"+id),
+		maxRecord: int(max(d.Conn.NC.MaxPayload()-4096, 4096)), poll: 100 * time.Millisecond}
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
 		Name:        protocol.ServiceToolhost,
 		Version:     Version,
@@ -218,6 +226,7 @@ type handler struct {
 	// waiting holds a place for each call waiting for a slot; when it is full too, calls are
 	// refused at once (kind busy) instead of piling up behind the handler.
 	waiting chan struct{}
+	ledger  *ledger
 
 	mu       sync.Mutex
 	closing  bool
@@ -267,27 +276,26 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 			}
 		}
 		defer func() { <-h.slots }()
-		res := h.call(t, data)
-		out := protocol.ToolReply{ToolResult: res, LatencyMS: time.Since(start).Milliseconds(), Host: h.host}
+		out := h.callOnce(t, data, start)
 		h.respond(reply, t.Name, &out)
 	}()
 }
 
-func (h *handler) call(t *tools.Tool, data []byte) (res protocol.ToolResult) {
+func (h *handler) call(t *tools.Tool, req protocol.ToolRequest) (res protocol.ToolResult) {
 	defer func() {
 		if p := recover(); p != nil {
 			h.log.Error("tool call panicked", "tool", t.Name, "panic", p)
 			res = protocol.ToolResult{Kind: protocol.ToolErrStart, Error: fmt.Sprintf("toolhost failed running %s: %v", t.Name, p)}
 		}
 	}()
-	var req protocol.ToolRequest
-	if err := protocol.Unmarshal(data, &req); err != nil {
-		return protocol.ToolResult{Kind: protocol.ToolErrBadArgs, Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}
-	}
 	if req.Tool != "" && req.Tool != t.Name {
 		return protocol.ToolResult{Kind: protocol.ToolErrUnknown, Error: fmt.Sprintf("request for tool %q arrived on the endpoint of %q", req.Tool, t.Name)}
 	}
-	res = h.runner.Run(h.ctx, t, req.Args)
+	ctx := h.ctx
+	if req.CallID != "" {
+		ctx = tools.WithCallID(ctx, req.CallID)
+	}
+	res = h.runner.Run(ctx, t, req.Args)
 	h.log.Debug("tool call", "tool", t.Name, "session", req.SessionID, "call", req.CallID, "ok", res.OK, "kind", res.Kind)
 	return res
 }

@@ -135,6 +135,8 @@ var Matrix = []Row{
 	memRow(protocol.MemMigrate, "re-embed memory (admin only)"),
 	{Kind: KindSubject, Base: "dlq-advisories", Subject: protocol.Names.MaxDeliveriesAdvisory, Doc: "JetStream max-deliveries advisories (feed the DLQ)",
 		Grants: map[Identity]Access{Gateway: Subscribe}},
+	{Kind: KindSubject, Base: "term-advisories", Subject: protocol.Names.MsgTerminatedAdvisory, Doc: "JetStream terminated-message advisories (feed the DLQ)",
+		Grants: map[Identity]Access{Gateway: Subscribe}},
 
 	// Streams.
 	{Kind: KindStream, Base: protocol.StreamTasks, Subject: protocol.Names.TaskAll, Doc: "accepted tasks (work queue)",
@@ -149,7 +151,8 @@ var Matrix = []Row{
 	{Kind: KindStream, Base: protocol.StreamUsage, Subject: protocol.Names.UsageAll, Doc: "per-session usage totals",
 		Grants: map[Identity]Access{Planner: Publish, Miner: Publish, Client: Read, Gateway: Create}},
 	{Kind: KindStream, Base: protocol.StreamDLQ, Subject: protocol.Names.DLQAll, Doc: "dead letters",
-		Grants: map[Identity]Access{Gateway: Publish | Create, Client: Read}},
+		// Every consuming role dead-letters what it cannot decode before terminating it.
+		Grants: map[Identity]Access{Gateway: Publish | Create, Planner: Publish, Executor: Publish, Miner: Publish, Client: Read}},
 
 	// KV buckets and the object store.
 	{Kind: KindBucket, Base: protocol.BucketSessions, Doc: "session records",
@@ -162,6 +165,10 @@ var Matrix = []Row{
 		Grants: map[Identity]Access{Memoryd: RW, Gateway: Create}},
 	{Kind: KindBucket, Base: protocol.BucketMined, Doc: "the miner's compression cache",
 		Grants: map[Identity]Access{Miner: RW, Gateway: Create}},
+	{Kind: KindBucket, Base: protocol.BucketToolCalls, Doc: "each tool call's result under its call id (exactly-once effects)",
+		Grants: map[Identity]Access{Toolhost: RW, Gateway: Create}},
+	{Kind: KindBucket, Base: protocol.BucketSteps, Doc: "finished steps' results, for redeliveries",
+		Grants: map[Identity]Access{Executor: RW, Gateway: Create}},
 	{Kind: KindObjectStore, Base: protocol.ObjectPayloads, Doc: "large payloads",
 		Grants: map[Identity]Access{Toolhost: RW, Executor: Read, Gateway: Create}},
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,88 +12,253 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-// Retention limits of the mesh's streams.
+// StreamLimit bounds one stream.
+type StreamLimit struct {
+	MaxAge   time.Duration
+	MaxBytes int64
+	MaxMsgs  int64
+}
+
+// Limits are what the mesh may keep: every stream and bucket is bounded. They come from the
+// mesh.limits section of the config (service.Limits); DefaultLimits are the defaults.
 type Limits struct {
-	Replicas      int
-	TraceMaxAge   time.Duration
-	TraceMaxBytes int64
-	ResultsMaxAge time.Duration
-	DedupWindow   time.Duration
+	Replicas int
+	// Streams bounds each stream, by base name (protocol.StreamTasks, ...).
+	Streams     map[string]StreamLimit
+	DedupWindow time.Duration
+	// BucketMaxBytes bounds each KV bucket and the object store.
+	BucketMaxBytes int64
+	// SessionTTL is how long a session's record is kept after its last change.
+	SessionTTL time.Duration
+	// ToolCallTTL is how long a tool call's result is kept under its call id; it must outlast
+	// every redelivery of the step that made the call.
+	ToolCallTTL time.Duration
+	// StepTTL is how long a finished step's result is kept for redeliveries.
+	StepTTL time.Duration
 }
 
 // DefaultLimits suit one machine; a cluster raises Replicas to 3.
 func DefaultLimits() Limits {
+	const day = 24 * time.Hour
 	return Limits{
-		Replicas:      1,
-		TraceMaxAge:   30 * 24 * time.Hour,
-		TraceMaxBytes: 1 << 30,
-		ResultsMaxAge: 7 * 24 * time.Hour,
-		DedupWindow:   10 * time.Minute,
+		Replicas: 1,
+		Streams: map[string]StreamLimit{
+			protocol.StreamTasks:   {MaxAge: 7 * day, MaxBytes: 1 << 30, MaxMsgs: 1_000_000},
+			protocol.StreamWork:    {MaxAge: 7 * day, MaxBytes: 1 << 30, MaxMsgs: 1_000_000},
+			protocol.StreamResults: {MaxAge: 7 * day, MaxBytes: 1 << 30, MaxMsgs: 1_000_000},
+			protocol.StreamTrace:   {MaxAge: 30 * day, MaxBytes: 1 << 30, MaxMsgs: 10_000_000},
+			protocol.StreamUsage:   {MaxAge: 30 * day, MaxBytes: 256 << 20, MaxMsgs: 1_000_000},
+			protocol.StreamDLQ:     {MaxAge: 30 * day, MaxBytes: 256 << 20, MaxMsgs: 100_000},
+		},
+		DedupWindow:    10 * time.Minute,
+		BucketMaxBytes: 1 << 30,
+		SessionTTL:     30 * day,
+		ToolCallTTL:    day,
+		StepTTL:        7 * day,
 	}
+}
+
+func (l Limits) stream(base string) StreamLimit {
+	s, ok := l.Streams[base]
+	if !ok {
+		s = DefaultLimits().Streams[base]
+	}
+	return s
 }
 
 // StreamConfigs returns the configuration of every stream of the mesh.
 func StreamConfigs(n protocol.Names, l Limits) []jetstream.StreamConfig {
 	r := max(l.Replicas, 1)
+	sc := func(base string, subject string, ret jetstream.RetentionPolicy, discard jetstream.DiscardPolicy, dedup time.Duration) jetstream.StreamConfig {
+		lim := l.stream(base)
+		return jetstream.StreamConfig{Name: n.Stream(base), Subjects: []string{subject}, Retention: ret, Storage: jetstream.FileStorage,
+			MaxAge: lim.MaxAge, MaxBytes: orUnlimited(lim.MaxBytes), MaxMsgs: orUnlimited(lim.MaxMsgs), Discard: discard,
+			Duplicates: dedup, Replicas: r}
+	}
+	// Work queues refuse new messages when full (the publisher sees the error) instead of
+	// dropping accepted work; logs drop their oldest entries.
+	trace := sc(protocol.StreamTrace, n.TraceAll(), jetstream.LimitsPolicy, jetstream.DiscardOld, 2*time.Minute)
+	// Sessions' traces are read with direct gets (bus.ReadStream), which need no consumer.
+	trace.AllowDirect = true
 	return []jetstream.StreamConfig{
-		{
-			Name: n.Stream(protocol.StreamTasks), Subjects: []string{n.TaskAll()},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage,
-			Duplicates: l.DedupWindow, Replicas: r,
-		},
-		{
-			Name: n.Stream(protocol.StreamWork), Subjects: []string{n.WorkAll()},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage,
-			Duplicates: l.DedupWindow, Replicas: r,
-		},
-		{
-			Name: n.Stream(protocol.StreamResults), Subjects: []string{n.ResultAll()},
-			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
-			MaxAge: l.ResultsMaxAge, Duplicates: l.DedupWindow, Replicas: r,
-		},
-		{
-			Name: n.Stream(protocol.StreamTrace), Subjects: []string{n.TraceAll()},
-			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
-			MaxAge: l.TraceMaxAge, MaxBytes: l.TraceMaxBytes, Discard: jetstream.DiscardOld, Replicas: r,
-			// Sessions' traces are read with direct gets (bus.ReadStream), which need no consumer.
-			AllowDirect: true,
-		},
-		{
-			Name: n.Stream(protocol.StreamUsage), Subjects: []string{n.UsageAll()},
-			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
-			MaxAge: l.TraceMaxAge, Replicas: r,
-		},
-		{
-			Name: n.Stream(protocol.StreamDLQ), Subjects: []string{n.DLQAll()},
-			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
-			MaxAge: l.TraceMaxAge, Replicas: r,
-		},
+		sc(protocol.StreamTasks, n.TaskAll(), jetstream.WorkQueuePolicy, jetstream.DiscardNew, l.DedupWindow),
+		sc(protocol.StreamWork, n.WorkAll(), jetstream.WorkQueuePolicy, jetstream.DiscardNew, l.DedupWindow),
+		sc(protocol.StreamResults, n.ResultAll(), jetstream.LimitsPolicy, jetstream.DiscardOld, l.DedupWindow),
+		// Trace events carry no Msg-Id; the server's default window is stated so it is not a diff.
+		trace,
+		sc(protocol.StreamUsage, n.UsageAll(), jetstream.LimitsPolicy, jetstream.DiscardOld, l.DedupWindow),
+		sc(protocol.StreamDLQ, n.DLQAll(), jetstream.LimitsPolicy, jetstream.DiscardOld, l.DedupWindow),
 	}
 }
 
-// Provision creates or updates every stream, KV bucket and object store of the mesh. It is
-// idempotent: every service calls it at start, so any of them can be the first one up.
-func Provision(ctx context.Context, js jetstream.JetStream, n protocol.Names, l Limits) error {
-	for _, sc := range StreamConfigs(n, l) {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("provision stream %s: %w", sc.Name, err)
-		}
+func orUnlimited(v int64) int64 {
+	if v <= 0 {
+		return -1
 	}
+	return v
+}
+
+// BucketConfigs returns the configuration of every KV bucket of the mesh.
+func BucketConfigs(n protocol.Names, l Limits) []jetstream.KeyValueConfig {
 	r := max(l.Replicas, 1)
-	for _, b := range []string{protocol.BucketSessions, protocol.BucketAgents, protocol.BucketTools, protocol.BucketMemory, protocol.BucketMined} {
-		cfg := jetstream.KeyValueConfig{Bucket: n.Bucket(b), Replicas: r, Storage: jetstream.FileStorage}
-		if b == protocol.BucketSessions {
-			cfg.History = 1
+	kv := func(base string, history uint8, ttl time.Duration) jetstream.KeyValueConfig {
+		return jetstream.KeyValueConfig{Bucket: n.Bucket(base), Replicas: r, Storage: jetstream.FileStorage,
+			History: history, TTL: ttl, MaxBytes: orUnlimited(l.BucketMaxBytes)}
+	}
+	// Memory entries, agents and tools live until replaced; their buckets are bounded by size.
+	return []jetstream.KeyValueConfig{
+		kv(protocol.BucketSessions, 1, l.SessionTTL),
+		kv(protocol.BucketAgents, 1, 0),
+		kv(protocol.BucketTools, 1, 0),
+		kv(protocol.BucketMemory, 1, 0),
+		kv(protocol.BucketMined, 1, 0),
+		kv(protocol.BucketToolCalls, 1, l.ToolCallTTL),
+		kv(protocol.BucketSteps, 1, l.StepTTL),
+	}
+}
+
+// Diff is one setting of an existing stream or bucket that differs from the config.
+type Diff struct {
+	Resource string // "stream TASKS", "bucket sessions"
+	Field    string
+	Have     string
+	Want     string
+}
+
+func (d Diff) String() string {
+	return fmt.Sprintf("%s: %s is %s on the server, %s in the config", d.Resource, d.Field, d.Have, d.Want)
+}
+
+// ProvisionOptions say what Provision may do to what exists.
+type ProvisionOptions struct {
+	// Apply changes existing streams and buckets to the config. Without it they are left as the
+	// operator set them, and each difference is logged.
+	Apply bool
+	// Logger receives the differences (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Provision creates every stream, KV bucket and object store of the mesh that is missing. It
+// never changes one that exists: each setting that differs from the config is logged, and
+// changed only by `skein mesh apply` (ProvisionWith with Apply). Every service calls it at
+// start, so any of them can be the first one up.
+func Provision(ctx context.Context, js jetstream.JetStream, n protocol.Names, l Limits) error {
+	_, err := ProvisionWith(ctx, js, n, l, ProvisionOptions{})
+	return err
+}
+
+// ProvisionWith creates what is missing and returns the differences of what exists; with
+// opts.Apply it also changes those to the config.
+func ProvisionWith(ctx context.Context, js jetstream.JetStream, n protocol.Names, l Limits, opts ProvisionOptions) ([]Diff, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var diffs []Diff
+	for _, want := range StreamConfigs(n, l) {
+		s, err := js.Stream(ctx, want.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err := js.CreateStream(ctx, want); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return diffs, fmt.Errorf("provision stream %s: %w", want.Name, err)
+			}
+			continue
 		}
-		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
-			return fmt.Errorf("provision KV bucket %s: %w", cfg.Bucket, err)
+		if err != nil {
+			return diffs, fmt.Errorf("provision stream %s: %w", want.Name, err)
+		}
+		have := s.CachedInfo().Config
+		d := streamDiffs("stream "+want.Name, have, want)
+		if len(d) == 0 {
+			continue
+		}
+		diffs = append(diffs, d...)
+		if !opts.Apply {
+			for _, x := range d {
+				log.Warn("stream differs from the config; left as it is (run `skein mesh apply` to change it)", "diff", x.String())
+			}
+			continue
+		}
+		merged := have
+		merged.Subjects, merged.MaxAge, merged.MaxBytes, merged.MaxMsgs = want.Subjects, want.MaxAge, want.MaxBytes, want.MaxMsgs
+		merged.Discard, merged.Duplicates, merged.Replicas = want.Discard, want.Duplicates, want.Replicas
+		if _, err := js.UpdateStream(ctx, merged); err != nil {
+			return diffs, fmt.Errorf("apply stream %s: %w", want.Name, err)
+		}
+		log.Info("stream changed to the config", "stream", want.Name, "changes", len(d))
+	}
+	for _, want := range BucketConfigs(n, l) {
+		kv, err := js.KeyValue(ctx, want.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			if _, err := js.CreateKeyValue(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+				return diffs, fmt.Errorf("provision KV bucket %s: %w", want.Bucket, err)
+			}
+			continue
+		}
+		if err != nil {
+			return diffs, fmt.Errorf("provision KV bucket %s: %w", want.Bucket, err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return diffs, fmt.Errorf("provision KV bucket %s: %w", want.Bucket, err)
+		}
+		have := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
+		d := bucketDiffs("bucket "+want.Bucket, have, want)
+		if len(d) == 0 {
+			continue
+		}
+		diffs = append(diffs, d...)
+		if !opts.Apply {
+			for _, x := range d {
+				log.Warn("bucket differs from the config; left as it is (run `skein mesh apply` to change it)", "diff", x.String())
+			}
+			continue
+		}
+		if _, err := js.UpdateKeyValue(ctx, want); err != nil {
+			return diffs, fmt.Errorf("apply KV bucket %s: %w", want.Bucket, err)
+		}
+		log.Info("bucket changed to the config", "bucket", want.Bucket, "changes", len(d))
+	}
+	osc := jetstream.ObjectStoreConfig{Bucket: n.Bucket(protocol.ObjectPayloads), Replicas: max(l.Replicas, 1),
+		Storage: jetstream.FileStorage, MaxBytes: orUnlimited(l.BucketMaxBytes)}
+	if _, err := js.ObjectStore(ctx, osc.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+		if _, err := js.CreateObjectStore(ctx, osc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return diffs, fmt.Errorf("provision object store %s: %w", osc.Bucket, err)
+		}
+	} else if err != nil {
+		return diffs, fmt.Errorf("provision object store %s: %w", osc.Bucket, err)
+	}
+	return diffs, nil
+}
+
+func streamDiffs(res string, have, want jetstream.StreamConfig) []Diff {
+	var d []Diff
+	add := func(field string, h, w any) {
+		if fmt.Sprint(h) != fmt.Sprint(w) {
+			d = append(d, Diff{Resource: res, Field: field, Have: fmt.Sprint(h), Want: fmt.Sprint(w)})
 		}
 	}
-	osc := jetstream.ObjectStoreConfig{Bucket: n.Bucket(protocol.ObjectPayloads), Replicas: r, Storage: jetstream.FileStorage}
-	if _, err := js.CreateOrUpdateObjectStore(ctx, osc); err != nil {
-		return fmt.Errorf("provision object store %s: %w", osc.Bucket, err)
+	add("subjects", have.Subjects, want.Subjects)
+	add("max_age", have.MaxAge, want.MaxAge)
+	add("max_bytes", have.MaxBytes, want.MaxBytes)
+	add("max_msgs", have.MaxMsgs, want.MaxMsgs)
+	add("discard", have.Discard, want.Discard)
+	add("duplicate_window", have.Duplicates, want.Duplicates)
+	add("replicas", have.Replicas, want.Replicas)
+	return d
+}
+
+func bucketDiffs(res string, have jetstream.StreamConfig, want jetstream.KeyValueConfig) []Diff {
+	var d []Diff
+	add := func(field string, h, w any) {
+		if fmt.Sprint(h) != fmt.Sprint(w) {
+			d = append(d, Diff{Resource: res, Field: field, Have: fmt.Sprint(h), Want: fmt.Sprint(w)})
+		}
 	}
-	return nil
+	add("ttl", have.MaxAge, want.TTL)
+	add("max_bytes", have.MaxBytes, want.MaxBytes)
+	add("history", have.MaxMsgsPerSubject, int64(max(want.History, 1)))
+	add("replicas", have.Replicas, want.Replicas)
+	return d
 }
 
 // KV opens one of the mesh's buckets (it must have been provisioned).
@@ -108,4 +274,63 @@ func KV(ctx context.Context, js jetstream.JetStream, n protocol.Names, base stri
 func IsNotFound(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
 		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrMsgNotFound)
+}
+
+// ConsumerSpec is one durable consumer of the mesh: the stream it reads, its settings and how
+// many messages a process works on at once. Every role's consumer is declared in Consumers, so
+// their settings can be read and changed in one place.
+type ConsumerSpec struct {
+	Stream string
+	Config jetstream.ConsumerConfig
+	// Workers is the default size of a process's worker pool for it.
+	Workers int
+	// Prefetch is how many messages a process pulls ahead of its free workers: a message waiting
+	// in a client buffer is not heartbeated, so it stays small.
+	Prefetch int
+}
+
+// Consumer kinds (the executor's consumer is one per agent).
+const (
+	KindPlannerTasks   = protocol.ConsumerPlanner
+	KindPlannerResults = protocol.ConsumerPlannerResults
+	KindMiner          = protocol.ConsumerMiner
+	KindExecutor       = "executor"
+)
+
+// Consumers returns the settings of one kind of consumer (agent names the executor's). AckWait
+// is short so a crashed process's work comes back in seconds; workers heartbeat (InProgress)
+// every third of it while they handle a message, so slow work is not redelivered.
+func Consumers(n protocol.Names, kind, agent string) (ConsumerSpec, error) {
+	const ackWait = 10 * time.Second
+	switch kind {
+	case KindPlannerTasks:
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamTasks), Workers: 8, Prefetch: 1, Config: jetstream.ConsumerConfig{
+			Durable: protocol.ConsumerPlanner, FilterSubject: n.TaskAll(), Description: "planner: new sessions",
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10, MaxAckPending: 1000,
+		}}, nil
+	case KindPlannerResults:
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamResults), Workers: 8, Prefetch: 1, Config: jetstream.ConsumerConfig{
+			Durable: protocol.ConsumerPlannerResults, FilterSubject: n.ResultAll(), Description: "planner: step results",
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10, MaxAckPending: 1000,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}}, nil
+	case KindMiner:
+		// Everything still in the stream is mined once; mining is idempotent, so a first start
+		// on an old stream only costs time. Most trace events are acked at once (only a
+		// session's usage event is mined), so the miner pulls further ahead than the others.
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamTrace), Workers: 4, Prefetch: 16, Config: jetstream.ConsumerConfig{
+			Durable: protocol.ConsumerMiner, FilterSubject: n.TraceAll(), Description: "mines finished sessions into guidelines",
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 5, MaxAckPending: 256,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}}, nil
+	case KindExecutor:
+		if err := protocol.CheckToken("agent name", agent); err != nil {
+			return ConsumerSpec{}, err
+		}
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamWork), Workers: 4, Prefetch: 1, Config: jetstream.ConsumerConfig{
+			Durable: n.ExecutorConsumer(agent), FilterSubject: n.Work(agent), Description: "executors of agent " + agent,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5, MaxAckPending: 1000,
+		}}, nil
+	}
+	return ConsumerSpec{}, fmt.Errorf("no consumer of kind %q", kind)
 }

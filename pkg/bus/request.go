@@ -13,9 +13,11 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-// Request sends req on subject and decodes the reply into reply. A missing responder or a
-// timeout is retried with backoff until ctx ends, because services may still be starting; any
-// other error is returned at once.
+// Request sends req on subject and decodes the reply into reply. A missing responder is retried
+// with backoff until ctx ends, because services may still be starting. A timeout is retried only
+// when req is protocol.Idempotent: a request that timed out may have been served with its reply
+// lost, and sending a non-idempotent one again could do its work twice. Any other error is
+// returned at once.
 func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply protocol.Message, perTry time.Duration) error {
 	data, err := protocol.Marshal(req)
 	if err != nil {
@@ -39,11 +41,17 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply prot
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
-			if ctx.Err() != nil {
-				return backoff.Permanent(err)
-			}
+		if ctx.Err() != nil {
+			return backoff.Permanent(err)
+		}
+		if errors.Is(err, nats.ErrNoResponders) {
 			return err
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			if idem, ok := req.(protocol.Idempotent); ok && idem.Idempotent() {
+				return err
+			}
+			return backoff.Permanent(fmt.Errorf("%w (not retried: the request is not idempotent)", err))
 		}
 		return backoff.Permanent(err)
 	}, backoff.WithContext(b, ctx))

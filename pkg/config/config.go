@@ -2,6 +2,8 @@
 // every error.
 package config
 
+import "time"
+
 // Config is one agent's configuration file.
 type Config struct {
 	Agent    Agent    `yaml:"agent"`
@@ -138,6 +140,11 @@ type Mesh struct {
 	CredsFile string `yaml:"creds_file"`
 	// TLS secures NATS connections (and the embedded server's port).
 	TLS TLS `yaml:"tls"`
+	// AgentTTL is how long an agent's registration holds without a heartbeat from one of its
+	// executors; after it the gateway refuses the agent's tasks (a duration, like 45s).
+	AgentTTL string `yaml:"agent_ttl"`
+	// Limits bound every stream and bucket; what is left empty keeps its default.
+	Limits MeshLimits `yaml:"limits"`
 }
 
 // TLS is `mesh.tls:`: CA verifies the server (and, on the embedded server, client
@@ -146,4 +153,49 @@ type TLS struct {
 	CA   string `yaml:"ca"`
 	Cert string `yaml:"cert"`
 	Key  string `yaml:"key"`
+}
+
+// StreamLimits bound one stream. Zero or empty keeps the default of docs/config.md.
+type StreamLimits struct {
+	MaxAge   string `yaml:"max_age"`
+	MaxBytes int64  `yaml:"max_bytes"`
+	MaxMsgs  int64  `yaml:"max_msgs"`
+}
+
+// MeshLimits is the `mesh.limits:` section: what the operator lets the mesh keep.
+type MeshLimits struct {
+	Tasks   StreamLimits `yaml:"tasks"`
+	Work    StreamLimits `yaml:"work"`
+	Results StreamLimits `yaml:"results"`
+	Trace   StreamLimits `yaml:"trace"`
+	Usage   StreamLimits `yaml:"usage"`
+	DLQ     StreamLimits `yaml:"dlq"`
+	// BucketMaxBytes bounds each KV bucket and the object store.
+	BucketMaxBytes int64 `yaml:"bucket_max_bytes"`
+	// SessionTTL, ToolCallTTL and StepTTL are how long session records, tool call records and
+	// step results are kept (durations).
+	SessionTTL  string `yaml:"session_ttl"`
+	ToolCallTTL string `yaml:"tool_call_ttl"`
+	StepTTL     string `yaml:"step_ttl"`
+}
+
+// Streams returns the stream limits by stream base name (TASKS, WORK, ...).
+func (l MeshLimits) Streams() map[string]StreamLimits {
+	return map[string]StreamLimits{"TASKS": l.Tasks, "WORK": l.Work, "RESULTS": l.Results, "TRACE": l.Trace, "USAGE": l.Usage, "DLQ": l.DLQ}
+}
+
+// DefaultAgentTTL is mesh.agent_ttl when unset.
+const DefaultAgentTTL = 45 * time.Second
+
+// AgentTTLOrDefault is mesh.agent_ttl as a duration.
+func (m Mesh) AgentTTLOrDefault() time.Duration {
+	return DurationOr(m.AgentTTL, DefaultAgentTTL)
+}
+
+// DurationOr parses s, or returns def when s is empty or invalid (Load has refused invalid ones).
+func DurationOr(s string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return d
+	}
+	return def
 }

@@ -345,6 +345,26 @@ func (c *Config) Validate() Errors {
 	if c.Mesh.Replicas != 1 && c.Mesh.Replicas != 3 && c.Mesh.Replicas != 5 {
 		bad("mesh.replicas", "must be 1, 3 or 5, got %d", c.Mesh.Replicas)
 	}
+	durations := map[string]string{"mesh.agent_ttl": c.Mesh.AgentTTL, "mesh.limits.session_ttl": c.Mesh.Limits.SessionTTL,
+		"mesh.limits.tool_call_ttl": c.Mesh.Limits.ToolCallTTL, "mesh.limits.step_ttl": c.Mesh.Limits.StepTTL}
+	for name, sl := range c.Mesh.Limits.Streams() {
+		key := "mesh.limits." + strings.ToLower(name)
+		durations[key+".max_age"] = sl.MaxAge
+		if sl.MaxBytes < 0 || sl.MaxMsgs < 0 {
+			bad(key, "max_bytes and max_msgs must not be negative (0 keeps the default)")
+		}
+	}
+	for key, v := range durations {
+		if v == "" {
+			continue
+		}
+		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+			bad(key, "not a positive duration (like 45s, 24h or 720h): %q", v)
+		}
+	}
+	if c.Mesh.Limits.BucketMaxBytes < 0 {
+		bad("mesh.limits.bucket_max_bytes", "must not be negative (0 keeps the default)")
+	}
 	if c.Mesh.Namespace != "" {
 		if err := protocol.CheckToken("mesh.namespace", c.Mesh.Namespace); err != nil {
 			bad("mesh.namespace", "%v", err)

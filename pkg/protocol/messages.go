@@ -77,6 +77,9 @@ type SubmitReply struct {
 	SessionID string `msgpack:"session_id" json:"session_id"`
 	Duplicate bool   `msgpack:"duplicate,omitempty" json:"duplicate,omitempty"`
 	Error     string `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Code classifies Error: ErrCodeRejected (the task itself is refused; sending it again
+	// will not help) or ErrCodeTransient (the mesh could not take it now; try again).
+	Code string `msgpack:"code,omitempty" json:"code,omitempty"`
 }
 
 // CancelRequest asks the gateway to cancel a session.
@@ -218,6 +221,9 @@ type ToolRequest struct {
 	Tool      string          `msgpack:"tool" json:"tool"`
 	Args      json.RawMessage `msgpack:"args" json:"args"`
 	Depth     int             `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// DeadlineMS is when the caller stops waiting (Unix milliseconds, 0: unknown). A toolhost
+	// never starts a call whose deadline has passed: nobody would read its answer.
+	DeadlineMS int64 `msgpack:"deadline_ms,omitempty" json:"deadline_ms,omitempty"`
 }
 
 // ToolResult is the one normalized shape of every tool outcome: {ok, error?, result?, stderr?, truncated?}.
@@ -256,6 +262,9 @@ type ToolReply struct {
 	// Usage is the child session's usage report when the tool is an agent, so its tokens count
 	// toward the calling session (role subagent).
 	Usage *UsageReport `msgpack:"usage,omitempty" json:"usage,omitempty"`
+	// Replayed is set when the answer comes from the record of an earlier run of the same call
+	// id, not from running the tool again.
+	Replayed bool `msgpack:"replayed,omitempty" json:"replayed,omitempty"`
 }
 
 // Polarity of a memory entry.
@@ -364,4 +373,12 @@ type AgentSpec struct {
 	MaxItems    int       `msgpack:"max_items" json:"max_items"`
 	Tools       []string  `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	Updated     time.Time `msgpack:"updated" json:"updated"`
+	// Expires is when the registration lapses unless an executor of the agent heartbeats it
+	// again (zero: written by an executor that does not heartbeat; it never lapses).
+	Expires time.Time `msgpack:"expires,omitempty" json:"expires,omitempty"`
+	// Executor names the process that wrote the registration last.
+	Executor string `msgpack:"executor,omitempty" json:"executor,omitempty"`
 }
+
+// Lapsed reports whether the registration has expired at now: no executor serves the agent.
+func (a AgentSpec) Lapsed(now time.Time) bool { return !a.Expires.IsZero() && now.After(a.Expires) }

@@ -31,6 +31,12 @@ const (
 	BucketMemory   = "memory"
 	BucketMined    = "mined"
 	ObjectPayloads = "payloads"
+	// BucketToolCalls keeps each tool call's result under its call id, so a repeated call is
+	// answered from the record instead of running the tool again.
+	BucketToolCalls = "toolcalls"
+	// BucketSteps keeps each finished step's result, so a step redelivered after the RESULTS
+	// dedup window republishes its result instead of running again.
+	BucketSteps = "steps"
 )
 
 // Durable consumer names.
@@ -170,6 +176,11 @@ func (n Names) ExecutorConsumer(agent string) string { return consumerExecutorPr
 // MaxDeliveriesAdvisory is the JetStream advisory subject that feeds the DLQ.
 func (n Names) MaxDeliveriesAdvisory() string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
+}
+
+// MsgTerminatedAdvisory is the JetStream advisory subject of messages a consumer terminated.
+func (n Names) MsgTerminatedAdvisory() string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>"
 }
 
 func sanitize(s string) string {

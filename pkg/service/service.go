@@ -135,8 +135,8 @@ func ConnectOptions(id auth.Identity, credsFlag string, cfg *config.Config) []bu
 	return []bus.Option{bus.WithCreds(auth.Resolve(id, src)), bus.WithTLS(bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key})}
 }
 
-// Prepare makes sure the streams and buckets id uses exist before it starts: the admin
-// provisions (creating or updating), the gateway creates what is missing and changes nothing,
+// Prepare makes sure the streams and buckets id uses exist before it starts: the admin and the
+// gateway create what is missing and change nothing (differences are logged; `skein mesh apply` applies them),
 // every other role waits for them, because its permissions let it create nothing.
 func Prepare(ctx context.Context, id auth.Identity, conn *bus.Conn, names protocol.Names, cfg *config.Config, log *slog.Logger) error {
 	switch id {
@@ -148,10 +148,29 @@ func Prepare(ctx context.Context, id auth.Identity, conn *bus.Conn, names protoc
 	return bus.WaitStreams(ctx, conn.JS, auth.Resources(id, names), 2*time.Minute, log)
 }
 
-// Limits are the stream limits for a config: the defaults with mesh.replicas.
+// Limits are the stream and bucket limits for a config: mesh.replicas and mesh.limits over the
+// defaults.
 func Limits(cfg *config.Config) bus.Limits {
 	l := bus.DefaultLimits()
 	l.Replicas = cfg.Mesh.Replicas
+	ml := cfg.Mesh.Limits
+	for base, sl := range ml.Streams() {
+		cur := l.Streams[base]
+		cur.MaxAge = config.DurationOr(sl.MaxAge, cur.MaxAge)
+		if sl.MaxBytes > 0 {
+			cur.MaxBytes = sl.MaxBytes
+		}
+		if sl.MaxMsgs > 0 {
+			cur.MaxMsgs = sl.MaxMsgs
+		}
+		l.Streams[base] = cur
+	}
+	if ml.BucketMaxBytes > 0 {
+		l.BucketMaxBytes = ml.BucketMaxBytes
+	}
+	l.SessionTTL = config.DurationOr(ml.SessionTTL, l.SessionTTL)
+	l.ToolCallTTL = config.DurationOr(ml.ToolCallTTL, l.ToolCallTTL)
+	l.StepTTL = config.DurationOr(ml.StepTTL, l.StepTTL)
 	return l
 }
 

@@ -32,6 +32,10 @@ type Manifest struct {
 	Env []string `json:"env,omitempty"`
 	// MaxOutputBytes caps stdout; 0 means the host's default.
 	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
+	// CallIDArg, when set, is the argument field the call's id is written into (after the
+	// schema check), for tools that take an idempotency key as an argument. The id is always in
+	// the environment variable SKEIN_CALL_ID as well.
+	CallIDArg string `json:"call_id_arg,omitempty"`
 }
 
 // Limits on manifest values, so a typo cannot make a call unbounded.
@@ -154,6 +158,9 @@ func LoadFile(path string) (*Tool, error) {
 			bad(fmt.Sprintf("env[%d]", i), "%q is listed twice", name)
 		}
 		seen[name] = true
+	}
+	if m.CallIDArg != "" && !envNameRE.MatchString(m.CallIDArg) {
+		bad("call_id_arg", "must be a field name of letters, digits and '_', got %q", m.CallIDArg)
 	}
 	if m.MaxOutputBytes < 0 || m.MaxOutputBytes > MaxOutputCeiling {
 		bad("max_output_bytes", "must be between 0 (host default) and %d, got %d", MaxOutputCeiling, m.MaxOutputBytes)

@@ -75,6 +75,10 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 	if err := t.ValidateArgs(args); err != nil {
 		return failure(protocol.ToolErrBadArgs, err.Error(), "")
 	}
+	callID := CallIDFrom(ctx)
+	if callID != "" && t.CallIDArg != "" {
+		args = withCallIDArg(args, t.CallIDArg, callID)
+	}
 	if err := ctx.Err(); err != nil {
 		return failure(protocol.ToolErrTimeout, fmt.Sprintf("call abandoned before the tool started (%v)", context.Cause(ctx)), "")
 	}
@@ -86,7 +90,11 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	p, err := r.start(path, t, scrubbedEnv(lookup, t.Env))
+	env := scrubbedEnv(lookup, t.Env)
+	if callID != "" {
+		env = append(env, protocol.EnvCallID+"="+callID)
+	}
+	p, err := r.start(path, t, env)
 	if err != nil {
 		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
 	}

@@ -46,6 +46,8 @@ func Line(ev protocol.Event) string {
 				fmt.Fprintf(&b, " FAILED %s: %s", r.Kind, clip(r.Error, 160))
 			}
 		}
+	case protocol.EvToolAttempt:
+		fmt.Fprintf(&b, " %s call=%s", ev.Tool, ev.CallID)
 	case protocol.EvCompaction:
 		fmt.Fprintf(&b, " saved %d tokens: %s", ev.TokensSaved, ev.Reason)
 	case protocol.EvDecision, protocol.EvStepStarted:

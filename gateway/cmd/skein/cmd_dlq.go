@@ -61,6 +61,9 @@ func newDLQCmd() *cobra.Command {
 						fmt.Fprintf(w, "%s  %s (stream %s seq %s, consumer %s, %s deliveries)  %d bytes\n", when,
 							h.Get(bus.HeaderDLQSubject), h.Get(bus.HeaderDLQStream), h.Get(bus.HeaderDLQSequence),
 							h.Get(bus.HeaderDLQConsumer), h.Get(bus.HeaderDLQDeliveries), len(msg.Data()))
+						if r := h.Get(bus.HeaderDLQReason); r != "" {
+							fmt.Fprintf(w, "    reason: %s\n", r)
+						}
 					}
 					if n == 0 {
 						break

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -74,14 +75,22 @@ func newRunCmd() *cobra.Command {
 			if agent == "" {
 				agent = cfg.Agent.Name
 			}
+			// The session id is minted here, before the first try, so a retry after a slow first
+			// try finds the same session instead of making a second one.
+			if sessionID == "" {
+				sessionID = gateway.NewSessionID()
+			}
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			var rep protocol.SubmitReply
 			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli"}, &rep, 5*time.Second)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("submit: %w", err)
+				return &exitError{code: exitTransient, msg: fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err)}
 			}
 			if rep.Error != "" {
+				if rep.Code == protocol.ErrCodeTransient {
+					return &exitError{code: exitTransient, msg: "skein: " + rep.Error + " (try again)"}
+				}
 				return &exitError{code: 2, msg: "skein: " + rep.Error}
 			}
 			view := newProgress(cmd.ErrOrStderr(), asJSON)

@@ -20,6 +20,10 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.msg }
 
+// exitTransient is the exit status when the mesh could not take a request now (no answer in
+// time, or a transient error): the same command may succeed later. A refused task exits 2.
+const exitTransient = 75
+
 func main() {
 	root := &cobra.Command{
 		Use:           "skein",

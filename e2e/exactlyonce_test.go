@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+const effectScript = `
+rules:
+  - when: {last: "appended"}
+    reply: {text: "effect done"}
+  - when: {last: "^effect"}
+    reply:
+      tool_calls: [{name: effect, args: {note: "x", seconds: 3}}]
+`
+
+// TestKilledExecutorDuplicatesNoSideEffect kills an executor with SIGKILL while its steps'
+// side-effecting tool calls run. The steps are redelivered to the surviving executor, which asks
+// for the same call ids; the toolhost answers from its records (or waits for the run in flight),
+// so every session finishes and no effect happens twice.
+func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	devtest.NeedProgram(t, "python3")
+	url := natsServer(t)
+	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")), effectScript)
+	c := connect(t, url)
+	effects := filepath.Join(t.TempDir(), "effects.jsonl")
+	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effects}
+	args := []string{"--nats", url, "--config", cfg}
+	start(t, env, "toolhost", "toolhost", args...)
+	victim := start(t, env, "executor-victim", "executor", args...)
+	start(t, env, "executor-survivor", "executor", args...)
+	start(t, env, "planner", "planner", args...)
+	start(t, env, "gateway", "gateway", args...)
+	waitAgent(t, c, "assistant")
+	waitPullers(t, c, "assistant", 2)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const n = 8
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("once-%d", i)
+		if _, err := submit(ctx, c, fmt.Sprintf("effect please (%d)", i), ids[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Crash the victim while a tool call of one of its steps is running.
+	victimPID := fmt.Sprintf("/%d", victim.cmd.Process.Pid)
+	names := protocol.NewNames("")
+	waitFor(ctx, t, "a tool call of the victim executor to start", func() bool {
+		for _, id := range ids {
+			evs, _ := trace.Read(ctx, c.JS, names, id)
+			victims := false
+			for _, ev := range evs {
+				if ev.Type == protocol.EvStepStarted && strings.HasSuffix(ev.Source, victimPID) {
+					victims = true
+				}
+				if victims && ev.Type == protocol.EvToolAttempt && ev.Attrs["attempt"] == protocol.AttemptRun {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	victim.kill()
+	killed := time.Now()
+
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	evs := make([][]protocol.Event, n)
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			evs[i], errs[i] = waitSession(ctx, c, id)
+		}()
+	}
+	wg.Wait()
+
+	rescued, repeats := 0, 0
+	var recovery time.Duration
+	for i, id := range ids {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", id, errs[i])
+		}
+		victimStarted := false
+		for _, ev := range evs[i] {
+			switch {
+			case ev.Type == protocol.EvStepStarted && strings.HasSuffix(ev.Source, victimPID):
+				victimStarted = true
+			case ev.Type == protocol.EvStepStarted && victimStarted:
+				rescued++
+				recovery = max(recovery, ev.Time.Sub(killed))
+			case ev.Type == protocol.EvToolAttempt && ev.Attrs["attempt"] != protocol.AttemptRun:
+				repeats++
+			case ev.Type.Terminal() && ev.Outcome != protocol.OutcomeSuccess:
+				t.Fatalf("%s ended %s (%s)", id, ev.Outcome, ev.Reason)
+			}
+		}
+	}
+	if rescued == 0 {
+		t.Fatal("no step the victim had started was run again by the survivor: the crash tested nothing")
+	}
+	if repeats == 0 {
+		t.Fatal("no tool call was answered from a record or a run in flight: the crash tested nothing")
+	}
+
+	// Every session's one call ran exactly once, and the tool saw its id.
+	ran := map[string]int{}
+	f, err := os.Open(effects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l struct{ Env, Arg string }
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Env == "" || l.Env != l.Arg {
+			t.Errorf("effect line %s: the tool did not see its call id in both the environment and the arguments", sc.Text())
+		}
+		ran[l.Env]++
+	}
+	for _, id := range ids {
+		callID := protocol.ToolCallID(id, "s1", 1, 0)
+		if ran[callID] != 1 {
+			t.Errorf("call %s ran %d times, want exactly 1", callID, ran[callID])
+		}
+	}
+	if len(ran) != n {
+		t.Errorf("effects from %d call ids, want %d: %v", len(ran), n, ran)
+	}
+	t.Logf("%d step(s) rescued from the killed executor, %d repeated call(s) answered without running, slowest rescue started %s after the kill",
+		rescued, repeats, recovery.Round(100*time.Millisecond))
+}

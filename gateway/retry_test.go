@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// slowFirstTry serves submits on subject with the gateway's own Submit, but answers the first
+// request only after the client's per-try timeout: the task is taken, the reply is late.
+func slowFirstTry(t *testing.T, f *fixture, subject string) {
+	t.Helper()
+	var n atomic.Int32
+	sub, err := f.mesh.Conn.NC.Subscribe(subject, func(m *nats.Msg) {
+		var in protocol.SubmitRequest
+		if err := protocol.Unmarshal(m.Data, &in); err != nil {
+			t.Error(err)
+			return
+		}
+		go func() {
+			rep, err := f.gw.Submit(context.Background(), in)
+			if err != nil {
+				rep.Error = err.Error()
+			}
+			if n.Add(1) == 1 {
+				time.Sleep(1500 * time.Millisecond)
+			}
+			data, _ := protocol.Marshal(&rep)
+			_ = m.Respond(data)
+		}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+}
+
+func (f *fixture) sessionCount(t *testing.T) int {
+	t.Helper()
+	keys, err := f.gw.sessions.Keys(testCtx(t))
+	if err != nil {
+		return 0
+	}
+	return len(keys)
+}
+
+func TestSubmitWhoseFirstTryTimesOutMakesOneSession(t *testing.T) {
+	f := newFixture(t)
+	const subject = "test.slow.submit"
+	slowFirstTry(t, f, subject)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id := NewSessionID() // minted by the client before the first try, as `skein run` does
+	var rep protocol.SubmitReply
+	if err := bus.Request(ctx, f.mesh.Conn.NC, subject, &protocol.SubmitRequest{SessionID: id, Agent: testAgent, Task: "once", Caller: "cli"}, &rep, 500*time.Millisecond); err != nil {
+		t.Fatalf("submit with retries: %v", err)
+	}
+	if rep.Error != "" || rep.SessionID != id {
+		t.Fatalf("reply %+v", rep)
+	}
+	if n := f.sessionCount(t); n != 1 {
+		t.Fatalf("%d sessions after a retried submit, want 1", n)
+	}
+	if n := f.taskCount(t, testAgent); n != 1 {
+		t.Fatalf("%d tasks queued after a retried submit, want 1", n)
+	}
+}
+
+// Without a client-minted session id a submit is not idempotent: a timed-out first try is not
+// sent again, so the mesh never holds two sessions for one request.
+func TestSubmitWithoutSessionIDIsNotRetriedAfterATimeout(t *testing.T) {
+	f := newFixture(t)
+	const subject = "test.slow.submit"
+	slowFirstTry(t, f, subject)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var rep protocol.SubmitReply
+	err := bus.Request(ctx, f.mesh.Conn.NC, subject, &protocol.SubmitRequest{Agent: testAgent, Task: "once", Caller: "cli"}, &rep, 500*time.Millisecond)
+	if err == nil {
+		t.Fatalf("a timed-out non-idempotent submit returned %+v, want the timeout", rep)
+	}
+	time.Sleep(1500 * time.Millisecond) // the first try's late work lands
+	if n := f.sessionCount(t); n != 1 {
+		t.Fatalf("%d sessions, want 1", n)
+	}
+}

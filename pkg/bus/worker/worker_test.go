@@ -1,0 +1,183 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/bus/worker"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// spec is the executor's consumer for agent "w" with a short ack wait, so the test sees
+// heartbeats matter.
+func spec(t *testing.T, m *bustest.Mesh, maxDeliver int) bus.ConsumerSpec {
+	t.Helper()
+	s, err := bus.Consumers(m.Names, bus.KindExecutor, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Config.AckWait = time.Second
+	s.Config.MaxDeliver = maxDeliver
+	return s
+}
+
+func run(t *testing.T, m *bustest.Mesh, s bus.ConsumerSpec, opts worker.Options, fn worker.Handler) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := worker.New(ctx, m.Conn, m.Names, s, opts, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func publish(t *testing.T, m *bustest.Mesh, data []byte) {
+	t.Helper()
+	if _, err := m.Conn.JS.Publish(context.Background(), m.Names.Work("w"), data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func step(t *testing.T, id string) []byte {
+	t.Helper()
+	b, err := protocol.Marshal(&protocol.Step{SessionID: id, StepID: "s1", Agent: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// dlq waits for n dead letters and returns their reasons.
+func dlq(t *testing.T, m *bustest.Mesh, n int) []jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := m.Conn.JS.Stream(ctx, m.Names.Stream(protocol.StreamDLQ))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs >= uint64(n) {
+			var out []jetstream.RawStreamMsg
+			for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+				msg, err := s.GetMsg(ctx, seq)
+				if err == nil {
+					out = append(out, *msg)
+				}
+			}
+			return out
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d dead letters, want %d", info.State.Msgs, n)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func TestGarbageAndPermanentFailuresReachTheDLQWithAReason(t *testing.T) {
+	m := bustest.Start(t)
+	run(t, m, spec(t, m, 5), worker.Options{}, func(ctx context.Context, msg jetstream.Msg) error {
+		var st protocol.Step
+		if err := worker.Decode(msg, &st); err != nil {
+			return err
+		}
+		return worker.Permanent(errors.New("refused: " + st.SessionID))
+	})
+	publish(t, m, []byte("not msgpack at all"))
+	publish(t, m, step(t, "bad-one"))
+	got := dlq(t, m, 2)
+	if len(got) != 2 {
+		t.Fatalf("%d dead letters", len(got))
+	}
+	reasons := got[0].Header.Get(bus.HeaderDLQReason) + " | " + got[1].Header.Get(bus.HeaderDLQReason)
+	for i, want := range []string{"undecodable", "refused: bad-one"} {
+		r := got[i].Header.Get(bus.HeaderDLQReason)
+		if !contains(r, want) {
+			t.Errorf("dead letter %d reason %q, want it to say %q (all: %s)", i, r, want, reasons)
+		}
+		if got[i].Header.Get(bus.HeaderDLQSubject) != m.Names.Work("w") || got[i].Header.Get(bus.HeaderDLQStream) != m.Names.Stream(protocol.StreamWork) {
+			t.Errorf("dead letter %d origin headers %v", i, got[i].Header)
+		}
+	}
+}
+
+func TestTransientFailuresAreRetriedThenDeadLettered(t *testing.T) {
+	m := bustest.Start(t)
+	var calls atomic.Int32
+	run(t, m, spec(t, m, 3), worker.Options{NakDelay: 50 * time.Millisecond}, func(ctx context.Context, msg jetstream.Msg) error {
+		calls.Add(1)
+		return errors.New("memoryd is down")
+	})
+	publish(t, m, step(t, "flaky"))
+	got := dlq(t, m, 1)
+	if r := got[0].Header.Get(bus.HeaderDLQReason); !contains(r, "all 3 deliveries") || !contains(r, "memoryd is down") {
+		t.Errorf("reason %q", r)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("handled %d times, want 3 (MaxDeliver)", n)
+	}
+}
+
+// Slow handlers, longer than the ack wait, are heartbeated: no message is handled twice, and no
+// more than Workers run at once.
+func TestSlowMessagesAreHandledOnceWithinTheBound(t *testing.T) {
+	m := bustest.Start(t)
+	const workers, n = 2, 6
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var running, peak atomic.Int32
+	var wg sync.WaitGroup
+	wg.Add(n)
+	run(t, m, spec(t, m, 5), worker.Options{Workers: workers}, func(ctx context.Context, msg jetstream.Msg) error {
+		cur := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
+		}
+		var st protocol.Step
+		if err := worker.Decode(msg, &st); err != nil {
+			return err
+		}
+		time.Sleep(1500 * time.Millisecond) // longer than the 1 s ack wait
+		mu.Lock()
+		seen[st.SessionID]++
+		first := seen[st.SessionID] == 1
+		mu.Unlock()
+		if first {
+			wg.Done()
+		}
+		return nil
+	})
+	for i := range n {
+		publish(t, m, step(t, string(rune('a'+i))))
+	}
+	wg.Wait()
+	time.Sleep(1500 * time.Millisecond) // room for a wrong redelivery to show up
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("message %s handled %d times", id, c)
+		}
+	}
+	if p := peak.Load(); p > workers || p < 2 {
+		t.Errorf("peak concurrency %d, want exactly %d", p, workers)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

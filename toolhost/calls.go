@@ -1,0 +1,229 @@
+package toolhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// leaseSlack is added to a tool's own time limit to get how long a running record holds off
+// repeats: after it, the host that started the call is taken to be dead.
+const leaseSlack = 30 * time.Second
+
+// ledger makes tool calls happen once per call id: it records each call's result in the tool
+// calls bucket, answers a repeat from the record, and lets a repeat that arrives while the
+// first run is in flight wait for that run instead of starting a second one.
+type ledger struct {
+	kv    jetstream.KeyValue
+	host  string
+	log   *slog.Logger
+	trace *trace.Publisher
+	// maxRecord bounds a record so it always fits in a NATS message.
+	maxRecord int
+	// poll is how often a repeat checks on the run it waits for.
+	poll time.Duration
+}
+
+// once runs the call described by req through run, unless its id was run before (the recorded
+// reply is returned) or is running now (its reply is awaited). A request without a call id
+// runs as it is. A request whose caller's deadline has passed is not started.
+func (l *ledger) once(ctx context.Context, req protocol.ToolRequest, lease time.Duration, run func() protocol.ToolReply) protocol.ToolReply {
+	if req.DeadlineMS > 0 && time.Now().UnixMilli() >= req.DeadlineMS {
+		l.attempt(req, protocol.AttemptExpired, "")
+		return protocol.ToolReply{Host: l.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrTimeout,
+			Error: fmt.Sprintf("call %s of %s not started: its caller stopped waiting %s ago", req.CallID, req.Tool,
+				time.Since(time.UnixMilli(req.DeadlineMS)).Round(time.Millisecond))}}
+	}
+	if l == nil || l.kv == nil || req.CallID == "" {
+		return run()
+	}
+	hash := protocol.ArgsHash(req.Tool, req.Args)
+	for {
+		rev, prev, err := l.claim(ctx, req, hash, lease)
+		switch {
+		case err != nil:
+			// Without the record the call could run twice; refusing is the safe side, and the
+			// caller sees why.
+			l.log.Warn("tool call record unavailable; call not started", "call", req.CallID, "err", err)
+			return protocol.ToolReply{Host: l.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable,
+				Error: fmt.Sprintf("toolhost %s cannot record call %s, so it did not start it: %v", l.host, req.CallID, err)}}
+		case prev == nil:
+			l.attempt(req, protocol.AttemptRun, "")
+			out := run()
+			l.finish(req, hash, rev, out)
+			return out
+		case prev.State == protocol.CallDone && prev.Reply != nil:
+			l.attempt(req, protocol.AttemptReplay, prev.Host)
+			out := *prev.Reply
+			out.Replayed = true
+			return out
+		}
+		// Running elsewhere (or here, on another goroutine): wait for it, then look again.
+		if out, ok := l.await(ctx, req, hash); ok {
+			return out
+		}
+		if ctx.Err() != nil {
+			return protocol.ToolReply{Host: l.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable,
+				Error: fmt.Sprintf("toolhost %s is shutting down while call %s runs elsewhere; call again", l.host, req.CallID)}}
+		}
+	}
+}
+
+// claim writes a running record for the call unless one exists. It returns the revision of
+// the claim (prev nil), or the record found (prev set). An abandoned running record, or one
+// left by a different call that reused the id, is taken over.
+func (l *ledger) claim(ctx context.Context, req protocol.ToolRequest, hash string, lease time.Duration) (uint64, *protocol.ToolCallRecord, error) {
+	now := time.Now().UTC()
+	rec := protocol.ToolCallRecord{CallID: req.CallID, Tool: req.Tool, ArgsHash: hash, State: protocol.CallRunning,
+		Host: l.host, Started: now, LeaseUntil: now.Add(lease)}
+	data, err := protocol.Marshal(&rec)
+	if err != nil {
+		return 0, nil, err
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	rev, err := l.kv.Create(kctx, req.CallID, data)
+	if err == nil {
+		return rev, nil, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, nil, err
+	}
+	e, err := l.kv.Get(kctx, req.CallID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return l.claim(ctx, req, hash, lease) // expired between the two calls
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	var prev protocol.ToolCallRecord
+	if err := protocol.Unmarshal(e.Value(), &prev); err != nil {
+		l.log.Warn("unreadable tool call record; running the call again", "call", req.CallID, "err", err)
+	} else if prev.ArgsHash == hash && (prev.State == protocol.CallDone || now.Before(prev.LeaseUntil)) {
+		return 0, &prev, nil
+	} else if prev.ArgsHash != hash {
+		l.log.Warn("call id reused for a different call (the model asked for something else on a redelivered step); running it",
+			"call", req.CallID, "tool", req.Tool, "recorded_tool", prev.Tool)
+	} else {
+		l.log.Warn("taking over a call whose host did not finish it in time", "call", req.CallID, "host", prev.Host)
+	}
+	rev, err = l.kv.Update(kctx, req.CallID, data, e.Revision())
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return l.claim(ctx, req, hash, lease) // someone else took it over first
+		}
+		return 0, nil, err
+	}
+	return rev, nil, nil
+}
+
+// finish records the reply of a run this host claimed.
+func (l *ledger) finish(req protocol.ToolRequest, hash string, rev uint64, out protocol.ToolReply) {
+	rec := protocol.ToolCallRecord{CallID: req.CallID, Tool: req.Tool, ArgsHash: hash, State: protocol.CallDone,
+		Host: l.host, Started: time.Now().UTC(), Reply: &out}
+	out.V = protocol.SchemaVersion
+	data, err := protocol.Marshal(&rec)
+	if err == nil && l.maxRecord > 0 && len(data) > l.maxRecord {
+		// Keep that the call ran, not what it said: a repeat must still not run it again.
+		short := protocol.ToolReply{Header: out.Header, Host: out.Host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
+			OK: false, Kind: protocol.ToolErrTooLarge, Truncated: true,
+			Error: fmt.Sprintf("call %s already ran (ok=%v) but its %d-byte result was too large to keep for repeats", req.CallID, out.OK, len(data))}}
+		rec.Reply = &short
+		data, err = protocol.Marshal(&rec)
+	}
+	if err != nil {
+		l.log.Error("encode tool call record", "call", req.CallID, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := l.kv.Update(ctx, req.CallID, data, rev); err != nil {
+		// Someone took the call over (our lease ran out); their record wins.
+		l.log.Warn("tool call result not recorded", "call", req.CallID, "err", err)
+	}
+}
+
+// await polls the record until the run it waits for is done (its reply, true), or is
+// abandoned, or the waiter must give up (false: claim again).
+func (l *ledger) await(ctx context.Context, req protocol.ToolRequest, hash string) (protocol.ToolReply, bool) {
+	joined := false
+	for {
+		select {
+		case <-ctx.Done():
+			return protocol.ToolReply{}, false
+		case <-time.After(l.poll):
+		}
+		if req.DeadlineMS > 0 && time.Now().UnixMilli() >= req.DeadlineMS {
+			return protocol.ToolReply{Host: l.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrTimeout,
+				Error: fmt.Sprintf("call %s is still running on another toolhost; its caller stopped waiting", req.CallID)}}, true
+		}
+		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		e, err := l.kv.Get(kctx, req.CallID)
+		cancel()
+		if err != nil {
+			return protocol.ToolReply{}, false
+		}
+		var rec protocol.ToolCallRecord
+		if protocol.Unmarshal(e.Value(), &rec) != nil || rec.ArgsHash != hash {
+			return protocol.ToolReply{}, false
+		}
+		if rec.State == protocol.CallDone && rec.Reply != nil {
+			if !joined {
+				l.attempt(req, protocol.AttemptJoin, rec.Host)
+			}
+			out := *rec.Reply
+			out.Replayed = true
+			return out, true
+		}
+		if !time.Now().Before(rec.LeaseUntil) {
+			return protocol.ToolReply{}, false
+		}
+	}
+}
+
+// attempt writes one tool_attempt event to the calling session's trace.
+func (l *ledger) attempt(req protocol.ToolRequest, kind, recordedBy string) {
+	if l == nil || l.trace == nil || req.SessionID == "" {
+		return
+	}
+	attrs := map[string]string{"attempt": kind, "host": l.host}
+	if recordedBy != "" {
+		attrs["recorded_by"] = recordedBy
+	}
+	ev := protocol.Event{Type: protocol.EvToolAttempt, SessionID: req.SessionID, StepID: req.StepID,
+		Role: protocol.RoleToolhost, Tool: req.Tool, CallID: req.CallID, Attrs: attrs}
+	if err := l.trace.Emit(ev); err != nil {
+		l.log.Warn("trace tool attempt", "call", req.CallID, "err", err)
+	}
+}
+
+// lease is how long a run of t holds off repeats of its call id.
+func (h *handler) lease(t *tools.Tool) time.Duration {
+	def := h.runner.DefaultTimeout
+	if def <= 0 {
+		def = tools.DefaultTimeout
+	}
+	return t.Timeout(def) + leaseSlack
+}
+
+// callOnce decodes a request and runs it at most once per call id.
+func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time) protocol.ToolReply {
+	var req protocol.ToolRequest
+	if err := protocol.Unmarshal(data, &req); err != nil {
+		return protocol.ToolReply{Host: h.host, LatencyMS: time.Since(start).Milliseconds(), ToolResult: protocol.ToolResult{
+			Kind: protocol.ToolErrBadArgs, Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}}
+	}
+	return h.ledger.once(h.ctx, req, h.lease(t), func() protocol.ToolReply {
+		res := h.call(t, req)
+		return protocol.ToolReply{ToolResult: res, LatencyMS: time.Since(start).Milliseconds(), Host: h.host}
+	})
+}

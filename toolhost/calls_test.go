@@ -1,0 +1,175 @@
+package toolhost_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+type effectLine struct {
+	Env  string `json:"env"`
+	Arg  string `json:"arg"`
+	Note string `json:"note"`
+}
+
+// effectHost serves the side-effecting fixture tool, which appends a line to a log per run.
+func effectHost(t *testing.T, m *bustest.Mesh, ids ...string) string {
+	t.Helper()
+	devtest.NeedProgram(t, "python3")
+	log := filepath.Join(t.TempDir(), "effects.jsonl")
+	t.Setenv("EFFECT_LOG", log)
+	cfg := config.Default()
+	cfg.Tools.ManifestDirs = []string{filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")}
+	cfg.Tools.Enabled = []string{"effect"}
+	for _, id := range ids {
+		startHost(t, m, cfg, id)
+	}
+	return log
+}
+
+func readEffects(t *testing.T, path string) []effectLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []effectLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l effectLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("effect log line %q: %v", sc.Text(), err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func effectCall(t *testing.T, m *bustest.Mesh, id, note string, seconds float64) protocol.ToolReply {
+	t.Helper()
+	args, _ := json.Marshal(map[string]any{"note": note, "seconds": seconds})
+	req := protocol.ToolRequest{SessionID: "s-once", StepID: "s1", CallID: id, Tool: "effect", Args: args,
+		DeadlineMS: time.Now().Add(time.Minute).UnixMilli()}
+	rep, err := tools.Call(context.Background(), m.Conn.NC, m.Names, req, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestRepeatedCallIsAnsweredFromTheRecord(t *testing.T) {
+	m := bustest.Start(t)
+	log := effectHost(t, m, "host-a")
+	id := protocol.ToolCallID("s-once", "s1", 1, 0)
+
+	first := effectCall(t, m, id, "hello", 0)
+	if !first.OK || first.Replayed {
+		t.Fatalf("first call: %+v", first)
+	}
+	second := effectCall(t, m, id, "hello", 0)
+	if !second.OK || !second.Replayed || string(second.Result) != string(first.Result) {
+		t.Fatalf("repeat: %+v, want the first reply replayed (%s)", second, first.Result)
+	}
+	lines := readEffects(t, log)
+	if len(lines) != 1 {
+		t.Fatalf("the tool ran %d times for one call id, want 1: %+v", len(lines), lines)
+	}
+	if lines[0].Env != id || lines[0].Arg != id {
+		t.Errorf("tool saw call id env=%q arg=%q, want %q in both", lines[0].Env, lines[0].Arg, id)
+	}
+	// A new id is a new call.
+	if rep := effectCall(t, m, protocol.ToolCallID("s-once", "s1", 1, 1), "hello", 0); !rep.OK || rep.Replayed {
+		t.Fatalf("new call id: %+v", rep)
+	}
+	if n := len(readEffects(t, log)); n != 2 {
+		t.Fatalf("%d runs after a second call id, want 2", n)
+	}
+	// The trace shows both attempts of the first id: one run, one replay.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var kinds []string
+	for len(kinds) < 3 {
+		evs, err := trace.Read(ctx, m.Conn.JS, m.Names, "s-once")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds = kinds[:0]
+		for _, ev := range evs {
+			if ev.Type == protocol.EvToolAttempt {
+				kinds = append(kinds, ev.CallID+":"+ev.Attrs["attempt"])
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	want := []string{id + ":run", id + ":replay", protocol.ToolCallID("s-once", "s1", 1, 1) + ":run"}
+	if len(kinds) != 3 || kinds[0] != want[0] || kinds[1] != want[1] || kinds[2] != want[2] {
+		t.Fatalf("tool_attempt events %v, want %v", kinds, want)
+	}
+}
+
+func TestRepeatWhileRunningWaitsForTheFirstRun(t *testing.T) {
+	m := bustest.Start(t)
+	log := effectHost(t, m, "host-a", "host-b")
+	id := protocol.ToolCallID("s-once", "s1", 2, 0)
+	var wg sync.WaitGroup
+	replies := make([]protocol.ToolReply, 4)
+	for i := range replies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = effectCall(t, m, id, "slow", 1.5)
+		}()
+	}
+	wg.Wait()
+	replayed := 0
+	for i, r := range replies {
+		if !r.OK {
+			t.Fatalf("reply %d: %+v", i, r)
+		}
+		if r.Replayed {
+			replayed++
+		}
+	}
+	if n := len(readEffects(t, log)); n != 1 {
+		t.Fatalf("4 concurrent requests of one call id ran the tool %d times, want 1", n)
+	}
+	if replayed != 3 {
+		t.Errorf("%d replies marked replayed, want 3", replayed)
+	}
+}
+
+func TestCallPastItsCallersDeadlineIsNotStarted(t *testing.T) {
+	m := bustest.Start(t)
+	log := effectHost(t, m, "host-a")
+	req := protocol.ToolRequest{SessionID: "s-late", StepID: "s1", CallID: protocol.ToolCallID("s-late", "s1", 1, 0), Tool: "effect",
+		Args: json.RawMessage(`{"note": "late"}`), DeadlineMS: time.Now().Add(-time.Second).UnixMilli()}
+	rep, err := tools.Call(context.Background(), m.Conn.NC, m.Names, req, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || rep.Kind != protocol.ToolErrTimeout {
+		t.Fatalf("late call: %+v, want a timeout without running", rep)
+	}
+	if n := len(readEffects(t, log)); n != 0 {
+		t.Fatalf("a call past its deadline ran %d times", n)
+	}
+}
