@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -294,7 +295,8 @@ func TestBadManifestsStopTheHostWithAClearError(t *testing.T) {
 // A toolhost with every slot taken and no queue refuses a call at once with kind busy (its
 // handler never waits for a slot), and tools.Call retries a busy refusal until a slot frees.
 func TestFullToolhostRefusesFastAndCallersRetry(t *testing.T) {
-	t.Setenv("SKEIN_TEST_PIDFILE", filepath.Join(t.TempDir(), "pid")) // where sleeper writes its child's pid
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	t.Setenv("SKEIN_TEST_PIDFILE", pidfile) // where sleeper writes its child's pid
 	m := bustest.Start(t)
 	conn := m.Connect(t, "busy-host")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -307,6 +309,15 @@ func TestFullToolhostRefusesFastAndCallersRetry(t *testing.T) {
 
 	first := make(chan protocol.ToolReply, 1)
 	go func() { first <- call(t, m, "sleeper", `{}`, 30*time.Second) }() // holds the only slot ~1 s
+	// The pid file says the first call's tool is running, so it holds the slot.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(pidfile); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first call's tool never started")
+		}
+	}
 	data, err := protocol.Marshal(&protocol.ToolRequest{Tool: "sleeper", Args: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
@@ -56,7 +57,7 @@ func leakMesh(t *testing.T) (*embeddedMesh, *bus.Conn, protocol.Names) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.stop)
-	c, err := m.conn("test")
+	c, err := m.conn(string(auth.Admin))
 	if err != nil {
 		t.Fatal(err)
 	}
