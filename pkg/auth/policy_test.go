@@ -187,8 +187,18 @@ func TestGatewayCreatesOthersWait(t *testing.T) {
 	if err := <-waited; err != nil {
 		t.Fatalf("planner waiting for the streams: %v", err)
 	}
-	// An operator's edit survives the gateway's provisioning.
 	admin := m.dial(t, auth.Admin)
+	// Every stream and bucket of the matrix is one provisioning creates: a role waits at start
+	// for each one it uses, and would wait in vain for one nobody creates.
+	for _, r := range auth.Matrix {
+		if r.Kind == auth.KindSubject {
+			continue
+		}
+		if _, err := admin.JS.Stream(ctx, r.StreamName(names)); err != nil {
+			t.Errorf("matrix row %s: stream %s not created by provisioning (add it to bus.Provision): %v", r.Base, r.StreamName(names), err)
+		}
+	}
+	// An operator's edit survives the gateway's provisioning.
 	s, err := admin.JS.Stream(ctx, names.Stream(protocol.StreamTrace))
 	if err != nil {
 		t.Fatal(err)
