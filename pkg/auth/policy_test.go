@@ -239,3 +239,28 @@ func TestRefusedRequestEndsAtOnce(t *testing.T) {
 		t.Fatalf("allowed request after a refusal: %v", err)
 	}
 }
+
+// TestCredsAgainstAnOpenServer: credentials found in SKEIN_HOME do not lock a process out of a
+// server that has no authentication (a bare nats-server -js); it connects, and logs that the
+// mesh is open.
+func TestCredsAgainstAnOpenServer(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	dir := t.TempDir()
+	if _, err := auth.Ensure(dir); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := bus.Connect(ctx, srv.URL(), "open", 5*time.Second, bus.WithCreds(auth.File(dir, auth.Executor)))
+	if err != nil {
+		t.Fatalf("connect with credentials to a server without authentication: %v", err)
+	}
+	defer c.Close()
+	if err := bus.Provision(ctx, c.JS, protocol.NewNames(""), bus.DefaultLimits()); err != nil {
+		t.Fatal(err)
+	}
+}
