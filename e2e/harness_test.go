@@ -92,6 +92,11 @@ func start(t *testing.T, env []string, name, bin string, args ...string) *proc {
 	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
 	t.Cleanup(func() {
 		p.stop()
+		// Authentication is on: a role that needs something its identity may not do is a gap
+		// in the permission matrix, even when the test passes around it.
+		if b, err := os.ReadFile(logPath); err == nil && strings.Contains(string(b), "NATS refused an operation") {
+			t.Errorf("%s hit a permission the matrix does not give it (pkg/auth)", name)
+		}
 		if t.Failed() {
 			dumpLog(t, p)
 		}

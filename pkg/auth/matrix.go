@@ -113,7 +113,10 @@ type Durable struct {
 }
 
 // Matrix is the permission table of the mesh. To give a new subject, stream or bucket to the
-// roles that use it, add a row (and, for a durable consumer, an entry to Durables).
+// roles that use it, add a row (and, for a durable consumer, an entry to Durables); a stream or
+// bucket row must be one bus.Provision creates (roles wait for it at start), and the gateway
+// needs Create on it. Then render deploy/nats/auth.conf and the table in docs/security.md again
+// (the tests say how).
 var Matrix = []Row{
 	// Request/reply services.
 	{Kind: KindSubject, Base: "submit", Subject: protocol.Names.Submit, Doc: "submit a task",

@@ -187,8 +187,18 @@ func TestGatewayCreatesOthersWait(t *testing.T) {
 	if err := <-waited; err != nil {
 		t.Fatalf("planner waiting for the streams: %v", err)
 	}
-	// An operator's edit survives the gateway's provisioning.
 	admin := m.dial(t, auth.Admin)
+	// Every stream and bucket of the matrix is one provisioning creates: a role waits at start
+	// for each one it uses, and would wait in vain for one nobody creates.
+	for _, r := range auth.Matrix {
+		if r.Kind == auth.KindSubject {
+			continue
+		}
+		if _, err := admin.JS.Stream(ctx, r.StreamName(names)); err != nil {
+			t.Errorf("matrix row %s: stream %s not created by provisioning (add it to bus.Provision): %v", r.Base, r.StreamName(names), err)
+		}
+	}
+	// An operator's edit survives the gateway's provisioning.
 	s, err := admin.JS.Stream(ctx, names.Stream(protocol.StreamTrace))
 	if err != nil {
 		t.Fatal(err)
@@ -227,5 +237,30 @@ func TestRefusedRequestEndsAtOnce(t *testing.T) {
 	defer hcancel()
 	if _, err := c.NC.RequestWithContext(hctx, m.names.Memory(protocol.MemHealth), []byte("x")); err != nil {
 		t.Fatalf("allowed request after a refusal: %v", err)
+	}
+}
+
+// TestCredsAgainstAnOpenServer: credentials found in SKEIN_HOME do not lock a process out of a
+// server that has no authentication (a bare nats-server -js); it connects, and logs that the
+// mesh is open.
+func TestCredsAgainstAnOpenServer(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	dir := t.TempDir()
+	if _, err := auth.Ensure(dir); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := bus.Connect(ctx, srv.URL(), "open", 5*time.Second, bus.WithCreds(auth.File(dir, auth.Executor)))
+	if err != nil {
+		t.Fatalf("connect with credentials to a server without authentication: %v", err)
+	}
+	defer c.Close()
+	if err := bus.Provision(ctx, c.JS, protocol.NewNames(""), bus.DefaultLimits()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -42,7 +43,7 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 	for _, o := range options {
 		o(&do)
 	}
-	extra, id, err := do.natsOptions()
+	credOpts, extra, id, err := do.natsOptions()
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +53,7 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ErrorHandler(errorHandler(name, id)),
 	}, extra...)
+	withCreds := append(slices.Clone(opts), credOpts...)
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 100 * time.Millisecond
 	b.MaxInterval = 2 * time.Second
@@ -59,7 +61,14 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 	var nc *nats.Conn
 	err = backoff.Retry(func() error {
 		var err error
-		nc, err = nats.Connect(url, opts...)
+		nc, err = nats.Connect(url, withCreds...)
+		if errors.Is(err, nats.ErrNkeysNotSupported) {
+			// A server without authentication (a bare `nats-server -js`): it admits anyone, so
+			// the credentials found in SKEIN_HOME are not needed. Say so, since it is open.
+			slog.Warn("the NATS server has no authentication: connecting without credentials; anyone who reaches it can use the mesh (docs/security.md)", "url", url, "connection", name)
+			withCreds = opts
+			nc, err = nats.Connect(url, withCreds...)
+		}
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
 			return backoff.Permanent(authError(url, do, err))
 		}

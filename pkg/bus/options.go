@@ -35,29 +35,27 @@ func (t TLSFiles) Enabled() bool { return t.CA != "" || t.Cert != "" || t.Key !=
 // certificate (when the server asks for one).
 func WithTLS(t TLSFiles) Option { return func(o *dialOptions) { o.tls = t } }
 
-// natsOptions turns the dial options into nats.go options; it returns the identity the
-// credentials name ("" when unknown).
-func (o dialOptions) natsOptions() ([]nats.Option, auth.Identity, error) {
-	var opts []nats.Option
-	var id auth.Identity
+// natsOptions turns the dial options into nats.go options: those that present the credentials,
+// and the rest; it returns the identity the credentials name ("" when unknown).
+func (o dialOptions) natsOptions() (creds, opts []nats.Option, id auth.Identity, err error) {
 	if o.creds != "" {
 		k, err := auth.Load(o.creds)
 		if err != nil {
-			return nil, "", fmt.Errorf("NATS credentials: %w", err)
+			return nil, nil, "", fmt.Errorf("NATS credentials: %w", err)
 		}
 		if k.JWT {
-			opts = append(opts, nats.UserCredentials(o.creds))
+			creds = append(creds, nats.UserCredentials(o.creds))
 		} else {
 			opt, err := nats.NkeyOptionFromSeed(o.creds)
 			if err != nil {
-				return nil, "", fmt.Errorf("NATS credentials %s: %w", o.creds, err)
+				return nil, nil, "", fmt.Errorf("NATS credentials %s: %w", o.creds, err)
 			}
-			opts = append(opts, opt)
+			creds = append(creds, opt)
 		}
 		if k.Identity != "" {
 			id = k.Identity
 			// Replies come back on the identity's own inbox prefix, the only one it may read.
-			opts = append(opts, nats.CustomInboxPrefix(auth.InboxPrefix(id)))
+			creds = append(creds, nats.CustomInboxPrefix(auth.InboxPrefix(id)))
 		}
 	}
 	if o.tls.Enabled() {
@@ -66,13 +64,13 @@ func (o dialOptions) natsOptions() ([]nats.Option, auth.Identity, error) {
 		}
 		if o.tls.Cert != "" || o.tls.Key != "" {
 			if o.tls.Cert == "" || o.tls.Key == "" {
-				return nil, "", fmt.Errorf("mesh.tls: cert and key go together (got cert %q, key %q)", o.tls.Cert, o.tls.Key)
+				return nil, nil, "", fmt.Errorf("mesh.tls: cert and key go together (got cert %q, key %q)", o.tls.Cert, o.tls.Key)
 			}
 			opts = append(opts, nats.ClientCert(o.tls.Cert, o.tls.Key))
 		}
 		opts = append(opts, nats.Secure())
 	}
-	return opts, id, nil
+	return creds, opts, id, nil
 }
 
 // errorHandler says clearly when the server refused something this process did: a permission
