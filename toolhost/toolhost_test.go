@@ -305,33 +305,37 @@ func TestFullToolhostRefusesFastAndCallersRetry(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	waitServed(t, m, "sleeper")
 
-	first := make(chan protocol.ToolReply, 1)
-	go func() { first <- call(t, m, "sleeper", `{}`, 30*time.Second) }() // holds the only slot ~1 s
 	data, err := protocol.Marshal(&protocol.ToolRequest{Tool: "sleeper", Args: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refused protocol.ToolReply
-	for deadline := time.Now().Add(5 * time.Second); refused.Kind != protocol.ToolErrBusy; {
-		if time.Now().After(deadline) {
-			t.Fatalf("no busy refusal while the only slot was taken; last reply %+v", refused)
-		}
-		// This request may itself win the slot (then it runs the tool); the next one is refused.
-		msg, err := m.Conn.NC.Request(m.Names.Tool("sleeper"), data, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := protocol.Unmarshal(msg.Data, &refused); err != nil {
-			t.Fatal(err)
-		}
+	// The first request takes the only slot (sleeper runs ~1 s); requests on one connection
+	// reach the endpoint in order, so the second finds the slot taken and no queue.
+	inbox := m.Conn.NC.NewRespInbox()
+	firstReply, err := m.Conn.NC.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if refused.OK || !strings.Contains(refused.Error, "call sleeper again") {
-		t.Fatalf("busy reply %+v", refused)
+	if err := m.Conn.NC.PublishRequest(m.Names.Tool("sleeper"), inbox, data); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := m.Conn.NC.Request(m.Names.Tool("sleeper"), data, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused protocol.ToolReply
+	if err := protocol.Unmarshal(msg.Data, &refused); err != nil {
+		t.Fatal(err)
+	}
+	if refused.OK || refused.Kind != protocol.ToolErrBusy || !strings.Contains(refused.Error, "call sleeper again") {
+		t.Fatalf("second call while the only slot was taken: %+v", refused)
 	}
 	// A caller going through tools.Call is not refused: it retries until the slot is free.
-	second := call(t, m, "sleeper", `{}`, 30*time.Second)
-	if second.Kind == protocol.ToolErrBusy || (<-first).Kind == protocol.ToolErrBusy {
+	if second := call(t, m, "sleeper", `{}`, 30*time.Second); second.Kind == protocol.ToolErrBusy {
 		t.Fatalf("tools.Call returned a busy refusal: %+v", second)
+	}
+	if _, err := firstReply.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("first call: %v", err)
 	}
 }
 
