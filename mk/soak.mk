@@ -22,3 +22,8 @@ bench-overhead: build tools-examples
 .PHONY: bench-scaling
 bench-scaling: build
 	cd e2e && $(GO) test -count=1 -v -run '^TestExecutorScaling$$' -timeout 30m . -scaling
+
+# Start-up of a one-step embedded `skein run`, memory on vs off (scripts/bench-start.sh).
+.PHONY: bench-start
+bench-start: build
+	RUNS=$${RUNS:-7} bash scripts/bench-start.sh $(BIN)/skein

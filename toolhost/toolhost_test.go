@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -295,8 +294,7 @@ func TestBadManifestsStopTheHostWithAClearError(t *testing.T) {
 // A toolhost with every slot taken and no queue refuses a call at once with kind busy (its
 // handler never waits for a slot), and tools.Call retries a busy refusal until a slot frees.
 func TestFullToolhostRefusesFastAndCallersRetry(t *testing.T) {
-	pidfile := filepath.Join(t.TempDir(), "pid")
-	t.Setenv("SKEIN_TEST_PIDFILE", pidfile) // where sleeper writes its child's pid
+	t.Setenv("SKEIN_TEST_PIDFILE", filepath.Join(t.TempDir(), "pid")) // where sleeper writes its child's pid
 	m := bustest.Start(t)
 	conn := m.Connect(t, "busy-host")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -307,42 +305,37 @@ func TestFullToolhostRefusesFastAndCallersRetry(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	waitServed(t, m, "sleeper")
 
-	first := make(chan protocol.ToolReply, 1)
-	go func() { first <- call(t, m, "sleeper", `{}`, 30*time.Second) }() // holds the only slot ~1 s
-	// The pid file says the first call's tool is running, so it holds the slot.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(pidfile); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first call's tool never started")
-		}
-	}
 	data, err := protocol.Marshal(&protocol.ToolRequest{Tool: "sleeper", Args: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refused protocol.ToolReply
-	for deadline := time.Now().Add(5 * time.Second); refused.Kind != protocol.ToolErrBusy; {
-		if time.Now().After(deadline) {
-			t.Fatalf("no busy refusal while the only slot was taken; last reply %+v", refused)
-		}
-		// This request may itself win the slot (then it runs the tool); the next one is refused.
-		msg, err := m.Conn.NC.Request(m.Names.Tool("sleeper"), data, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := protocol.Unmarshal(msg.Data, &refused); err != nil {
-			t.Fatal(err)
-		}
+	// The first request takes the only slot (sleeper runs ~1 s); requests on one connection
+	// reach the endpoint in order, so the second finds the slot taken and no queue.
+	inbox := m.Conn.NC.NewRespInbox()
+	firstReply, err := m.Conn.NC.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if refused.OK || !strings.Contains(refused.Error, "call sleeper again") {
-		t.Fatalf("busy reply %+v", refused)
+	if err := m.Conn.NC.PublishRequest(m.Names.Tool("sleeper"), inbox, data); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := m.Conn.NC.Request(m.Names.Tool("sleeper"), data, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused protocol.ToolReply
+	if err := protocol.Unmarshal(msg.Data, &refused); err != nil {
+		t.Fatal(err)
+	}
+	if refused.OK || refused.Kind != protocol.ToolErrBusy || !strings.Contains(refused.Error, "call sleeper again") {
+		t.Fatalf("second call while the only slot was taken: %+v", refused)
 	}
 	// A caller going through tools.Call is not refused: it retries until the slot is free.
-	second := call(t, m, "sleeper", `{}`, 30*time.Second)
-	if second.Kind == protocol.ToolErrBusy || (<-first).Kind == protocol.ToolErrBusy {
+	if second := call(t, m, "sleeper", `{}`, 30*time.Second); second.Kind == protocol.ToolErrBusy {
 		t.Fatalf("tools.Call returned a busy refusal: %+v", second)
+	}
+	if _, err := firstReply.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("first call: %v", err)
 	}
 }
 

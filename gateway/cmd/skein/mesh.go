@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,8 +21,11 @@ import (
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/embed"
+	"github.com/skein-mesh/skein/pkg/embed/minilm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/service"
+	"github.com/skein-mesh/skein/pkg/tokenize"
 	"github.com/skein-mesh/skein/pkg/trace"
 	"github.com/skein-mesh/skein/planner"
 	"github.com/skein-mesh/skein/toolhost"
@@ -53,10 +58,68 @@ type embeddedMesh struct {
 	lock   *homeLock
 	home   string
 	tls    config.TLS
+	// emb is the embedder loaded while the server starts (nil when memory is off).
+	emb *preload
 }
 
 // identityOf maps the in-process services' connection names to the identity each connects as.
 var identityOf = map[string]auth.Identity{"mirror-wait": auth.Gateway}
+
+// preload opens the embedder in the background once begin is called; emb and err are set
+// before done closes.
+type preload struct {
+	once  sync.Once
+	open  func() (embed.Embedder, error)
+	done  chan struct{}
+	emb   embed.Embedder
+	err   error
+	began atomic.Bool
+}
+
+func newPreload(ctx context.Context, m config.Memory) *preload {
+	return &preload{done: make(chan struct{}), open: func() (embed.Embedder, error) { return embed.Open(ctx, m) }}
+}
+
+// begin starts loading (once).
+func (p *preload) begin() {
+	p.once.Do(func() {
+		p.began.Store(true)
+		labeled("memoryd", func() {
+			go func() {
+				defer close(p.done)
+				p.emb, p.err = p.open()
+			}()
+		})
+	})
+}
+
+func (p *preload) wait() (embed.Embedder, error) {
+	p.begin()
+	<-p.done
+	return p.emb, p.err
+}
+
+// lazyEmbedder lets memoryd serve before MiniLM is loaded: its id and dimension are known up
+// front, and the model loads when something must be embedded (the mesh also starts the load as
+// soon as memoryd reports a non-empty memory, so retrieval rarely waits). A fresh project's
+// first run, whose retrievals meet an empty memory, never loads it.
+type lazyEmbedder struct{ p *preload }
+
+func (l lazyEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	l.p.begin()
+	select {
+	case <-l.p.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("embedding model still loading: %w", ctx.Err())
+	}
+	if l.p.err != nil {
+		return nil, l.p.err
+	}
+	return l.p.emb.Embed(ctx, texts)
+}
+func (l lazyEmbedder) Dim() int      { return minilm.Dim }
+func (l lazyEmbedder) Model() string { return minilm.ModelID }
+func (l lazyEmbedder) Close() error  { return nil } // the mesh closes the real one in stop
 
 // startServer starts the embedded NATS server with the mesh provisioned, and no services.
 func startServer(ctx context.Context, cfg *config.Config, home, listen string) (*embeddedMesh, error) {
@@ -116,10 +179,27 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 
 // startEmbedded starts a NATS server with JetStream files under home and every service.
 func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string, log *slog.Logger, httpAddr string) (*embeddedMesh, error) {
+	// The slow loads (the tokenizer's vocabulary, which the first model turn needs, and the
+	// embedding model when memory is on) run while the server starts and the mesh provisions,
+	// instead of one after the other on the first session's path.
+	go tokenize.Count("warm up")
+	var emb *preload
+	if cfg.Memory.Enabled {
+		emb = newPreload(context.WithoutCancel(ctx), cfg.Memory)
+		if e := cfg.Memory.Embedder; e != "" && e != "minilm" {
+			emb.begin() // an HTTP embedder is cheap to open, and memoryd needs it at once
+		}
+	}
 	m, err := startServer(ctx, cfg, home, listen)
 	if err != nil {
+		if emb != nil && emb.began.Load() {
+			if e, _ := emb.wait(); e != nil {
+				_ = e.Close()
+			}
+		}
 		return nil, err
 	}
+	m.emb = emb
 	names := protocol.NewNames(cfg.Mesh.Namespace)
 	sctx, conn := m.ctx, m.conn
 	run := func(role string, optional bool, fn func(context.Context, *bus.Conn, *slog.Logger) error) error {
@@ -209,6 +289,15 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 		return cfg
 	}
 	l := log.With("role", "memoryd")
+	var emb embed.Embedder = lazyEmbedder{m.emb}
+	if e := cfg.Memory.Embedder; e != "" && e != "minilm" {
+		// An HTTP embedder's id and size are only known once it is open.
+		var err error
+		if emb, err = m.emb.wait(); err != nil {
+			l.Warn("memory is off for this mesh: memoryd could not start", "err", fmt.Errorf("memoryd: %w", err))
+			return memoryOff(cfg)
+		}
+	}
 	c, err := m.conn("memoryd")
 	if err != nil {
 		l.Warn("memory is off for this mesh", "err", err)
@@ -217,9 +306,12 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 	ready := make(chan struct{})
 	failed := make(chan error, 1)
 	m.wg.Add(1)
-	labeled("memoryd", func() { go m.runMemoryd(cfg, names, home, c, l, ready, failed) })
+	labeled("memoryd", func() { go m.runMemoryd(cfg, names, home, c, emb, l, ready, failed) })
 	select {
 	case <-ready:
+		if _, lazy := emb.(lazyEmbedder); lazy {
+			go m.loadIfRemembered(c, names, l)
+		}
 		return cfg
 	case err := <-failed:
 		l.Warn("memory is off for this mesh: memoryd could not start", "err", err)
@@ -229,10 +321,24 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 	return memoryOff(cfg)
 }
 
-func (m *embeddedMesh) runMemoryd(cfg *config.Config, names protocol.Names, home string, c *bus.Conn, l *slog.Logger, ready chan struct{}, failed chan error) {
+func (m *embeddedMesh) runMemoryd(cfg *config.Config, names protocol.Names, home string, c *bus.Conn, emb embed.Embedder, l *slog.Logger, ready chan struct{}, failed chan error) {
 	defer m.wg.Done()
-	if err := memoryd.Run(m.ctx, memoryd.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home, Ready: ready}); err != nil && !errors.Is(err, context.Canceled) {
+	if err := memoryd.Run(m.ctx, memoryd.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home, Ready: ready, Embedder: emb}); err != nil && !errors.Is(err, context.Canceled) {
 		failed <- err
+	}
+}
+
+// loadIfRemembered starts loading the embedding model at once when memory already holds
+// guidelines (the first retrieval will need it), and says once, clearly, if it cannot load.
+func (m *embeddedMesh) loadIfRemembered(c *bus.Conn, names protocol.Names, l *slog.Logger) {
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
+	var rep protocol.MemoryHealthReply
+	if err := bus.Request(ctx, c.NC, names.Memory(protocol.MemHealth), &protocol.MemoryHealthRequest{}, &rep, 5*time.Second); err != nil || rep.Entries == 0 {
+		return
+	}
+	if _, err := m.emb.wait(); err != nil {
+		l.Warn("memory cannot embed: guidelines are neither retrieved nor learned until this is fixed", "err", err)
 	}
 }
 
@@ -254,6 +360,12 @@ func (m *embeddedMesh) stop() {
 	}
 	for _, c := range m.conns {
 		c.Close()
+	}
+	if m.emb != nil && m.emb.began.Load() {
+		// memoryd closes only what it opened itself; the preloaded embedder is the mesh's.
+		if e, _ := m.emb.wait(); e != nil {
+			_ = e.Close()
+		}
 	}
 	m.server.Shutdown()
 	m.lock.release()
