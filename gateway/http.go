@@ -127,13 +127,47 @@ func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	_ = trace.Follow(r.Context(), g.d.Conn.JS, g.d.Names, id, func(ev protocol.Event) bool {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	_ = trace.Follow(ctx, g.d.Conn.JS, g.d.Names, id, func(ev protocol.Event) bool {
 		data, err := json.Marshal(ev)
 		if err != nil {
 			return true
 		}
 		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, data)
 		fl.Flush()
-		return ev.Type != protocol.EvUsage
+		if ev.Type != protocol.EvUsage || ev.Role == protocol.RoleMiner {
+			return ev.Type != protocol.EvUsage
+		}
+		// The planner's usage ends the work; when a miner will mine the session, its mined and
+		// usage events are the session's last, so the stream waits for them (bounded).
+		if !g.minerExpected(ctx) {
+			return false
+		}
+		time.AfterFunc(minerWait, cancel)
+		return true
 	})
+}
+
+// minerWait bounds how long an event stream waits for the miner to close a finished session.
+const minerWait = 60 * time.Second
+
+// minerExpected reports whether a miner will close sessions: mining is on in the config and
+// memoryd answers (one try: a mesh without memoryd mines nothing).
+func (g *Gateway) minerExpected(ctx context.Context) bool {
+	if c := g.d.Config; c == nil || !c.Miner.Enabled || !c.Memory.Enabled {
+		return false
+	}
+	data, err := protocol.Marshal(&protocol.MemoryHealthRequest{})
+	if err != nil {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	msg, err := g.d.Conn.NC.RequestWithContext(hctx, g.d.Names.Memory(protocol.MemHealth), data)
+	if err != nil {
+		return false
+	}
+	var rep protocol.MemoryHealthReply
+	return protocol.Unmarshal(msg.Data, &rep) == nil && rep.OK
 }

@@ -303,8 +303,8 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 			if (sel[i].Tier == protocol.TierStrategic) != (sel[j].Tier == protocol.TierStrategic) {
 				return sel[i].Tier == protocol.TierStrategic
 			}
-			if len(sel[i].Sessions) != len(sel[j].Sessions) {
-				return len(sel[i].Sessions) > len(sel[j].Sessions)
+			if sel[i].DistinctSessions() != sel[j].DistinctSessions() {
+				return sel[i].DistinctSessions() > sel[j].DistinctSessions()
 			}
 			return sel[i].ID < sel[j].ID
 		})

@@ -119,6 +119,28 @@ func TestMineSessionCarriesRealErrorAndIsIdempotent(t *testing.T) {
 	if len(es) != 1 || es[0].Hits != 1 || len(es[0].Sessions) != 1 {
 		t.Fatalf("re-mining inflated counts: %+v", es)
 	}
+	// Re-mining published nothing twice: one mined and one miner usage event in the trace, one
+	// mining total in USAGE.
+	evs, err := trace.Read(ctx, e.m.Conn.JS, e.m.Names, "sess-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closing := 0
+	for _, ev := range evs {
+		if ev.Role == protocol.RoleMiner && (ev.Type == protocol.EvMined || ev.Type == protocol.EvUsage) {
+			closing++
+		}
+	}
+	if closing != 2 {
+		t.Fatalf("%d mined/usage events by the miner after three mines, want 2 (one pair)", closing)
+	}
+	us, err := e.m.Conn.JS.Stream(ctx, e.m.Names.Stream(protocol.StreamUsage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := us.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("USAGE holds %v messages (%v), want 1", info.State.Msgs, err)
+	}
 	if _, err := miner.MineSession(ctx, e.deps(t), "no-such-session"); err == nil {
 		t.Fatal("mining a missing session did not fail")
 	}

@@ -26,6 +26,8 @@ type Session struct {
 	// Report is the usage report the session ended with; MinerCalls are earlier mining calls.
 	Report     *protocol.UsageReport
 	MinerCalls []ModelCall
+	// Closed is true when the miner already closed the trace (its mined and usage events).
+	Closed bool
 }
 
 // ModelCall is one model call's model and tokens.
@@ -52,6 +54,9 @@ func ParseSession(session string, events []protocol.Event) Session {
 		if ev.Role == protocol.RoleMiner {
 			if ev.Type == protocol.EvModelCall && ev.Usage != nil {
 				s.MinerCalls = append(s.MinerCalls, ModelCall{Model: ev.Model, Usage: *ev.Usage})
+			}
+			if ev.Type == protocol.EvUsage {
+				s.Closed = true
 			}
 			continue
 		}

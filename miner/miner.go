@@ -258,6 +258,11 @@ func closeTrace(ctx context.Context, d Deps, s Session, res *Result, calls []Mod
 	if s.Report == nil {
 		return nil // the session has not ended; nothing to amend
 	}
+	if s.Closed && len(calls) == 0 {
+		// Mined before (a replay or re-ingest): counts did not change and no tokens were spent,
+		// so the trace and USAGE get nothing twice.
+		return nil
+	}
 	acc := usage.NewAccumulator(nil)
 	acc.Merge(*s.Report)
 	for _, c := range append(slices.Clone(s.MinerCalls), calls...) {
@@ -285,7 +290,10 @@ func closeTrace(ctx context.Context, d Deps, s Session, res *Result, calls []Mod
 	if err != nil {
 		return err
 	}
-	if _, err := d.Conn.JS.Publish(ctx, d.Names.Usage(s.Agent), data); err != nil {
+	// The Msg-Id makes a second close within the dedup window (two miners racing on a
+	// redelivery) publish the session's mining total once.
+	msgID := fmt.Sprintf("%s/miner/%d", s.ID, len(s.MinerCalls)+len(calls))
+	if _, err := d.Conn.JS.Publish(ctx, d.Names.Usage(s.Agent), data, jetstream.WithMsgID(msgID)); err != nil {
 		return fmt.Errorf("publish usage: %w", err)
 	}
 	return nil

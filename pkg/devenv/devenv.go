@@ -32,8 +32,8 @@ func RepoRoot() (string, error) {
 }
 
 // ToolsDir is $SKEIN_TOOLS_DIR; or .tools in the repository root; or .tools in the folder above
-// the running binary (`make build` puts binaries in bin/, so bin/skein works from any folder).
-// It returns "" when none exists.
+// the running binary (`make build` puts binaries in bin/, so bin/skein works from any folder);
+// or the user's install (UserDir, written by `skein setup`). It returns "" when none exists.
 func ToolsDir() string {
 	if d := os.Getenv("SKEIN_TOOLS_DIR"); d != "" {
 		return d
@@ -49,7 +49,23 @@ func ToolsDir() string {
 			}
 		}
 	}
+	if d := UserDir(); d != "" {
+		if st, err := os.Stat(filepath.Join(d, "memory")); err == nil && st.IsDir() {
+			return d
+		}
+	}
 	return ""
+}
+
+// UserDir is where `skein setup` installs what memory needs for this user, so a skein binary
+// anywhere finds it: $XDG_CACHE_HOME/skein (by default ~/.cache/skein). "" when the user has no
+// cache folder.
+func UserDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "skein")
 }
 
 // Required reports whether tests must fail, not skip, when something `make setup` installs is

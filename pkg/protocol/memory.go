@@ -16,13 +16,16 @@ const (
 
 // MemoryEntry is one guideline as stored and exchanged.
 type MemoryEntry struct {
-	ID           string       `msgpack:"id" json:"id"`
-	Agent        string       `msgpack:"agent" json:"agent"`
-	Text         string       `msgpack:"text" json:"text"`
-	Polarity     Polarity     `msgpack:"polarity" json:"polarity"`
-	Tier         Tier         `msgpack:"tier" json:"tier"`
-	Tools        []string     `msgpack:"tools,omitempty" json:"tools,omitempty"`
-	Sessions     []string     `msgpack:"sessions" json:"sessions"` // distinct sessions
+	ID       string   `msgpack:"id" json:"id"`
+	Agent    string   `msgpack:"agent" json:"agent"`
+	Text     string   `msgpack:"text" json:"text"`
+	Polarity Polarity `msgpack:"polarity" json:"polarity"`
+	Tier     Tier     `msgpack:"tier" json:"tier"`
+	Tools    []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	// Sessions are the most recent distinct sessions that gave evidence (at most
+	// MaxEvidenceSessions); SessionCount is how many there were in all.
+	Sessions     []string     `msgpack:"sessions" json:"sessions"`
+	SessionCount int          `msgpack:"session_count,omitempty" json:"session_count,omitempty"`
 	Hits         int          `msgpack:"hits" json:"hits"`
 	Helpful      int          `msgpack:"helpful" json:"helpful"`
 	Harmful      int          `msgpack:"harmful" json:"harmful"`
@@ -38,6 +41,16 @@ type MemoryEntry struct {
 	LastUsed time.Time `msgpack:"last_used,omitempty" json:"last_used,omitempty"`
 	Revision uint64    `msgpack:"-" json:"-"` // store revision for compare-and-set
 }
+
+// Bounds of an entry's evidence lists, so an entry stays a small message however many sessions
+// it learns from.
+const (
+	MaxEvidenceSessions = 32
+	MaxEvidenceMarkers  = 256
+)
+
+// DistinctSessions is how many distinct sessions gave the entry evidence.
+func (e MemoryEntry) DistinctSessions() int { return max(e.SessionCount, len(e.Sessions)) }
 
 // MemoryEviction is one entry removed (or, in a dry run, that would be).
 type MemoryEviction struct {

@@ -135,7 +135,7 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 			score = fmt.Sprintf("%.3f", h.Score)
 		}
 		fmt.Fprintf(w, "%3d. %s  %-9s %-7s %s  sessions %d  hits %d  helpful %d  harmful %d  %s\n", i+1, score, e.Tier, e.Polarity,
-			toolList(e.Tools), len(e.Sessions), e.Hits, e.Helpful, e.Harmful, e.ID)
+			toolList(e.Tools), e.DistinctSessions(), e.Hits, e.Helpful, e.Harmful, e.ID)
 		fmt.Fprintf(w, "       %s\n", e.Text)
 	}
 }
@@ -187,7 +187,7 @@ func newMemoryCmd() *cobra.Command {
 						status = fmt.Sprintf("  (%s by %s)", e.Status, e.SupersededBy)
 					}
 					fmt.Fprintf(w, "%s  %-12s %-9s %-7s sessions %-3d helpful %-3d harmful %-3d %s%s\n", e.ID, e.Agent, e.Tier, e.Polarity,
-						len(e.Sessions), e.Helpful, e.Harmful, clipText(e.Text, 90), status)
+						e.DistinctSessions(), e.Helpful, e.Harmful, clipText(e.Text, 90), status)
 				}
 				return nil
 			})

@@ -249,11 +249,21 @@ func (p *progress) done() {
 }
 
 // memorydUp reports whether memoryd answers, so a run only waits for mining that can happen.
+// It asks once: by the time a session has ended memoryd has had its chance to start, and
+// retrying "no responders" here only made every run without memoryd wait a dead 3 s.
 func memorydUp(ctx context.Context, conn *bus.Conn, names protocol.Names) bool {
-	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	data, err := protocol.Marshal(&protocol.MemoryHealthRequest{})
+	if err != nil {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
+	msg, err := conn.NC.RequestWithContext(hctx, names.Memory(protocol.MemHealth), data)
+	if err != nil {
+		return false
+	}
 	var rep protocol.MemoryHealthReply
-	return bus.Request(hctx, conn.NC, names.Memory(protocol.MemHealth), &protocol.MemoryHealthRequest{}, &rep, time.Second) == nil && rep.OK
+	return protocol.Unmarshal(msg.Data, &rep) == nil && rep.OK
 }
 
 // printLearned tells the user what this run taught the mesh.

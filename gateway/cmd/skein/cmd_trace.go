@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -66,6 +69,9 @@ func newTraceCmd() *cobra.Command {
 		Use: "tail SESSION", Short: "Follow a session's trace until it ends (or forever with -f)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withBus(cmd, func(env meshEnv) error {
+				if err := sessionKnown(cmd.Context(), env, args[0]); err != nil {
+					return err
+				}
 				return trace.Follow(cmd.Context(), env.conn.JS, env.names, args[0], func(ev protocol.Event) bool {
 					printEvent(cmd, ev, asJSON)
 					return follow || ev.Type != protocol.EvUsage
@@ -93,4 +99,29 @@ func clipTask(s string) string {
 		return s[:60] + "…"
 	}
 	return s
+}
+
+// sessionKnown refuses to follow a session the mesh has never heard of: neither the sessions
+// bucket nor the trace stream knows it, so following would wait forever in silence.
+func sessionKnown(ctx context.Context, env meshEnv, id string) error {
+	if err := protocol.CheckToken("session id", id); err != nil {
+		return &exitError{code: 2, msg: "skein: " + err.Error()}
+	}
+	if kv, err := bus.KV(ctx, env.conn.JS, env.names, protocol.BucketSessions); err == nil {
+		if _, err := kv.Get(ctx, id); err == nil {
+			return nil
+		}
+	}
+	s, err := env.conn.JS.Stream(ctx, env.names.Stream(protocol.StreamTrace))
+	if err != nil {
+		return fmt.Errorf("trace stream: %w", err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(env.names.Trace(id)))
+	if err != nil {
+		return fmt.Errorf("trace stream: %w", err)
+	}
+	if info.State.Subjects[env.names.Trace(id)] > 0 {
+		return nil
+	}
+	return &exitError{code: 1, msg: fmt.Sprintf("skein: no session %s: it is not in the sessions bucket and has no trace events (see `skein trace list`)", id)}
 }

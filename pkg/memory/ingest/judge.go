@@ -193,7 +193,7 @@ func (m ModelJudge) Judge(ctx context.Context, cand, old memory.Entry, score flo
 		return fb.Judge(ctx, cand, old, score)
 	}
 	user := fmt.Sprintf("A (%s, seen in %d sessions): %q\nB (%s, seen in %d sessions): %q",
-		cand.Polarity, len(cand.Sessions), cand.Text, old.Polarity, len(old.Sessions), old.Text)
+		cand.Polarity, cand.DistinctSessions(), cand.Text, old.Polarity, old.DistinctSessions(), old.Text)
 	mt := m.MaxTokens
 	if mt == 0 {
 		mt = 200

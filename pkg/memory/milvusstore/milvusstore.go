@@ -315,6 +315,7 @@ func (s *Store) tiersOf(f memory.Filter) []protocol.Tier {
 type payload struct {
 	Text         string        `json:"text"`
 	Sessions     []string      `json:"sessions"`
+	SessionCount int           `json:"session_count,omitempty"`
 	Hits         int           `json:"hits"`
 	Helpful      int           `json:"helpful"`
 	Harmful      int           `json:"harmful"`
@@ -358,6 +359,7 @@ func decodeRows(rs client.ResultSet, tier protocol.Tier) ([]memory.Entry, error)
 		e.Tier = tier
 		e.Text, e.Sessions, e.Hits, e.Helpful, e.Harmful = body.Text, body.Sessions, body.Hits, body.Helpful, body.Harmful
 		e.Model, e.Source, e.SupersededBy, e.Mined = body.Model, body.Source, body.SupersededBy, body.Mined
+		e.SessionCount = body.SessionCount
 		e.Created, e.Updated, e.LastUsed = body.Created, body.Updated, body.LastUsed
 		ts, _ := tools.ValueByIdx(i)
 		for _, t := range ts {
@@ -498,7 +500,7 @@ func (s *Store) upsert(ctx context.Context, t protocol.Tier, es []memory.Entry) 
 	tools := make([][][]byte, n)
 	vecs := make([][]float32, n)
 	for i, e := range es {
-		b, err := json.Marshal(payload{Text: e.Text, Sessions: e.Sessions, Hits: e.Hits, Helpful: e.Helpful, Harmful: e.Harmful,
+		b, err := json.Marshal(payload{Text: e.Text, Sessions: e.Sessions, SessionCount: e.SessionCount, Hits: e.Hits, Helpful: e.Helpful, Harmful: e.Harmful,
 			Model: e.Model, Source: e.Source, SupersededBy: e.SupersededBy, Mined: e.Mined,
 			Created: e.Created, Updated: e.Updated, LastUsed: e.LastUsed, Tier: e.Tier})
 		if err != nil {
