@@ -46,6 +46,8 @@ type Executor struct {
 	model    llm.Backend
 	sessions jetstream.KeyValue
 	trace    *trace.Publisher
+	trOnce   sync.Once
+	tr       *toolRetrieval // the tool ranker (toolset.go), made on first use
 }
 
 // Run serves until ctx ends.

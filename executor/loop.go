@@ -34,6 +34,7 @@ type run struct {
 	usage    protocol.Usage
 	toolFail bool
 	badTurns int
+	ts       *toolset // offered and known tools (toolset.go)
 }
 
 // RunStep runs the ReAct loop for one step and returns its result. It never panics on bad model
@@ -86,6 +87,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 
 func (r *run) finish(res protocol.StepResult, turns int, outcome protocol.Outcome, text, reason string) protocol.StepResult {
 	res.Outcome, res.FinalText, res.Reason, res.Turns, res.Usage = outcome, text, reason, turns, r.usage
+	r.traceUsed(turns)
 	r.e.emit(r.step, protocol.Event{Type: protocol.EvStepFinished, Role: protocol.RoleExecutor, Turn: turns,
 		Outcome: outcome, Reason: reason, Text: text})
 	return res
@@ -100,16 +102,12 @@ func (r *run) prepare(ctx context.Context) error {
 		return err
 	}
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
-	r.tools = map[string]protocol.ToolSpec{}
-	for _, s := range specs {
-		r.tools[s.Name] = s
-		r.defs = append(r.defs, llm.ToolDef{Name: s.Name, Description: s.Description, InputSchema: s.InputSchema})
-	}
 	names := make([]string, 0, len(specs))
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
 	guides := r.e.retrieve(ctx, r.step, names)
+	r.offerTools(ctx, specs, guides)
 	r.system, r.msgs = buildPrompt(cfg, r.step, guides, r.e.cacheOn())
 	return nil
 }
@@ -198,9 +196,8 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 				Error: fmt.Sprintf("the arguments of %s are not a valid JSON object: %s; send a JSON object that matches its input schema", c.Name, clipString(string(c.Args), 200))}}
 			continue
 		}
-		if _, ok := r.tools[c.Name]; !ok {
-			results[i] = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnknown,
-				Error: fmt.Sprintf("there is no tool named %q; the available tools are: %s", c.Name, strings.Join(r.toolNames(), ", "))}}
+		if reply, done := r.beforeCall(ctx, c); done {
+			results[i] = reply
 			continue
 		}
 		wg.Add(1)
@@ -232,7 +229,7 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			CallID: c.ID, Args: safeArgs(c.Args), Result: &tr, LatencyMS: res.LatencyMS})
 		blocks[i] = llm.Block{Type: llm.BlockToolResult, ToolResult: &llm.ToolResult{CallID: c.ID, Content: renderResult(tr, format), IsError: !tr.OK}}
 	}
-	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: blocks})
+	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: append(blocks, r.widen(turn)...)})
 	return bad == len(calls)
 }
 
