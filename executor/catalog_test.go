@@ -17,8 +17,9 @@ import (
 // change makes retrieval worse than this.
 const (
 	benchTopK = 6
-	// recallFloor is the share of needed tools offered before any widening, at benchTopK.
-	recallFloor = 0.95
+	// recallFloor is the share of needed tools offered before any widening, at benchTopK
+	// (recorded: 46 of 47).
+	recallFloor = 0.97
 )
 
 var catalogReport = flag.Bool("catalog.report", false, "print the per-task table of the tool-catalogue benchmark")
@@ -82,6 +83,19 @@ func TestToolRetrievalRecall(t *testing.T) {
 	if *catalogReport {
 		fmt.Println(b.String())
 		fmt.Println(summary)
+		// Recall at other sizes, for choosing top_k.
+		for _, k := range []int{2, 3, 4, 6, 8, 10} {
+			hit := 0
+			for _, task := range c.tasks {
+				res := r.Rank(ctx, task.Task, c.specs, retrieve.Options{TopK: k})
+				for _, n := range task.Needs {
+					if slices.Contains(res.Offered, n.Tool) {
+						hit++
+					}
+				}
+			}
+			fmt.Printf("top_k %d: recall %.1f%% (%d/%d)\n", k, 100*float64(hit)/float64(needed), hit, needed)
+		}
 	}
 	if recall < recallFloor {
 		t.Errorf("recall before widening %.3f < recorded %.3f", recall, recallFloor)

@@ -28,11 +28,12 @@ const patternBoost = 1.0
 // it asks again: a missing memoryd must not cost every step a timeout.
 const embedRetry = 30 * time.Second
 
-// embedTimeout bounds one embedding request to memoryd.
-const embedTimeout = 3 * time.Second
+// embedTimeout bounds one embedding request to memoryd: a cold catalogue of 32 tools takes
+// MiniLM a second or two on a busy CPU; a missing memoryd fails at once (no responders).
+const embedTimeout = 15 * time.Second
 
 // embedBatch is how many texts go in one embedding request, to stay far below max_payload.
-const embedBatch = 64
+const embedBatch = 32
 
 // toolRetrieval is the executor's tool ranker. Embeddings come from memoryd's embed endpoint
 // over NATS (the executor does not load the model itself); tool vectors are cached by manifest
