@@ -34,7 +34,8 @@ type run struct {
 	usage    protocol.Usage
 	toolFail bool
 	badTurns int
-	ts       *toolset // offered and known tools (toolset.go)
+	ts       *toolset    // offered and known tools (toolset.go)
+	rs       resultState // stored large results (results.go)
 }
 
 // RunStep runs the ReAct loop for one step and returns its result. It never panics on bad model
@@ -49,7 +50,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	}
 	maxTurns := e.d.Config.Agent.MaxSteps
 	for turn := 1; turn <= maxTurns; turn++ {
-		r.compact(turn)
+		r.compact(ctx, turn)
 		resp, err := r.call(ctx, turn)
 		if err != nil {
 			return r.finish(res, turn, protocol.OutcomeFailed, "", "model call failed: "+err.Error())
@@ -219,15 +220,16 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 	}
 	format := r.e.d.Config.Tools.ResultFormat
 	blocks := make([]llm.Block, len(calls))
+	r.rs.raw = nil
 	for i, c := range calls {
 		res := results[i]
 		if !res.OK {
 			r.toolFail = true
 		}
-		tr := res.ToolResult
+		content, tr := r.render(ctx, c, res.ToolResult, format)
 		r.e.emit(r.step, protocol.Event{Type: protocol.EvToolCall, Role: protocol.RoleExecutor, Turn: turn, Tool: c.Name,
 			CallID: c.ID, Args: safeArgs(c.Args), Result: &tr, LatencyMS: res.LatencyMS})
-		blocks[i] = llm.Block{Type: llm.BlockToolResult, ToolResult: &llm.ToolResult{CallID: c.ID, Content: renderResult(tr, format), IsError: !tr.OK}}
+		blocks[i] = llm.Block{Type: llm.BlockToolResult, ToolResult: &llm.ToolResult{CallID: c.ID, Content: content, IsError: !tr.OK}}
 	}
 	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: append(blocks, r.widen(turn)...)})
 	return bad == len(calls)

@@ -3,7 +3,6 @@ package executor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -252,47 +251,60 @@ func (r *run) beforeCall(ctx context.Context, c llm.ToolCall) (protocol.ToolRepl
 	return protocol.ToolReply{}, false
 }
 
-// widen applies the additions this turn asked for, at most tools.retrieval.max_widen times per
-// step, and returns the note that tells the model what changed (nil when nothing did).
+// widen applies the additions this turn asked for and returns the note that tells the model
+// what changed (nil when nothing did). Tools count against tools.retrieval.max_widen once per
+// turn; read_result, offered once a result was too large, does not.
 func (r *run) widen(turn int) []llm.Block {
 	ts := r.ts
 	if len(ts.pending) == 0 {
 		return nil
 	}
-	added, by := ts.pending, ts.pendingBy
+	pending, by := ts.pending, ts.pendingBy
 	ts.pending, ts.pendingBy = nil, nil
-	max := r.e.d.Config.Tools.Retrieval.MaxWiden
-	if ts.widenings >= max {
-		r.e.emit(r.step, protocol.Event{Type: protocol.EvTools, Role: protocol.RoleExecutor, Turn: turn, Tools: added,
-			Reason: fmt.Sprintf("not added: the tool set of this step already grew %d times (tools.retrieval.max_widen)", max),
-			Attrs:  map[string]string{"phase": "refused"}})
-		return []llm.Block{{Type: llm.BlockText, Text: fmt.Sprintf("[Tools not added to your list (limit of %d additions per step reached): %s. "+
-			"You can still call them by name.]", max, strings.Join(added, ", "))}}
-	}
-	ts.widenings++
-	var builtins []string
-	for _, n := range added {
-		switch n {
-		case protocol.ToolReadResult:
+	var added, addedBy, refused []string
+	limit := r.e.d.Config.Tools.Retrieval.MaxWiden
+	for i, n := range pending {
+		switch {
+		case n == protocol.ToolReadResult:
 			ts.read = true
-			builtins = append(builtins, n)
+		case ts.widenings >= limit:
+			refused = append(refused, n)
+			continue
 		default:
 			ts.offered = append(ts.offered, n)
 		}
+		added, addedBy = append(added, n), append(addedBy, by[i])
 	}
-	sort.Strings(ts.offered)
-	r.defs = ts.defs()
-	r.e.emit(r.step, protocol.Event{Type: protocol.EvTools, Role: protocol.RoleExecutor, Turn: turn, Tools: added,
-		Attrs: map[string]string{"phase": "widened", "by": strings.Join(uniq(by), ","), "widening": fmt.Sprint(ts.widenings)}})
-	var desc []string
-	for _, n := range added {
-		if s, ok := ts.byName[n]; ok {
-			desc = append(desc, fmt.Sprintf("%s (%s)", n, firstSentence(s.Description)))
-		} else {
-			desc = append(desc, n)
+	if len(added) > 0 && !slices.Equal(added, []string{protocol.ToolReadResult}) {
+		ts.widenings++
+	}
+	var note []string
+	if len(added) > 0 {
+		sort.Strings(ts.offered)
+		r.defs = ts.defs()
+		r.e.emit(r.step, protocol.Event{Type: protocol.EvTools, Role: protocol.RoleExecutor, Turn: turn, Tools: added,
+			Attrs: map[string]string{"phase": "widened", "by": strings.Join(uniq(addedBy), ","), "widening": fmt.Sprint(ts.widenings)}})
+		var desc []string
+		for _, n := range added {
+			switch s, ok := ts.byName[n]; {
+			case ok:
+				desc = append(desc, fmt.Sprintf("%s (%s)", n, firstSentence(s.Description)))
+			case n == protocol.ToolReadResult:
+				desc = append(desc, n+" (pages through a result too large to show whole)")
+			default:
+				desc = append(desc, n)
+			}
 		}
+		note = append(note, "[Tools added to your tool list for this step: "+strings.Join(desc, "; ")+".]")
 	}
-	return []llm.Block{{Type: llm.BlockText, Text: "[Tools added to your tool list for this step: " + strings.Join(desc, "; ") + ".]"}}
+	if len(refused) > 0 {
+		r.e.emit(r.step, protocol.Event{Type: protocol.EvTools, Role: protocol.RoleExecutor, Turn: turn, Tools: refused,
+			Reason: fmt.Sprintf("not added: the tool set of this step already grew %d times (tools.retrieval.max_widen)", limit),
+			Attrs:  map[string]string{"phase": "refused"}})
+		note = append(note, fmt.Sprintf("[Tools not added to your list (limit of %d additions per step reached): %s. "+
+			"You can still call them by name.]", limit, strings.Join(refused, ", ")))
+	}
+	return []llm.Block{{Type: llm.BlockText, Text: strings.Join(note, "\n")}}
 }
 
 // traceUsed records which tools the step called, with the offered set for comparison.
@@ -370,5 +382,3 @@ func uniq(xs []string) []string {
 	}
 	return out
 }
-
-var errNoStore = errors.New("the result store is not available")

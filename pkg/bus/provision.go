@@ -86,7 +86,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, n protocol.Names, l 
 			return fmt.Errorf("provision KV bucket %s: %w", cfg.Bucket, err)
 		}
 	}
-	osc := jetstream.ObjectStoreConfig{Bucket: n.Bucket(protocol.ObjectPayloads), Replicas: r, Storage: jetstream.FileStorage}
+	// Stored tool results are referenced from traces, so they live as long as a trace and the
+	// store is bounded like the trace stream.
+	osc := jetstream.ObjectStoreConfig{Bucket: n.Bucket(protocol.ObjectPayloads), Replicas: r, Storage: jetstream.FileStorage,
+		TTL: l.TraceMaxAge, MaxBytes: l.TraceMaxBytes}
 	if _, err := js.CreateOrUpdateObjectStore(ctx, osc); err != nil {
 		return fmt.Errorf("provision object store %s: %w", osc.Bucket, err)
 	}
