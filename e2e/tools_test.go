@@ -13,23 +13,16 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-// toolsScript drives two sessions: one whose needed tool (lookup_customer) is not among the
-// retrieved ones, found with find_tools; one whose 5 MB result the model pages with read_result,
-// passing on the handle and offsets it is shown.
+// toolsScript drives the sessions: one whose needed tool (lookup_customer) is not among the
+// retrieved ones, found with find_tools (twice: the second run finds it offered, learned from the
+// first); one whose 5 MB result the model pages with read_result, passing on the handle and
+// offsets it is shown. The miner's calls get a guideline a model would write.
 const toolsScript = `rules:
-  # Session 1: find the customer tool, use it, answer.
-  - when: {last: "status: done"}
-    reply: {text: "Cancelled the subscription of acme-gmbh at the end of the period."}
-  - when: {last: "Tools added to your tool list for this step: lookup_customer"}
-    reply:
-      tool_calls:
-        - {name: lookup_customer, args: {query: acme-gmbh}}
-  - when: {last: "Cancel the subscription"}
-    reply:
-      text: None of my tools finds a customer; looking for one.
-      tool_calls:
-        - {name: find_tools, args: {query: find a customer account}}
-  # Session 2: the big log, its first page, the next page, the answer.
+  # The miner's compression calls.
+  - when: {system: "skein-miner"}
+    reply: {text: "To cancel a customer's subscription, look the customer up with lookup_customer first."}
+  # The big log: the first page, the next page, the answer. (Before the rules below: the note
+  # that read_result was added also says "Tools added".)
   - when: {last: "next_offset: \\d+\\s+offset: [1-9]"}
     reply: {text: "Paged through the start of the 5 MB billing log."}
   - when: {last: "handle: (res-[0-9a-f]{12})\\s+next_offset: (\\d+)\\s+offset: 0\\s"}
@@ -40,10 +33,22 @@ const toolsScript = `rules:
     reply:
       tool_calls:
         - {name: read_result, args: {handle: "$1", offset: 0}}
-  - when: {last: "billing log"}
+  - when: {last: "Read the billing log"}
     reply:
       tool_calls:
         - {name: big, args: {rows: 38000}}
+  # Finding the customer tool, using it, answering.
+  - when: {last: "status: done"}
+    reply: {text: "Cancelled the subscription of acme-gmbh at the end of the period."}
+  - when: {last: "Tools added to your tool list for this step"}
+    reply:
+      tool_calls:
+        - {name: lookup_customer, args: {query: acme-gmbh}}
+  - when: {last: "Cancel the subscription"}
+    reply:
+      text: None of my tools finds a customer; looking for one.
+      tool_calls:
+        - {name: find_tools, args: {query: find a customer account}}
 `
 
 func readTrace(t *testing.T, home, session string) []protocol.Event {
@@ -78,7 +83,8 @@ func toolsPhase(evs []protocol.Event, phase string) []protocol.Event {
 
 // `skein run` with tool retrieval over the 74-tool catalogue (the embedded memoryd embeds with
 // MiniLM; the executor asks it over NATS): a session whose needed tool is not in the first set
-// succeeds through find_tools, and a session pages through a 5 MB result with read_result.
+// succeeds through find_tools; the miner learns "for tasks like this, use lookup_customer", and
+// the next run of the task is offered it at once; a session pages through a 5 MB result.
 func TestCLIRetrievedToolsAndLargeResult(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the CLI with an embedded mesh")
@@ -101,8 +107,6 @@ tools:
   max_result_tokens: 2000
   retrieval:
     enabled: true
-miner:
-  enabled: false
 `
 	for name, body := range map[string]string{"agent.yaml": agent, "script.yaml": toolsScript} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
@@ -128,6 +132,22 @@ miner:
 	}
 	if u := toolsPhase(evs, "used"); len(u) != 1 || !slices.Equal(u[0].Tools, []string{"find_tools", "lookup_customer"}) {
 		t.Fatalf("used %+v", u)
+	}
+
+	// The miner turned the first run into a success pattern naming lookup_customer; retrieval
+	// boosts the tools of the patterns memoryd retrieves for the step.
+	r = skein(t, dir, env, "", "run", "--config", "agent.yaml", "--json", "--session-id", "find-tools-again",
+		"Cancel the subscription of customer acme-gmbh at the end of their billing period.")
+	if r.code != 0 {
+		t.Fatalf("run: %s", r)
+	}
+	if res := parseRunJSON(t, r); res.Outcome != "success" {
+		t.Fatalf("result %+v", res)
+	}
+	evs = readTrace(t, home, "find-tools-again")
+	off = toolsPhase(evs, "offered")
+	if len(off) != 1 || !slices.Contains(off[0].Tools, "lookup_customer") || !strings.Contains(off[0].Attrs["boosted"], "lookup_customer") {
+		t.Fatalf("offered %+v: want lookup_customer offered at once, boosted by the learned pattern", off)
 	}
 
 	r = skein(t, dir, env, "", "run", "--config", "agent.yaml", "--json", "--session-id", "big-result",
