@@ -257,15 +257,6 @@ func (r *run) subagentUsage(turn int, tool string, reply protocol.ToolReply) {
 	}
 }
 
-func (r *run) toolNames() []string {
-	out := make([]string, 0, len(r.tools))
-	for n := range r.tools {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // toolTimeout waits for the tool's own limit plus room for the host to report a timeout itself.
 func (r *run) toolTimeout(spec protocol.ToolSpec) time.Duration {
 	limit := max(spec.TimeoutS, r.e.d.Config.Tools.TimeoutS)
