@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -18,9 +19,10 @@ const keepRecent = 2
 
 // compact keeps the transcript under llm.context_budget of the model's window. First it replaces
 // the bodies of old tool results with short stubs (keeping every call and its pairing); if that
-// is not enough it folds older turns into a digest in the first user message. The system blocks
-// and tools, the cached prefix, are never touched.
-func (r *run) compact(turn int) {
+// is not enough it folds older turns into a digest in the first user message; if the newest
+// results alone are still over, each is stored whole and replaced by a head-and-tail view with a
+// handle (results.go). The system blocks are never touched; the tools gain only read_result.
+func (r *run) compact(ctx context.Context, turn int) {
 	cfg := r.e.d.Config.ForRole(protocol.RoleExecutor)
 	window := cfg.ContextWindow
 	if window <= 0 {
@@ -39,21 +41,32 @@ func (r *run) compact(turn int) {
 				continue
 			}
 			tr := *b.ToolResult
-			tr.Content = fmt.Sprintf("[elided to save context: %d tokens of %s output; call it again if needed]",
-				tokenize.Count(tr.Content), names[tr.CallID])
+			n := tokenize.Count(tr.Content)
+			tr.Content = fmt.Sprintf("[elided to save context: %d tokens of %s output; call it again if needed]", n, names[tr.CallID])
+			if h, ok := r.rs.handles[tr.CallID]; ok {
+				tr.Content = fmt.Sprintf("[elided to save context: %d tokens of %s output; the whole result is stored: read_result(%q)]",
+					n, names[tr.CallID], h)
+			}
 			r.msgs[i].Content[j].ToolResult = &tr
 			r.sizes[i] = -1
 		}
 	}
 	size = r.transcriptTokens()
 	r.noteCompaction(turn, before-size, "dropped bodies of old tool results")
-	if size <= budget || len(r.msgs) <= keepRecent+1 {
-		return
+	if size > budget && len(r.msgs) > keepRecent+1 {
+		before = size
+		r.foldOldTurns(names)
+		size = r.transcriptTokens()
+		r.noteCompaction(turn, before-size, "summarized older turns")
 	}
-	before = size
-	r.foldOldTurns(names)
-	size = r.transcriptTokens()
-	r.noteCompaction(turn, before-size, "summarized older turns")
+	if size > budget {
+		// The newest results are over the budget on their own: each is stored whole and the
+		// model gets a head-and-tail view of it, sized to what is left, and read_result.
+		before = size
+		r.boundNewest(ctx, turn, budget-size)
+		size = r.transcriptTokens()
+		r.noteCompaction(turn, before-size, "stored the newest tool results and kept their head and tail")
+	}
 }
 
 // noteCompaction traces a compaction that saved something: a pass with nothing left to drop

@@ -16,8 +16,10 @@ import (
 const tinyWindow = 4000
 
 // Against the Anthropic fake, which rejects broken tool_use/tool_result pairing: old result
-// bodies become stubs with their calls kept, then older turns are folded into a digest, each
-// compaction is traced with the tokens it saved, and the system blocks and tools never change.
+// bodies become stubs with their calls kept, then older turns are folded into a digest, then the
+// newest result, still over the budget alone, is stored and cut to its head and tail; each
+// compaction is traced with the tokens it saved, the system blocks never change and the tools
+// only gain read_result.
 func TestCompactionKeepsPairingAndPrefix(t *testing.T) {
 	sc := loadScenario(t)
 	m := startMesh(t, sc.dir, sc.cfg.Tools.Enabled...)
@@ -59,9 +61,13 @@ func TestCompactionKeepsPairingAndPrefix(t *testing.T) {
 			t.Fatalf("call %d answered %d: the fake rejected the transcript", i, rec.Status)
 		}
 		w := decodeWire(t, rec.Body)
+		tools := w.Tools
+		if n := len(tools); n > 0 && string(tools[n-1]["name"]) == `"read_result"` {
+			tools = tools[:n-1]
+		}
 		if i == 0 {
-			tools0, system0 = withoutMarks(w.Tools), withoutMarks(w.System)
-		} else if withoutMarks(w.Tools) != tools0 || withoutMarks(w.System) != system0 {
+			tools0, system0 = withoutMarks(tools), withoutMarks(w.System)
+		} else if withoutMarks(tools) != tools0 || withoutMarks(w.System) != system0 {
 			t.Errorf("call %d: compaction touched the tools or the system blocks", i)
 		}
 		if bytes.Contains(rec.Body, []byte("[elided to save context")) && !sawStub {
@@ -96,10 +102,15 @@ func TestCompactionKeepsPairingAndPrefix(t *testing.T) {
 	if !sawStub || !sawDigest {
 		t.Fatalf("requests show stubs=%v digest=%v, want both", sawStub, sawDigest)
 	}
-	// The newest result is never compacted: the model reads the log lines it asked for.
+	// The newest result is cut to its head and tail, not dropped: the model still reads log
+	// lines, gets a handle to the whole result, and read_result to page with.
 	last := decodeWire(t, recs[len(recs)-1].Body)
 	lastMsg := last.Messages[len(last.Messages)-1]
-	if raw, _ := json.Marshal(lastMsg.Content); !bytes.Contains(raw, []byte("cache miss for key")) {
-		t.Error("the newest tool result was compacted")
+	raw, _ := json.Marshal(lastMsg.Content)
+	if !bytes.Contains(raw, []byte("cache miss for key")) || !bytes.Contains(raw, []byte("handle: res-")) {
+		t.Errorf("the newest tool result lost its lines or has no handle: %s", clipString(string(raw), 400))
+	}
+	if n := len(last.Tools); string(last.Tools[n-1]["name"]) != `"read_result"` {
+		t.Error("read_result is not offered with the bounded result")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,6 +56,8 @@ type Executor struct {
 	steps    jetstream.KeyValue
 	agents   jetstream.KeyValue
 	trace    *trace.Publisher
+	trOnce   sync.Once
+	tr       *toolRetrieval // the tool ranker (toolset.go), made on first use
 }
 
 // Run serves until ctx ends.

@@ -39,10 +39,16 @@ type mesh struct {
 // startMesh starts NATS and a toolhost for the tools of dir named in enabled.
 func startMesh(t *testing.T, dir string, enabled ...string) *mesh {
 	t.Helper()
+	return startMeshDirs(t, []string{dir}, enabled...)
+}
+
+// startMeshDirs starts NATS and a toolhost for the tools of several folders.
+func startMeshDirs(t *testing.T, dirs []string, enabled ...string) *mesh {
+	t.Helper()
 	devtest.NeedProgram(t, "python3")
 	m := bustest.Start(t)
 	hcfg := config.Default()
-	hcfg.Tools.ManifestDirs = []string{dir}
+	hcfg.Tools.ManifestDirs = dirs
 	hcfg.Tools.Enabled = enabled
 	ctx, cancel := context.WithCancel(context.Background())
 	conn := m.Connect(t, "toolhost")

@@ -35,6 +35,8 @@ type run struct {
 	usage    protocol.Usage
 	toolFail bool
 	badTurns int
+	ts       *toolset    // offered and known tools (toolset.go)
+	rs       resultState // stored large results (results.go)
 }
 
 // RunStep runs the ReAct loop for one step and returns its result. It never panics on bad model
@@ -49,7 +51,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	}
 	maxTurns := e.d.Config.Agent.MaxSteps
 	for turn := 1; turn <= maxTurns; turn++ {
-		r.compact(turn)
+		r.compact(ctx, turn)
 		resp, err := r.call(ctx, turn)
 		if err != nil {
 			return r.finish(res, turn, protocol.OutcomeFailed, "", "model call failed: "+err.Error())
@@ -87,6 +89,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 
 func (r *run) finish(res protocol.StepResult, turns int, outcome protocol.Outcome, text, reason string) protocol.StepResult {
 	res.Outcome, res.FinalText, res.Reason, res.Turns, res.Usage = outcome, text, reason, turns, r.usage
+	r.traceUsed(turns)
 	r.e.emit(r.step, protocol.Event{Type: protocol.EvStepFinished, Role: protocol.RoleExecutor, Turn: turns,
 		Outcome: outcome, Reason: reason, Text: text})
 	return res
@@ -101,16 +104,12 @@ func (r *run) prepare(ctx context.Context) error {
 		return err
 	}
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
-	r.tools = map[string]protocol.ToolSpec{}
-	for _, s := range specs {
-		r.tools[s.Name] = s
-		r.defs = append(r.defs, llm.ToolDef{Name: s.Name, Description: s.Description, InputSchema: s.InputSchema})
-	}
 	names := make([]string, 0, len(specs))
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
 	guides := r.e.retrieve(ctx, r.step, names)
+	r.offerTools(ctx, specs, guides)
 	r.system, r.msgs = buildPrompt(cfg, r.step, guides, r.e.cacheOn())
 	return nil
 }
@@ -199,9 +198,8 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 				Error: fmt.Sprintf("the arguments of %s are not a valid JSON object: %s; send a JSON object that matches its input schema", c.Name, clipString(string(c.Args), 200))}}
 			continue
 		}
-		if _, ok := r.tools[c.Name]; !ok {
-			results[i] = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnknown,
-				Error: fmt.Sprintf("there is no tool named %q; the available tools are: %s", c.Name, strings.Join(r.toolNames(), ", "))}}
+		if reply, done := r.beforeCall(ctx, c); done {
+			results[i] = reply
 			continue
 		}
 		wg.Add(1)
@@ -227,21 +225,22 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 	}
 	format := r.e.d.Config.Tools.ResultFormat
 	blocks := make([]llm.Block, len(calls))
+	r.rs.raw = nil
 	for i, c := range calls {
 		res := results[i]
 		if !res.OK {
 			r.toolFail = true
 		}
-		tr := res.ToolResult
+		content, tr := r.render(ctx, c, res.ToolResult, format)
 		ev := protocol.Event{Type: protocol.EvToolCall, Role: protocol.RoleExecutor, Turn: turn, Tool: c.Name,
 			CallID: protocol.ToolCallID(r.step.SessionID, r.step.StepID, turn, i), Args: safeArgs(c.Args), Result: &tr, LatencyMS: res.LatencyMS}
 		if res.Replayed {
 			ev.Attrs = map[string]string{"replayed": "true"}
 		}
 		r.e.emit(r.step, ev)
-		blocks[i] = llm.Block{Type: llm.BlockToolResult, ToolResult: &llm.ToolResult{CallID: c.ID, Content: renderResult(tr, format), IsError: !tr.OK}}
+		blocks[i] = llm.Block{Type: llm.BlockToolResult, ToolResult: &llm.ToolResult{CallID: c.ID, Content: content, IsError: !tr.OK}}
 	}
-	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: blocks})
+	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: append(blocks, r.widen(turn)...)})
 	return bad == len(calls)
 }
 
@@ -265,15 +264,6 @@ func (r *run) subagentUsage(turn int, tool string, reply protocol.ToolReply) {
 		r.e.emit(r.step, protocol.Event{Type: protocol.EvModelCall, Role: protocol.RoleSubagent, Turn: turn, Model: m,
 			Tool: tool, Usage: &u, Attrs: map[string]string{"child_session": child.SessionID}})
 	}
-}
-
-func (r *run) toolNames() []string {
-	out := make([]string, 0, len(r.tools))
-	for n := range r.tools {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // toolTimeout waits for the tool's own limit plus room for the host to report a timeout itself.

@@ -60,6 +60,11 @@ func buildPrompt(cfg *config.Config, step protocol.Step, guides []protocol.Guide
 // renderResult is what the model reads of a tool result: the result itself on success, the error
 // facts on failure, in TOON or JSON. The trace always keeps the raw JSON.
 func renderResult(tr protocol.ToolResult, format string) string {
+	return formatPayload(modelPayload(tr), format)
+}
+
+// modelPayload is the compact JSON of what the model reads of a result.
+func modelPayload(tr protocol.ToolResult) []byte {
 	var payload []byte
 	if tr.OK {
 		payload = tr.Result
@@ -81,6 +86,12 @@ func renderResult(tr protocol.ToolResult, format string) string {
 	if json.Compact(&compact, payload) == nil {
 		payload = compact.Bytes()
 	}
+	return payload
+}
+
+// formatPayload writes a compact JSON payload in the result format: TOON, JSON, or auto
+// (whichever is fewer tokens).
+func formatPayload(payload []byte, format string) string {
 	if format == "json" {
 		return string(payload)
 	}

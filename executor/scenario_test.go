@@ -35,6 +35,8 @@ func TestCostScenario(t *testing.T) {
 			cfg := sc.anthropic(t, fake)
 			cfg.LLM.Cache = cache
 			cfg.Tools.ResultFormat = format
+			// This table is about caching and result formats: every result goes in whole.
+			cfg.Tools.MaxResultTokens = 0
 			x := m.executor(t, cfg, nil)
 			var total protocol.Usage
 			for i, task := range tasks {

@@ -197,7 +197,9 @@ func Mine(s Session) []Evidence {
 	var out []Evidence
 	seen := map[string]bool{}
 	for i, c := range s.Calls {
-		if !c.Failed() {
+		// The executor's built-ins (find_tools, read_result) are how a step got its tools and
+		// read its results, not lessons about the agent's tools.
+		if !c.Failed() || protocol.Builtin(c.Tool) {
 			continue
 		}
 		msg := realError(c.Result)
@@ -230,7 +232,7 @@ func Mine(s Session) []Evidence {
 	if s.Outcome.Succeeded() {
 		var tools, steps []string
 		for _, c := range s.Calls {
-			if c.Failed() || slices.Contains(tools, c.Tool) {
+			if c.Failed() || slices.Contains(tools, c.Tool) || protocol.Builtin(c.Tool) {
 				continue
 			}
 			tools = append(tools, c.Tool)

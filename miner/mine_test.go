@@ -145,3 +145,20 @@ func TestCleanGuideline(t *testing.T) {
 		}
 	}
 }
+
+// A session that found its tool through find_tools teaches "for tasks like X, use Y" with the
+// tool it found, never the built-ins: retrieval boosts the pattern's tools next time.
+func TestPatternSkipsBuiltins(t *testing.T) {
+	evs := []protocol.Event{
+		{SessionID: "s", Type: protocol.EvSessionStarted, Agent: "demo", Task: "Cancel the subscription of acme"},
+		toolEv(protocol.ToolFindTools, `{"query":"find a customer"}`, protocol.ToolResult{OK: true, Result: json.RawMessage(`{"added":[]}`)}),
+		toolEv(protocol.ToolReadResult, `{"handle":"x"}`, protocol.ToolResult{OK: false, Kind: protocol.ToolErrBadArgs, Error: "unknown handle"}),
+		toolEv("lookup_customer", `{"query":"acme"}`, protocol.ToolResult{OK: true, Result: json.RawMessage(`{}`)}),
+		{SessionID: "s", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccessWithRecovery, Text: "done"},
+		{SessionID: "s", Type: protocol.EvUsage, Report: &protocol.UsageReport{}},
+	}
+	got := Mine(ParseSession("s", evs))
+	if len(got) != 1 || got[0].Key != "pattern:lookup_customer" || strings.Join(got[0].Tools, ",") != "lookup_customer" {
+		t.Fatalf("mined %+v, want only the pattern of lookup_customer", got)
+	}
+}

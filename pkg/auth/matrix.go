@@ -172,8 +172,8 @@ var Matrix = []Row{
 		Grants: map[Identity]Access{Toolhost: RW, Gateway: Create}},
 	{Kind: KindBucket, Base: protocol.BucketSteps, Doc: "finished steps' results, for redeliveries",
 		Grants: map[Identity]Access{Executor: RW, Gateway: Create}},
-	{Kind: KindObjectStore, Base: protocol.ObjectPayloads, Doc: "large payloads",
-		Grants: map[Identity]Access{Toolhost: RW, Executor: Read, Gateway: Create}},
+	{Kind: KindObjectStore, Base: protocol.ObjectPayloads, Doc: "large payloads (tool results over the cap, paged by read_result)",
+		Grants: map[Identity]Access{Toolhost: RW, Executor: RW, Gateway: Create}},
 }
 
 // Durables are the durable consumers of the mesh and their owners.

@@ -218,8 +218,9 @@ func ProvisionWith(ctx context.Context, js jetstream.JetStream, n protocol.Names
 		}
 		log.Info("bucket changed to the config", "bucket", want.Bucket, "changes", len(d))
 	}
+	// Stored tool results are referenced from traces, so they live as long as a trace.
 	osc := jetstream.ObjectStoreConfig{Bucket: n.Bucket(protocol.ObjectPayloads), Replicas: max(l.Replicas, 1),
-		Storage: jetstream.FileStorage, MaxBytes: orUnlimited(l.BucketMaxBytes)}
+		Storage: jetstream.FileStorage, MaxBytes: orUnlimited(l.BucketMaxBytes), TTL: l.stream(protocol.StreamTrace).MaxAge}
 	if _, err := js.ObjectStore(ctx, osc.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
 		if _, err := js.CreateObjectStore(ctx, osc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return diffs, fmt.Errorf("provision object store %s: %w", osc.Bucket, err)

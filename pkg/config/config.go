@@ -95,6 +95,10 @@ type Tools struct {
 	MaxOutput    int       `yaml:"max_output_bytes"`
 	Agents       []string  `yaml:"agents"` // other agents offered as tools
 	Retrieval    Retrieval `yaml:"retrieval"`
+	// MaxResultTokens caps what one tool result may put in the transcript; a bigger result is
+	// stored whole in the object store and the model sees a head-and-tail view and a handle to
+	// page through with read_result (0: no cap).
+	MaxResultTokens int `yaml:"max_result_tokens"`
 }
 
 // Retrieval is `tools.retrieval:` (retrieved tool descriptions).
@@ -102,6 +106,9 @@ type Retrieval struct {
 	Enabled       bool     `yaml:"enabled"`
 	TopK          int      `yaml:"top_k"`
 	AlwaysInclude []string `yaml:"always_include"`
+	// MaxWiden bounds how many times one step's tool set may grow (find_tools, or a call to a
+	// known tool that was not offered); all additions of one model turn count once.
+	MaxWiden int `yaml:"max_widen"`
 }
 
 // Memory is the `memory:` section.

@@ -43,7 +43,9 @@ func Default() *Config {
 			ResultFormat: "toon",
 			TimeoutS:     30,
 			MaxOutput:    1 << 20,
-			Retrieval:    Retrieval{TopK: 6},
+			Retrieval:    Retrieval{TopK: 6, MaxWiden: 3},
+			// A few thousand tokens: room for a real listing or table, not for a whole log.
+			MaxResultTokens: 4000,
 		},
 		Memory: Memory{
 			Enabled:             true,
@@ -297,6 +299,20 @@ func (c *Config) Validate() Errors {
 	case "toon", "json", "auto":
 	default:
 		bad("tools.result_format", "must be toon, json or auto, got %q", c.Tools.ResultFormat)
+	}
+	if c.Tools.Retrieval.TopK < 1 || c.Tools.Retrieval.TopK > 200 {
+		bad("tools.retrieval.top_k", "must be between 1 and 200, got %d", c.Tools.Retrieval.TopK)
+	}
+	for i, n := range c.Tools.Retrieval.AlwaysInclude {
+		if err := protocol.CheckToken("tool name", n); err != nil {
+			bad(fmt.Sprintf("tools.retrieval.always_include[%d]", i), "%v", err)
+		}
+	}
+	if c.Tools.Retrieval.MaxWiden < 0 || c.Tools.Retrieval.MaxWiden > 50 {
+		bad("tools.retrieval.max_widen", "must be between 0 and 50, got %d", c.Tools.Retrieval.MaxWiden)
+	}
+	if c.Tools.MaxResultTokens < 0 || (c.Tools.MaxResultTokens > 0 && c.Tools.MaxResultTokens < 200) {
+		bad("tools.max_result_tokens", "must be 0 (no cap) or at least 200, got %d", c.Tools.MaxResultTokens)
 	}
 	if c.Tools.TimeoutS <= 0 {
 		bad("tools.timeout_s", "must be positive, got %v", c.Tools.TimeoutS)

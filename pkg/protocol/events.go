@@ -23,6 +23,9 @@ const (
 	EvIncomplete     EventType = "incomplete"
 	EvFailed         EventType = "failed"
 	EvMined          EventType = "mined" // the miner's ingest actions for the session
+	// EvTools records a step's tool set: Attrs["phase"] is "offered" (at the start, with
+	// Attrs["ranker"]), "widened" (tools added mid-step, Attrs["by"] says how) or "used".
+	EvTools EventType = "tools"
 	// EvUsage is always the last event of a session. The planner writes one when the session
 	// ends; the miner, after mining the session, writes a final one whose totals include its own
 	// model calls (Role miner). The last usage event of a session is the authoritative total.
@@ -63,6 +66,9 @@ type Event struct {
 	CallID string          `msgpack:"call_id,omitempty" json:"call_id,omitempty"`
 	Args   json.RawMessage `msgpack:"args,omitempty" json:"args,omitempty"`
 	Result *ToolResult     `msgpack:"result,omitempty" json:"result,omitempty"`
+
+	// Tool set events (EvTools): the tool names.
+	Tools []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
 
 	// Retrieval: the guidelines injected and their entry ids.
 	Guidelines []Guideline `msgpack:"guidelines,omitempty" json:"guidelines,omitempty"`

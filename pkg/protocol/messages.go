@@ -212,6 +212,17 @@ type ToolSpec struct {
 	TimeoutS float64 `msgpack:"timeout_s,omitempty" json:"timeout_s,omitempty"`
 }
 
+// Built-in tools answered by the executor itself, never by a toolhost: find_tools widens a
+// step's retrieved tool set; read_result pages through a result too big for the transcript,
+// stored in the ObjectPayloads store. Manifests may not use these names.
+const (
+	ToolFindTools  = "find_tools"
+	ToolReadResult = "read_result"
+)
+
+// Builtin reports whether name is a built-in tool.
+func Builtin(name string) bool { return name == ToolFindTools || name == ToolReadResult }
+
 // ToolRequest calls a tool on Names.Tool(name).
 type ToolRequest struct {
 	Header

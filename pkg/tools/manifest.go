@@ -123,6 +123,8 @@ func LoadFile(path string) (*Tool, error) {
 	}
 	if err := protocol.CheckToken("tool name", m.Name); err != nil {
 		bad("name", "%v", err)
+	} else if protocol.Builtin(m.Name) {
+		bad("name", "%q is a built-in tool of the executor; choose another name", m.Name)
 	}
 	switch d := strings.TrimSpace(m.Description); {
 	case d == "":

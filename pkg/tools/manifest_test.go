@@ -62,6 +62,7 @@ func TestBadManifestsNameTheFileAndTheField(t *testing.T) {
 		{manifest("a", `, "colour": "red"`), []string{`field "colour"`, "unknown field"}},
 		{manifest("bad name", ""), []string{`field "name"`, "letters, digits"}},
 		{manifest("", ""), []string{`field "name"`, "empty"}},
+		{manifest("find_tools", ""), []string{`field "name"`, "built-in tool"}},
 		{`{"name": "a", "command": ["x"], "input_schema": ` + goodSchema + `}`, []string{`field "description"`, "required"}},
 		{`{"name": "a", "description": "d", "input_schema": ` + goodSchema + `}`, []string{`field "command"`, "required"}},
 		{`{"name": "a", "description": "d", "command": "python3 x.py", "input_schema": ` + goodSchema + `}`, []string{`field "command"`, "want array"}},

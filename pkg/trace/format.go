@@ -50,6 +50,11 @@ func Line(ev protocol.Event) string {
 		fmt.Fprintf(&b, " %s call=%s", ev.Tool, ev.CallID)
 	case protocol.EvCompaction:
 		fmt.Fprintf(&b, " saved %d tokens: %s", ev.TokensSaved, ev.Reason)
+	case protocol.EvTools:
+		fmt.Fprintf(&b, " [%s]", strings.Join(ev.Tools, " "))
+		if ev.Reason != "" {
+			fmt.Fprintf(&b, " reason=%q", clip(ev.Reason, 160))
+		}
 	case protocol.EvDecision, protocol.EvStepStarted:
 		if ev.Text != "" {
 			fmt.Fprintf(&b, " %s", clip(ev.Text, 160))

@@ -6,6 +6,7 @@ rendezvous  {dir, me, await: [file...]}  create <dir>/<me>.started, wait until e
             Two calls that await each other can only both finish if they run at once.
 sleep       {seconds}  sleep, then answer.
 fail        {}  exit non-zero with a JSON error and a stderr line.
+big         {rows}  answer {"service", "rows": [...]} with that many log rows (~130 bytes each).
 """
 import json
 import os
@@ -37,6 +38,12 @@ def main():
     if mode == "sleep":
         time.sleep(float(args["seconds"]))
         print(json.dumps({"slept_s": args["seconds"]}))
+        return 0
+    if mode == "big":
+        rows = [{"seq": i, "ts": "2026-11-20T%02d:%02d:%02dZ" % (i // 3600 % 24, i // 60 % 60, i % 60),
+                 "level": "warn" if i % 97 == 0 else "info", "service": "billing",
+                 "msg": "request handled in %d ms for invoice INV-%06d" % (i * 7 % 900, i)} for i in range(args["rows"])]
+        print(json.dumps({"service": "billing", "rows": rows}))
         return 0
     if mode == "fail":
         print("disk quota exceeded while writing the report", file=sys.stderr)

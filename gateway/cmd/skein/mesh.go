@@ -285,7 +285,8 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 // rather than every step waiting for a memoryd that will never answer. It returns the config the
 // other services should use.
 func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, home string, log *slog.Logger) *config.Config {
-	if !cfg.Memory.Enabled {
+	// Tool retrieval embeds with memoryd's model, so memoryd runs when either needs it.
+	if !cfg.Memory.Enabled && !cfg.Tools.Retrieval.Enabled {
 		return cfg
 	}
 	l := log.With("role", "memoryd")

@@ -12,6 +12,9 @@
 //
 // when.system is matched against the system prompt (its blocks joined by blank lines),
 // when.last against the newest user message: its text and tool results, joined by newlines.
+// An argument whose value is exactly "$1" … "$9" takes that capture group of when.last (a JSON
+// number when the capture is one, else a string), so a script can pass on a handle or an offset
+// the conversation produced: `when: {last: "handle: (res-\w+)"}` … `args: {handle: "$1"}`.
 // The first rule that matches and is not used up answers; no match is an error naming the
 // script file and quoting the start of the newest message.
 //
@@ -35,6 +38,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -228,9 +232,13 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 		}
 		resp := &llm.Response{Text: r.text, Model: Model, StopReason: llm.StopEndTurn}
 		out := tokenize.Count(r.text)
+		var groups []string
+		if r.last != nil {
+			groups = r.last.FindStringSubmatch(last)
+		}
 		for j, c := range r.calls {
 			c.ID = fmt.Sprintf("call_%d_%d", turn, j)
-			c.Args = append(json.RawMessage(nil), c.Args...)
+			c.Args = substitute(c.Args, groups)
 			resp.ToolCalls = append(resp.ToolCalls, c)
 			out += tokenize.Count(c.Name) + tokenize.Count(string(c.Args))
 		}
@@ -242,6 +250,29 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 		return resp, nil
 	}
 	return nil, fmt.Errorf("scripted: no rule in %s matches the conversation (newest message: %q)", b.script.name, quoteStart(last, 80))
+}
+
+// capture is an argument value standing for a capture group of when.last.
+var capture = regexp.MustCompile(`"\$([1-9])"`)
+
+// substitute fills "$N" argument values with the capture groups of when.last.
+func substitute(args json.RawMessage, groups []string) json.RawMessage {
+	out := append(json.RawMessage(nil), args...)
+	if len(groups) < 2 {
+		return out
+	}
+	return capture.ReplaceAllFunc(out, func(m []byte) []byte {
+		n := int(m[2] - '0')
+		if n >= len(groups) {
+			return m
+		}
+		g := groups[n]
+		if _, err := strconv.ParseFloat(g, 64); err == nil && json.Valid([]byte(g)) {
+			return []byte(g)
+		}
+		b, _ := json.Marshal(g)
+		return b
+	})
 }
 
 // usesIn counts the assistant turns of the transcript that are exactly r's reply.

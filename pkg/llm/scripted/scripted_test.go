@@ -2,6 +2,7 @@ package scripted
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -175,5 +176,30 @@ func TestBadScripts(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// "$N" argument values take the capture groups of when.last: numbers as numbers, the rest as
+// strings; other values and unmatched groups stay as written.
+func TestArgsFromCaptures(t *testing.T) {
+	s, err := Parse("t.yaml", []byte(`rules:
+  - when: {last: "handle: (res-\\w+) next: (\\d+)"}
+    reply:
+      tool_calls:
+        - {name: read_result, args: {handle: "$1", offset: "$2", note: "keep $1", other: "$7"}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := FromScript(s).Complete(context.Background(), llm.Request{Messages: []llm.Message{user("handle: res-ab12 next: 8000")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args map[string]any
+	if err := json.Unmarshal(resp.ToolCalls[0].Args, &args); err != nil {
+		t.Fatal(err)
+	}
+	if args["handle"] != "res-ab12" || args["offset"] != float64(8000) || args["note"] != "keep $1" || args["other"] != "$7" {
+		t.Fatalf("args %v", args)
 	}
 }
