@@ -19,6 +19,9 @@ import (
 // DefaultCallTimeout bounds a Call given no timeout.
 const DefaultCallTimeout = 60 * time.Second
 
+// RetryEvery is how long Call waits for the reply to a call with an id before asking again.
+var RetryEvery = 15 * time.Second
+
 // UnavailableAfter is how long Call keeps retrying while no toolhost serves the tool (they may
 // still be starting) before it answers with kind unavailable.
 const UnavailableAfter = 10 * time.Second
@@ -28,9 +31,9 @@ const UnavailableAfter = 10 * time.Second
 // reply) comes back as a reply with OK false and a Kind; the error is non-nil only when ctx
 // ends or req cannot be encoded.
 //
-// Only "no responders" is retried. A request that reached a toolhost and timed out is never
-// sent again, because a tool may not be idempotent; that is also why this does not use
-// bus.Request, which retries timeouts and cannot tell the two apart.
+// "No responders" is retried. A request that reached a toolhost and timed out is sent again
+// only when it carries a call id (the toolhost then runs the call at most once per id); without
+// one it is never repeated, because a tool may not be idempotent.
 func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol.ToolRequest, timeout time.Duration) (protocol.ToolReply, error) {
 	if timeout <= 0 {
 		timeout = DefaultCallTimeout
@@ -47,24 +50,40 @@ func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = time.Second
-	b.MaxElapsedTime = min(timeout, UnavailableAfter)
+	// A call with an id is safe to send again: the toolhost answers a repeat from its record,
+	// or joins the run in flight, or takes the call over once the host running it has died.
+	// So it is asked again every RetryEvery while no reply comes, which is how a call whose
+	// toolhost died finishes instead of waiting out its whole timeout.
+	perTry := timeout
+	if req.CallID != "" {
+		perTry = min(timeout, RetryEvery)
+	}
 	var msg *nats.Msg
 	var last error
-	err = backoff.Retry(func() error {
-		m, err := nc.RequestWithContext(cctx, subject, data)
-		last = err
-		switch {
-		case err == nil:
-			msg = m
-			return nil
-		case errors.Is(err, nats.ErrNoResponders):
-			return err
+	for {
+		b := backoff.NewExponentialBackOff()
+		b.InitialInterval = 50 * time.Millisecond
+		b.MaxInterval = time.Second
+		b.MaxElapsedTime = min(timeout, UnavailableAfter)
+		err = backoff.Retry(func() error {
+			tctx, tcancel := context.WithTimeout(cctx, perTry)
+			defer tcancel()
+			m, err := nc.RequestWithContext(tctx, subject, data)
+			last = err
+			switch {
+			case err == nil:
+				msg = m
+				return nil
+			case errors.Is(err, nats.ErrNoResponders):
+				return err
+			}
+			return backoff.Permanent(err)
+		}, backoff.WithContext(b, cctx))
+		timedOut := errors.Is(last, context.DeadlineExceeded) || errors.Is(last, nats.ErrTimeout)
+		if err == nil || req.CallID == "" || cctx.Err() != nil || !timedOut {
+			break
 		}
-		return backoff.Permanent(err)
-	}, backoff.WithContext(b, cctx))
+	}
 
 	if err != nil {
 		if ctx.Err() != nil {
