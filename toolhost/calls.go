@@ -250,7 +250,6 @@ func (l *ledger) attempt(req protocol.ToolRequest, kind, recordedBy string) {
 	}
 }
 
-
 // callOnce decodes a request and runs it at most once per call id.
 func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time) protocol.ToolReply {
 	var req protocol.ToolRequest
