@@ -14,9 +14,10 @@ import (
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
-// leaseSlack is added to a tool's own time limit to get how long a running record holds off
-// repeats: after it, the host that started the call is taken to be dead.
-const leaseSlack = 30 * time.Second
+// callLease is how long a running record holds off repeats without being renewed: the host
+// running the call renews it every third of it, so a repeat takes over seconds after that host
+// died, not after the tool's whole time limit.
+var callLease = 10 * time.Second
 
 // ledger makes tool calls happen once per call id: it records each call's result in the tool
 // calls bucket, answers a repeat from the record, and lets a repeat that arrives while the
@@ -57,8 +58,11 @@ func (l *ledger) once(ctx context.Context, req protocol.ToolRequest, lease time.
 				Error: fmt.Sprintf("toolhost %s cannot record call %s, so it did not start it: %v", l.host, req.CallID, err)}}
 		case prev == nil:
 			l.attempt(req, protocol.AttemptRun, "")
+			r := &renewal{rev: rev}
+			stop := l.renew(req, hash, lease, r)
 			out := run()
-			l.finish(req, hash, rev, out)
+			stop()
+			l.finish(req, hash, r.rev, out)
 			return out
 		case prev.State == protocol.CallDone && prev.Reply != nil:
 			l.attempt(req, protocol.AttemptReplay, prev.Host)
@@ -124,6 +128,46 @@ func (l *ledger) claim(ctx context.Context, req protocol.ToolRequest, hash strin
 		return 0, nil, err
 	}
 	return rev, nil, nil
+}
+
+// renewal is the revision of a running record, shared by the renewer and finish.
+type renewal struct {
+	rev uint64
+}
+
+// renew keeps a running record's lease fresh until the returned stop is called; stop waits for
+// the renewer, so r.rev is final afterwards.
+func (l *ledger) renew(req protocol.ToolRequest, hash string, lease time.Duration, r *renewal) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			now := time.Now().UTC()
+			rec := protocol.ToolCallRecord{CallID: req.CallID, Tool: req.Tool, ArgsHash: hash, State: protocol.CallRunning,
+				Host: l.host, Started: now, LeaseUntil: now.Add(lease)}
+			data, err := protocol.Marshal(&rec)
+			if err != nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), lease/3)
+			rev, err := l.kv.Update(ctx, req.CallID, data, r.rev)
+			cancel()
+			if err != nil {
+				l.log.Warn("tool call lease not renewed", "call", req.CallID, "err", err)
+				return
+			}
+			r.rev = rev
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // finish records the reply of a run this host claimed.
@@ -206,15 +250,6 @@ func (l *ledger) attempt(req protocol.ToolRequest, kind, recordedBy string) {
 	}
 }
 
-// lease is how long a run of t holds off repeats of its call id.
-func (h *handler) lease(t *tools.Tool) time.Duration {
-	def := h.runner.DefaultTimeout
-	if def <= 0 {
-		def = tools.DefaultTimeout
-	}
-	return t.Timeout(def) + leaseSlack
-}
-
 // callOnce decodes a request and runs it at most once per call id.
 func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time) protocol.ToolReply {
 	var req protocol.ToolRequest
@@ -222,7 +257,7 @@ func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time) protocol
 		return protocol.ToolReply{Host: h.host, LatencyMS: time.Since(start).Milliseconds(), ToolResult: protocol.ToolResult{
 			Kind: protocol.ToolErrBadArgs, Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}}
 	}
-	return h.ledger.once(h.ctx, req, h.lease(t), func() protocol.ToolReply {
+	return h.ledger.once(h.ctx, req, callLease, func() protocol.ToolReply {
 		res := h.call(t, req)
 		return protocol.ToolReply{ToolResult: res, LatencyMS: time.Since(start).Milliseconds(), Host: h.host}
 	})

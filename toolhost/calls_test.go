@@ -173,3 +173,34 @@ func TestCallPastItsCallersDeadlineIsNotStarted(t *testing.T) {
 		t.Fatalf("a call past its deadline ran %d times", n)
 	}
 }
+
+// A call whose host died mid-run (its running record's lease ran out) is taken over by the next
+// request of the same id, and runs.
+func TestRepeatOfACallWhoseHostDiedRunsIt(t *testing.T) {
+	m := bustest.Start(t)
+	log := effectHost(t, m, "host-a")
+	id := protocol.ToolCallID("s-once", "s1", 3, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := m.Conn.JS.KeyValue(ctx, m.Names.Bucket(protocol.BucketToolCalls))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, _ := json.Marshal(map[string]any{"note": "orphan", "seconds": 0})
+	dead := protocol.ToolCallRecord{CallID: id, Tool: "effect", ArgsHash: protocol.ArgsHash("effect", args), State: protocol.CallRunning,
+		Host: "host-dead", Started: time.Now().Add(-time.Minute), LeaseUntil: time.Now().Add(-time.Second)}
+	data, err := protocol.Marshal(&dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, id, data); err != nil {
+		t.Fatal(err)
+	}
+	rep := effectCall(t, m, id, "orphan", 0)
+	if !rep.OK || rep.Replayed || rep.Host != "host-a" {
+		t.Fatalf("reply %+v, want a fresh run by host-a", rep)
+	}
+	if n := len(readEffects(t, log)); n != 1 {
+		t.Fatalf("%d runs, want 1", n)
+	}
+}

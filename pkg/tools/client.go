@@ -22,6 +22,9 @@ var errBusy = errors.New("toolhost busy")
 // DefaultCallTimeout bounds a Call given no timeout.
 const DefaultCallTimeout = 60 * time.Second
 
+// RetryEvery is how long Call waits for the reply to a call with an id before asking again.
+var RetryEvery = 15 * time.Second
+
 // UnavailableAfter is how long Call keeps retrying while no toolhost serves the tool (they may
 // still be starting) before it answers with kind unavailable.
 const UnavailableAfter = 10 * time.Second
@@ -31,10 +34,11 @@ const UnavailableAfter = 10 * time.Second
 // reply) comes back as a reply with OK false and a Kind; the error is non-nil only when ctx
 // ends or req cannot be encoded.
 //
-// Only "no responders" (for up to UnavailableAfter) and a toolhost's busy refusal (for up to
-// timeout) are retried: in both cases nothing ran. A request that reached a toolhost and timed out is never
-// sent again, because a tool may not be idempotent; that is also why this does not use
-// bus.Request, which retries timeouts and cannot tell the two apart.
+// Only what started nothing, or what the toolhost runs at most once, is retried: "no responders"
+// (for up to UnavailableAfter), a toolhost's busy refusal (for up to timeout), and a request
+// with a call id that timed out (the toolhost answers a repeat from its record). A request
+// without a call id that reached a toolhost and timed out is never sent again, because a tool
+// may not be idempotent; that is also why this does not use bus.Request.
 func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol.ToolRequest, timeout time.Duration) (protocol.ToolReply, error) {
 	if timeout <= 0 {
 		timeout = DefaultCallTimeout
@@ -51,37 +55,53 @@ func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = time.Second
-	b.MaxElapsedTime = timeout
+	// A call with an id is safe to send again: the toolhost answers a repeat from its record,
+	// or joins the run in flight, or takes the call over once the host running it has died.
+	// So it is asked again every RetryEvery while no reply comes, which is how a call whose
+	// toolhost died finishes instead of waiting out its whole timeout.
+	perTry := timeout
+	if req.CallID != "" {
+		perTry = min(timeout, RetryEvery)
+	}
 	var msg *nats.Msg
 	var reply protocol.ToolReply
 	var decodeErr, last error
 	var busy *protocol.ToolReply
-	err = backoff.Retry(func() error {
-		m, err := nc.RequestWithContext(cctx, subject, data)
-		last, busy = err, nil
-		switch {
-		case err == nil:
-			// A toolhost with every slot and queue place taken started nothing: ask again (the
-			// queue group may pick another toolhost), for as long as the call's timeout allows.
-			var r protocol.ToolReply
-			derr := protocol.Unmarshal(m.Data, &r)
-			if derr == nil && !r.OK && r.Kind == protocol.ToolErrBusy {
-				busy = &r
-				return errBusy
+	for {
+		b := backoff.NewExponentialBackOff()
+		b.InitialInterval = 50 * time.Millisecond
+		b.MaxInterval = time.Second
+		b.MaxElapsedTime = timeout
+		err = backoff.Retry(func() error {
+			tctx, tcancel := context.WithTimeout(cctx, perTry)
+			defer tcancel()
+			m, err := nc.RequestWithContext(tctx, subject, data)
+			last, busy = err, nil
+			switch {
+			case err == nil:
+				// A toolhost with every slot and queue place taken started nothing: ask again
+				// (the queue group may pick another toolhost), for as long as the timeout allows.
+				var r protocol.ToolReply
+				derr := protocol.Unmarshal(m.Data, &r)
+				if derr == nil && !r.OK && r.Kind == protocol.ToolErrBusy {
+					busy = &r
+					return errBusy
+				}
+				msg, reply, decodeErr = m, r, derr
+				return nil
+			case errors.Is(err, nats.ErrNoResponders):
+				if time.Since(start) >= UnavailableAfter {
+					return backoff.Permanent(err)
+				}
+				return err
 			}
-			msg, reply, decodeErr = m, r, derr
-			return nil
-		case errors.Is(err, nats.ErrNoResponders):
-			if time.Since(start) >= UnavailableAfter {
-				return backoff.Permanent(err)
-			}
-			return err
+			return backoff.Permanent(err)
+		}, backoff.WithContext(b, cctx))
+		timedOut := errors.Is(last, context.DeadlineExceeded) || errors.Is(last, nats.ErrTimeout)
+		if err == nil || req.CallID == "" || cctx.Err() != nil || !timedOut {
+			break
 		}
-		return backoff.Permanent(err)
-	}, backoff.WithContext(b, cctx))
+	}
 
 	if err != nil {
 		if ctx.Err() != nil {
