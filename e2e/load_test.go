@@ -156,6 +156,7 @@ type meshStats struct {
 	consumers  map[string]int
 	goroutines int
 	rssKB      int64
+	heapMB     float64       // live Go heap after a GC (RSS also holds freed pages, ONNX, stacks)
 	cpu        time.Duration // user+system CPU of the process so far
 }
 
@@ -169,7 +170,8 @@ func (s meshStats) String() string {
 	for _, k := range keys {
 		cs = append(cs, fmt.Sprintf("%s=%d", k, s.consumers[k]))
 	}
-	return fmt.Sprintf("consumers %s; goroutines %d; RSS %.0f MB", strings.Join(cs, " "), s.goroutines, float64(s.rssKB)/1024)
+	return fmt.Sprintf("consumers %s; goroutines %d; RSS %.0f MB; live heap %.0f MB", strings.Join(cs, " "), s.goroutines,
+		float64(s.rssKB)/1024, s.heapMB)
 }
 
 func (m *upMesh) stats(ctx context.Context, t *testing.T) meshStats {
@@ -187,8 +189,37 @@ func (m *upMesh) stats(ctx context.Context, t *testing.T) meshStats {
 		s.consumers[name] = info.State.Consumers
 	}
 	s.goroutines = goroutines(t, m.pprof)
+	s.heapMB = liveHeapMB(t, m.pprof)
 	s.rssKB, s.cpu = procUsage(m.p.cmd.Process.Pid)
 	return s
+}
+
+// liveHeapMB reads the in-use heap from a --pprof endpoint, after a GC.
+func liveHeapMB(t *testing.T, addr string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p, err := profile.Parse(resp.Body)
+	if err != nil {
+		t.Fatalf("heap profile: %v", err)
+	}
+	vi := -1
+	for i, st := range p.SampleType {
+		if st.Type == "inuse_space" {
+			vi = i
+		}
+	}
+	if vi < 0 {
+		return 0
+	}
+	var b int64
+	for _, s := range p.Sample {
+		b += s.Value[vi]
+	}
+	return float64(b) / (1 << 20)
 }
 
 // goroutines reads the goroutine count from a --pprof endpoint.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -70,6 +72,9 @@ func TestSoak(t *testing.T) {
 	time.Sleep(2 * time.Second) // let the miner catch up with the warm-up
 	before := m.stats(ctx, t)
 	t.Logf("start: %s", before)
+	if path := os.Getenv("SKEIN_SOAK_HEAP_PROFILE"); path != "" {
+		saveHeapProfile(t, m.pprof, path+".start") // diff with: go tool pprof -base PATH.start PATH
+	}
 
 	begin := time.Now()
 	var cpu map[string]time.Duration
@@ -95,6 +100,9 @@ func TestSoak(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 
+	if path := os.Getenv("SKEIN_SOAK_HEAP_PROFILE"); path != "" {
+		saveHeapProfile(t, m.pprof, path) // for `go tool pprof` when the live heap grew
+	}
 	var report strings.Builder
 	fmt.Fprintf(&report, "soak: %d workers, %s, %d sessions, %.1f sessions/s\n", workers, elapsed.Round(time.Second), len(rs), float64(len(rs))/elapsed.Seconds())
 	fmt.Fprintf(&report, "minute  sessions  sessions/s  p50      p99\n")
@@ -142,5 +150,22 @@ func TestSoak(t *testing.T) {
 	}
 	if firstP50 > 0 && lastP50 > 3*firstP50 {
 		t.Errorf("latency grew: p50 %s in the first minute, %s in the last", firstP50, lastP50)
+	}
+}
+
+func saveHeapProfile(t *testing.T, addr, path string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		t.Fatal(err)
 	}
 }

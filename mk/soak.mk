@@ -3,6 +3,7 @@
 # stream, goroutines, RSS and CPU per role (e2e/soak_test.go). Not part of `make test`.
 #   make soak                      10 minutes, 4 sessions in flight
 #   make soak SOAK_DURATION=2m SOAK_WORKERS=8
+# SKEIN_SOAK_HEAP_PROFILE=PATH also saves heap profiles at start (PATH.start) and end (PATH).
 
 SOAK_DURATION ?= 10m
 SOAK_WORKERS  ?= 4
