@@ -15,7 +15,8 @@ import (
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 )
 
-// The deploy/ manifests say and do the same: every file compose mounts is shipped, the agent
+// The deploy/ manifests say and do the same: every file compose mounts is shipped (or is a
+// credential `skein creds` writes), the agent
 // configs they give the roles load with this package's own checks, and both run streams and
 // buckets with the 3 replicas the 3-node cluster is for.
 func TestDeployManifestsAreConsistent(t *testing.T) {
@@ -40,6 +41,14 @@ func TestDeployManifestsAreConsistent(t *testing.T) {
 		src, dst, _ := strings.Cut(m, ":")
 		if !strings.HasPrefix(src, "./") {
 			continue // a named volume
+		}
+		if strings.HasPrefix(src, "./creds/") {
+			// Credentials are secrets the operator makes with `skein creds --dir deploy/creds`
+			// (the compose file says so at its top); they are never shipped.
+			if !strings.HasSuffix(src, ".nk") && !strings.HasSuffix(src, ".env") {
+				t.Errorf("compose mounts %s from deploy/creds, which `skein creds` does not write", src)
+			}
+			continue
 		}
 		if _, err := os.Stat(filepath.Join(dir, src)); err != nil {
 			t.Errorf("compose mounts %s, which deploy/ does not ship: %v", src, err)
