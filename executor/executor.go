@@ -16,6 +16,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -46,6 +47,9 @@ type Executor struct {
 	model    llm.Backend
 	sessions jetstream.KeyValue
 	trace    *trace.Publisher
+	// watch stops the steps of cancelled sessions; ledger charges budgets mesh-wide.
+	watch  *govern.Watcher
+	ledger *govern.Ledger
 }
 
 // Run serves until ctx ends.
@@ -78,7 +82,14 @@ func New(ctx context.Context, d Deps) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{d: d, model: model, sessions: sessions, trace: trace.NewPublisher(d.Conn.JS, d.Names, d.ID)}
+	if e.ledger, err = govern.OpenLedger(ctx, d.Conn.JS, d.Names); err != nil {
+		return nil, err
+	}
+	if e.watch, err = govern.Watch(d.Conn.NC, d.Names); err != nil {
+		return nil, err
+	}
 	if err := e.register(ctx); err != nil {
+		e.watch.Stop()
 		return nil, err
 	}
 	return e, nil
@@ -93,6 +104,10 @@ func (e *Executor) register(ctx context.Context) error {
 	c := e.d.Config
 	spec := protocol.AgentSpec{Name: c.Agent.Name, MaxSteps: c.Agent.MaxSteps, MaxDepth: c.Agent.MaxDepth,
 		PlannerMode: c.Planner.Mode, MaxItems: c.Planner.MaxItems, Tools: c.Tools.Enabled, Updated: time.Now().UTC()}
+	if !c.Agent.Budget.IsZero() {
+		b := c.Agent.Budget
+		spec.Budget = &b
+	}
 	data, err := protocol.Marshal(&spec)
 	if err != nil {
 		return err
@@ -126,6 +141,7 @@ func (e *Executor) Serve(ctx context.Context) error {
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
+	defer e.watch.Stop()
 	sem := make(chan struct{}, e.d.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,7 @@ type run struct {
 	usage    protocol.Usage
 	toolFail bool
 	badTurns int
+	gov      *guard
 }
 
 // RunStep runs the ReAct loop for one step and returns its result. It never panics on bad model
@@ -41,16 +43,27 @@ type run struct {
 func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.StepResult {
 	res := protocol.StepResult{SessionID: step.SessionID, StepID: step.StepID}
 	r := &run{e: e, step: step}
+	ctx, r.gov = e.governStep(ctx, step)
+	defer r.gov.release()
 	e.emit(step, protocol.Event{Type: protocol.EvStepStarted, Role: protocol.RoleExecutor, Text: step.Instruction,
 		Attrs: map[string]string{"executor": e.d.ID}})
+	if out, reason, stop := r.gov.halt(ctx); stop {
+		return r.finish(res, 0, out, "", reason)
+	}
 	if err := r.prepare(ctx); err != nil {
 		return r.finish(res, 0, protocol.OutcomeFailed, "", err.Error())
 	}
 	maxTurns := e.d.Config.Agent.MaxSteps
 	for turn := 1; turn <= maxTurns; turn++ {
+		if out, reason, stop := r.gov.halt(ctx); stop {
+			return r.finish(res, turn-1, out, "", reason)
+		}
 		r.compact(turn)
 		resp, err := r.call(ctx, turn)
 		if err != nil {
+			if out, reason, stop := r.gov.halt(ctx); stop {
+				return r.finish(res, turn, out, "", reason)
+			}
 			return r.finish(res, turn, protocol.OutcomeFailed, "", "model call failed: "+err.Error())
 		}
 		if len(resp.ToolCalls) == 0 {
@@ -158,6 +171,7 @@ func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
 		return nil, err
 	}
 	r.usage = r.usage.Add(resp.Usage)
+	r.gov.chargeModel(ctx, cmp.Or(resp.Model, cfg.Model), cfg.CacheTTL, resp.Usage)
 	u := resp.Usage
 	ev.Usage, ev.StopReason = &u, resp.StopReason
 	if resp.Model != "" {
@@ -203,13 +217,19 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 				Error: fmt.Sprintf("there is no tool named %q; the available tools are: %s", c.Name, strings.Join(r.toolNames(), ", "))}}
 			continue
 		}
+		if ex := r.gov.beforeTool(ctx, r.tools[c.Name], r.step.Depth+1); ex != nil {
+			results[i] = refused(ex)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			req := protocol.ToolRequest{SessionID: r.step.SessionID, StepID: r.step.StepID, CallID: c.ID, Tool: c.Name, Args: c.Args, Depth: r.step.Depth}
-			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, r.toolTimeout(r.tools[c.Name]))
+			wait := r.toolTimeout(r.tools[c.Name])
+			req := protocol.ToolRequest{SessionID: r.step.SessionID, StepID: r.step.StepID, CallID: c.ID, Tool: c.Name, Args: c.Args, Depth: r.step.Depth,
+				Deadline: r.gov.toolDeadline(wait)}
+			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, wait)
 			if err != nil {
 				reply = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: err.Error()}}
 			}

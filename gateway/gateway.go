@@ -53,6 +53,9 @@ func Run(ctx context.Context, d Deps) error {
 	if err := svc.AddEndpoint("submit", micro.HandlerFunc(g.handleSubmit), micro.WithEndpointSubject(d.Names.Submit())); err != nil {
 		return fmt.Errorf("gateway submit endpoint: %w", err)
 	}
+	if err := svc.AddEndpoint("cancel", micro.HandlerFunc(g.handleCancel), micro.WithEndpointSubject(d.Names.Cancel())); err != nil {
+		return fmt.Errorf("gateway cancel endpoint: %w", err)
+	}
 	// Dead letters: work that exhausted its deliveries is kept for operators, not lost.
 	stopDLQ, err := bus.StartDLQ(d.Conn, d.Names, d.Logger)
 	if err != nil {
@@ -140,6 +143,9 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 		SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, Status: protocol.StatusQueued,
 		Parent: in.Parent, Depth: in.Depth, Created: now, Updated: now,
 	}
+	if err := g.governNew(ctx, &sess, in); err != nil {
+		return protocol.SubmitReply{}, err
+	}
 	data, err := protocol.Marshal(&sess)
 	if err != nil {
 		return protocol.SubmitReply{}, err
@@ -165,6 +171,15 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 			return protocol.SubmitReply{SessionID: in.SessionID, Duplicate: true}, nil
 		}
 		sess = prev
+	}
+	if in.Parent != "" {
+		if err := g.linkChild(ctx, in.Parent, in.SessionID); err != nil {
+			// The parent was cancelled between the checks: the child must not run.
+			if _, cerr := g.Cancel(ctx, protocol.CancelRequest{SessionID: in.SessionID, By: "gateway", Reason: err.Error()}); cerr != nil {
+				g.d.Logger.Warn("cancel orphan child", "session", in.SessionID, "err", cerr)
+			}
+			return protocol.SubmitReply{}, err
+		}
 	}
 	// A resubmit reaches here only while the session is still queued, i.e. when an earlier submit
 	// may have stopped between recording the session and enqueueing it. Announcing the session

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -20,11 +21,13 @@ import (
 //	POST /v1/tasks                  {"task": "...", "agent"?: "...", "session_id"?: "..."} → 202 {"session_id"}
 //	GET  /v1/sessions/{id}          the session's state
 //	GET  /v1/sessions/{id}/events   the trace as server-sent events, until the usage event
+//	POST /v1/sessions/{id}/cancel   {"reason"?: "..."} → 200 CancelReply (a finished session: no_op)
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
 	mux.HandleFunc("GET /v1/sessions/{id}", g.httpSession)
 	mux.HandleFunc("GET /v1/sessions/{id}/events", g.httpEvents)
+	mux.HandleFunc("POST /v1/sessions/{id}/cancel", g.httpCancel)
 	return mux
 }
 
@@ -54,9 +57,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	var in struct {
-		Task      string `json:"task"`
-		Agent     string `json:"agent"`
-		SessionID string `json:"session_id"`
+		Task      string           `json:"task"`
+		Agent     string           `json:"agent"`
+		SessionID string           `json:"session_id"`
+		Budget    *protocol.Budget `json:"budget"`
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
 	dec.DisallowUnknownFields()
@@ -70,7 +74,7 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
 		return
 	}
-	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http"})
+	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
 		status := http.StatusInternalServerError
 		if errors.Is(err, ErrRejected) {
@@ -135,4 +139,27 @@ func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
 		fl.Flush()
 		return ev.Type != protocol.EvUsage
 	})
+}
+
+func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
+	if _, ok := g.lookup(w, r); !ok {
+		return
+	}
+	var in struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil && !errors.Is(err, io.EOF) {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
+			return
+		}
+	}
+	rep, err := g.Cancel(r.Context(), protocol.CancelRequest{SessionID: r.PathValue("id"), Reason: in.Reason, By: "http " + r.RemoteAddr})
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
 }

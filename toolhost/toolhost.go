@@ -21,6 +21,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
@@ -122,6 +123,11 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		ctx:   runCtx,
 		slots: make(chan struct{}, concurrency(d.Concurrency)),
 	}
+	// Cancel notices stop the calls of a cancelled session, and refuse its late ones.
+	if h.watch, err = govern.Watch(d.Conn.NC, d.Names); err != nil {
+		killRunning()
+		return nil, fmt.Errorf("toolhost: %w", err)
+	}
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
 		Name:        protocol.ServiceToolhost,
 		Version:     Version,
@@ -131,6 +137,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	})
 	if err != nil {
 		killRunning()
+		h.watch.Stop()
 		return nil, fmt.Errorf("toolhost: add micro service: %w", err)
 	}
 	host := &Host{h: h, svc: svc, nc: d.Conn.NC, log: log, grace: d.ShutdownGrace, killRunning: killRunning}
@@ -173,6 +180,7 @@ func (x *Host) Tools() []string { return append([]string(nil), x.tools...) }
 // calls in flight (killing their tools after it) and returns nil.
 func (x *Host) Serve(ctx context.Context) error {
 	defer x.killRunning()
+	defer x.h.watch.Stop()
 	<-ctx.Done()
 	x.stop()
 	done := make(chan struct{})
@@ -210,6 +218,7 @@ type handler struct {
 	nc     *nats.Conn
 	ctx    context.Context
 	slots  chan struct{}
+	watch  *govern.Watcher
 
 	mu       sync.Mutex
 	closing  bool
@@ -261,7 +270,12 @@ func (h *handler) call(t *tools.Tool, data []byte) (res protocol.ToolResult) {
 	if req.Tool != "" && req.Tool != t.Name {
 		return protocol.ToolResult{Kind: protocol.ToolErrUnknown, Error: fmt.Sprintf("request for tool %q arrived on the endpoint of %q", req.Tool, t.Name)}
 	}
-	res = h.runner.Run(h.ctx, t, req.Args)
+	ctx, release, refusal := h.admit(req)
+	if refusal != nil {
+		return *refusal
+	}
+	defer release()
+	res = h.runner.Run(ctx, t, req.Args)
 	h.log.Debug("tool call", "tool", t.Name, "session", req.SessionID, "call", req.CallID, "ok", res.OK, "kind", res.Kind)
 	return res
 }
@@ -313,4 +327,25 @@ func configName(c *config.Config) string {
 		return "the default configuration"
 	}
 	return c.Path
+}
+
+// admit refuses a call whose caller's deadline has passed or whose session was cancelled (work
+// nobody can use), and otherwise returns the call's context: it ends at the caller's deadline
+// or when the session is cancelled, and then the tool's processes are killed.
+func (h *handler) admit(req protocol.ToolRequest) (context.Context, func(), *protocol.ToolResult) {
+	if !req.Deadline.IsZero() && !time.Now().Before(req.Deadline) {
+		return nil, nil, &protocol.ToolResult{Kind: protocol.ToolErrTimeout,
+			Error: fmt.Sprintf("not started: the caller's deadline %s had passed", req.Deadline.UTC().Format(time.RFC3339Nano))}
+	}
+	if c, ok := h.watch.Cancelled(req.SessionID); ok {
+		return nil, nil, &protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: "not started: " + c.Error()}
+	}
+	ctx, release := h.watch.Track(h.ctx, req.SessionID)
+	if !req.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
+		rel := release
+		release = func() { cancel(); rel() }
+	}
+	return ctx, release, nil
 }

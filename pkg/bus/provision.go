@@ -77,10 +77,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, n protocol.Names, l 
 		}
 	}
 	r := max(l.Replicas, 1)
-	for _, b := range []string{protocol.BucketSessions, protocol.BucketAgents, protocol.BucketTools, protocol.BucketMemory, protocol.BucketMined} {
+	for _, b := range []string{protocol.BucketSessions, protocol.BucketAgents, protocol.BucketTools, protocol.BucketMemory, protocol.BucketMined, protocol.BucketLedger} {
 		cfg := jetstream.KeyValueConfig{Bucket: n.Bucket(b), Replicas: r, Storage: jetstream.FileStorage}
 		if b == protocol.BucketSessions {
 			cfg.History = 1
+		}
+		if b == protocol.BucketLedger {
+			// A tree's spending matters while it runs; keep it as long as its results.
+			cfg.History, cfg.TTL = 1, l.ResultsMaxAge
 		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("provision KV bucket %s: %w", cfg.Bucket, err)

@@ -2,6 +2,8 @@
 // every error.
 package config
 
+import "github.com/skein-mesh/skein/pkg/protocol"
+
 // Config is one agent's configuration file.
 type Config struct {
 	Agent    Agent    `yaml:"agent"`
@@ -25,6 +27,9 @@ type Agent struct {
 	Policies     []string `yaml:"policies"`
 	// MaxDepth bounds agent-as-tool recursion.
 	MaxDepth int `yaml:"max_depth"`
+	// Budget limits every task of this agent (tokens, money, time, turns, tool calls, depth,
+	// fan-out); a task's own budget at submit can only tighten it.
+	Budget protocol.Budget `yaml:"budget"`
 }
 
 // Planner is the `planner:` section. LLM, when set, overrides the top-level llm for planning

@@ -247,6 +247,10 @@ func (c *Config) Validate() Errors {
 	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 1000 {
 		bad("agent.max_steps", "must be between 1 and 1000, got %d", c.Agent.MaxSteps)
 	}
+	if b := c.Agent.Budget; b.MaxInputTokens < 0 || b.MaxOutputTokens < 0 || b.MaxUSD < 0 || b.DeadlineS < 0 ||
+		b.MaxTurns < 0 || b.MaxToolCalls < 0 || b.MaxDepth < 0 || b.MaxFanout < 0 {
+		bad("agent.budget", "limits must be >= 0 (0 means no limit)")
+	}
 	if c.Agent.MaxDepth < 0 || c.Agent.MaxDepth > 10 {
 		bad("agent.max_depth", "must be between 0 and 10, got %d", c.Agent.MaxDepth)
 	}

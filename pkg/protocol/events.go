@@ -23,6 +23,12 @@ const (
 	EvIncomplete     EventType = "incomplete"
 	EvFailed         EventType = "failed"
 	EvMined          EventType = "mined" // the miner's ingest actions for the session
+	// EvCancel records who cancelled the session and why (Attrs by, Reason); the session then
+	// ends with outcome cancelled.
+	EvCancel EventType = "cancel"
+	// EvBudget records a budget limit reached (Attrs limit, reached, max); the session then ends
+	// with outcome budget_exceeded.
+	EvBudget EventType = "budget"
 	// EvUsage is always the last event of a session. The planner writes one when the session
 	// ends; the miner, after mining the session, writes a final one whose totals include its own
 	// model calls (Role miner). The last usage event of a session is the authoritative total.

@@ -16,6 +16,9 @@ const (
 	OutcomeFailed              Outcome = "failed"
 	OutcomeBudgetExceeded      Outcome = "budget_exceeded"
 	OutcomeCancelled           Outcome = "cancelled"
+	// OutcomeNotAccomplished: the model finished and reported (through the finish tool) that the
+	// task was not accomplished. Its answer says why; it is not a success.
+	OutcomeNotAccomplished Outcome = "not_accomplished"
 )
 
 // Succeeded reports whether the outcome counts as success (the CLI exits 0 only then).
@@ -27,7 +30,7 @@ func (o Outcome) Succeeded() bool {
 func (o Outcome) Valid() bool {
 	switch o {
 	case OutcomeSuccess, OutcomeSuccessWithRecovery, OutcomeIncomplete, OutcomeIncompleteToolFail,
-		OutcomeFailed, OutcomeBudgetExceeded, OutcomeCancelled:
+		OutcomeFailed, OutcomeBudgetExceeded, OutcomeCancelled, OutcomeNotAccomplished:
 		return true
 	}
 	return false
@@ -69,6 +72,8 @@ type SubmitRequest struct {
 	// agent-as-tool chains can be bounded.
 	Parent string `msgpack:"parent,omitempty" json:"parent,omitempty"`
 	Depth  int    `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// Budget limits this task; the agent's agent.budget applies too and the tighter value wins.
+	Budget *Budget `msgpack:"budget,omitempty" json:"budget,omitempty"`
 }
 
 // SubmitReply answers a SubmitRequest.
@@ -84,6 +89,8 @@ type CancelRequest struct {
 	Header
 	SessionID string `msgpack:"session_id" json:"session_id"`
 	Reason    string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	// By names who cancels (a user, "http", a parent session); it is written to the trace.
+	By string `msgpack:"by,omitempty" json:"by,omitempty"`
 }
 
 // Task is what the gateway publishes to TASKS for a planner.
@@ -162,8 +169,18 @@ type Session struct {
 	Planner   string        `msgpack:"planner,omitempty" json:"planner,omitempty"`
 	Parent    string        `msgpack:"parent,omitempty" json:"parent,omitempty"`
 	Depth     int           `msgpack:"depth,omitempty" json:"depth,omitempty"`
-	Created   time.Time     `msgpack:"created" json:"created"`
-	Updated   time.Time     `msgpack:"updated" json:"updated"`
+	// Root is the root session of this session's tree ("" for a root itself).
+	Root string `msgpack:"root,omitempty" json:"root,omitempty"`
+	// Children are the child agent sessions this session started, in order.
+	Children []string `msgpack:"children,omitempty" json:"children,omitempty"`
+	// Cancel is set once the session is cancelled and never cleared.
+	Cancel *CancelMark `msgpack:"cancel,omitempty" json:"cancel,omitempty"`
+	// Budget is the session's effective budget; Deadline is its absolute end (zero: none),
+	// never later than its parent's.
+	Budget   *Budget   `msgpack:"budget,omitempty" json:"budget,omitempty"`
+	Deadline time.Time `msgpack:"deadline,omitempty" json:"deadline,omitempty"`
+	Created  time.Time `msgpack:"created" json:"created"`
+	Updated  time.Time `msgpack:"updated" json:"updated"`
 }
 
 // Usage counts tokens the way the providers bill them.
@@ -218,6 +235,9 @@ type ToolRequest struct {
 	Tool      string          `msgpack:"tool" json:"tool"`
 	Args      json.RawMessage `msgpack:"args" json:"args"`
 	Depth     int             `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// Deadline is when the caller stops waiting for the answer (zero: none); a toolhost never
+	// starts a call whose deadline has passed.
+	Deadline time.Time `msgpack:"deadline,omitempty" json:"deadline,omitempty"`
 }
 
 // ToolResult is the one normalized shape of every tool outcome: {ok, error?, result?, stderr?, truncated?}.
@@ -354,11 +374,13 @@ type Ack struct {
 // tasks and for planners to plan them. Executors serving the agent write it at start.
 type AgentSpec struct {
 	Header
-	Name        string    `msgpack:"name" json:"name"`
-	MaxSteps    int       `msgpack:"max_steps" json:"max_steps"`
-	MaxDepth    int       `msgpack:"max_depth" json:"max_depth"`
-	PlannerMode string    `msgpack:"planner_mode" json:"planner_mode"`
-	MaxItems    int       `msgpack:"max_items" json:"max_items"`
-	Tools       []string  `msgpack:"tools,omitempty" json:"tools,omitempty"`
-	Updated     time.Time `msgpack:"updated" json:"updated"`
+	Name        string   `msgpack:"name" json:"name"`
+	MaxSteps    int      `msgpack:"max_steps" json:"max_steps"`
+	MaxDepth    int      `msgpack:"max_depth" json:"max_depth"`
+	PlannerMode string   `msgpack:"planner_mode" json:"planner_mode"`
+	MaxItems    int      `msgpack:"max_items" json:"max_items"`
+	Tools       []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	// Budget is the agent's agent.budget, applied to every task the agent runs.
+	Budget  *Budget   `msgpack:"budget,omitempty" json:"budget,omitempty"`
+	Updated time.Time `msgpack:"updated" json:"updated"`
 }

@@ -9,6 +9,7 @@
 //	        - {name: hello, args: {name: Ada, lang: en}}        # args: a YAML map -> JSON object
 //	        - {name: hello, args_raw: '{"name": "Ada"'}          # sent verbatim (malformed on purpose)
 //	    times: 1                                                  # optional: answer at most once
+//	    delay_s: 2                                                # optional: think this long first (a slow model)
 //
 // when.system is matched against the system prompt (its blocks joined by blank lines),
 // when.last against the newest user message: its text and tool results, joined by newlines.
@@ -23,11 +24,14 @@
 // backend holds no state. Two rules with identical replies share their count.
 //
 // Usage is counted with pkg/tokenize (o200k_base) on the rendered prompt and the reply, so
-// token figures mean something offline; the model name is "scripted", priced at 0.
+// token figures mean something offline; the model name is "scripted", priced at 0, unless
+// llm.model names another model: then replies carry that name, so its price applies (tests of
+// money budgets run offline that way).
 package scripted
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,6 +70,8 @@ type fileRule struct {
 		} `yaml:"tool_calls"`
 	} `yaml:"reply"`
 	Times int `yaml:"times"`
+	// DelayS makes the reply take this long, as a slow model would; the call's context ends it.
+	DelayS float64 `yaml:"delay_s"`
 }
 
 type rule struct {
@@ -73,6 +79,7 @@ type rule struct {
 	text         string
 	calls        []llm.ToolCall // IDs filled per answer
 	times        int            // 0: unlimited
+	delay        time.Duration
 }
 
 // Script is a parsed rule file.
@@ -160,6 +167,10 @@ func Parse(name string, data []byte) (*Script, error) {
 			return nil, at(".times", "must be 1 or more, got %d", fr.Times)
 		}
 		r.times = fr.Times
+		if fr.DelayS < 0 {
+			return nil, at(".delay_s", "must be >= 0, got %v", fr.DelayS)
+		}
+		r.delay = time.Duration(fr.DelayS * float64(time.Second))
 		s.rules = append(s.rules, r)
 	}
 	return s, nil
@@ -179,6 +190,7 @@ func compile(expr string) (*regexp.Regexp, error) {
 // Backend answers from a Script.
 type Backend struct {
 	script *Script
+	model  string
 }
 
 var _ llm.Backend = (*Backend)(nil)
@@ -192,7 +204,11 @@ func New(cfg config.LLM, _ ...llm.Option) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{script: s}, nil
+	b := &Backend{script: s}
+	if cfg.Model != "" && cfg.Model != Model {
+		b.model = cfg.Model
+	}
+	return b, nil
 }
 
 // FromScript serves an already parsed script.
@@ -226,7 +242,16 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 		if r.times > 0 && usesIn(r, req.Messages) >= r.times {
 			continue
 		}
-		resp := &llm.Response{Text: r.text, Model: Model, StopReason: llm.StopEndTurn}
+		if r.delay > 0 {
+			t := time.NewTimer(r.delay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, fmt.Errorf("scripted: %w", context.Cause(ctx))
+			}
+		}
+		resp := &llm.Response{Text: r.text, Model: cmp.Or(b.model, Model), StopReason: llm.StopEndTurn}
 		out := tokenize.Count(r.text)
 		for j, c := range r.calls {
 			c.ID = fmt.Sprintf("call_%d_%d", turn, j)
