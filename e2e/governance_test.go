@@ -443,4 +443,3 @@ func TestGovernance(t *testing.T) {
 		waitGone(t, pids, 2*time.Second)
 	})
 }
-

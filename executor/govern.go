@@ -20,6 +20,7 @@ import (
 // against the ledger first and charged to the session and its root after.
 type guard struct {
 	e       *Executor
+	step    protocol.Step
 	session string
 	root    string
 	own     protocol.Budget
@@ -35,11 +36,12 @@ type guard struct {
 	turns    int
 	calls    map[string]int
 	unpriced bool
+	reported bool
 }
 
 // governStep reads the session's record (and its root's) and returns the step's context.
 func (e *Executor) governStep(ctx context.Context, step protocol.Step) (context.Context, *guard) {
-	g := &guard{e: e, session: step.SessionID, calls: map[string]int{}}
+	g := &guard{e: e, step: step, session: step.SessionID, calls: map[string]int{}}
 	ctx, g.release = e.watch.Track(ctx, step.SessionID)
 	if sess, ok := e.sessionRecord(ctx, step.SessionID); ok {
 		g.cancelled = govern.FromMark(step.SessionID, sess.Cancel)
@@ -154,7 +156,16 @@ func (g *guard) check(ctx context.Context, fn func(string, protocol.Budget, prot
 // stopFor is the outcome and reason of a budget limit reached: which limit, the figure reached,
 // and what the step did until then.
 func (g *guard) stopFor(ex *govern.Exceeded) (protocol.Outcome, string, bool) {
-	return protocol.OutcomeBudgetExceeded, ex.Error() + "; done until then: " + g.done(), true
+	done := g.done()
+	g.mu.Lock()
+	first := !g.reported
+	g.reported = true
+	g.mu.Unlock()
+	if first {
+		g.e.emit(g.step, protocol.Event{Type: protocol.EvBudget, Role: protocol.RoleExecutor, Reason: ex.Error(),
+			Attrs: map[string]string{"limit": ex.Limit, "reached": ex.Reached, "max": ex.Max, "scope": ex.Scope, "done": done}})
+	}
+	return protocol.OutcomeBudgetExceeded, ex.Error() + "; done until then: " + done, true
 }
 
 func (g *guard) done() string {
@@ -244,6 +255,24 @@ func (g *guard) toolDeadline(wait time.Duration) time.Time {
 
 // refused is the tool result of a call not made because a budget limit was reached.
 func refused(ex *govern.Exceeded) protocol.ToolReply {
-	return protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable,
+	return protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrBudget,
 		Error: "not run: " + ex.Error()}}
+}
+
+// interrupted marks a failed reply whose call was cut short by the session's cancel or
+// deadline, so nobody mistakes it for the tool's own failure.
+func interrupted(ctx context.Context, reply protocol.ToolReply) protocol.ToolReply {
+	if reply.OK || ctx.Err() == nil {
+		return reply
+	}
+	var ex *govern.Exceeded
+	switch {
+	case errors.As(context.Cause(ctx), &ex):
+		reply.Kind = protocol.ToolErrBudget
+	default:
+		if _, ok := govern.AsCancelled(ctx); ok {
+			reply.Kind = protocol.ToolErrCancelled
+		}
+	}
+	return reply
 }

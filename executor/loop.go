@@ -233,7 +233,7 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			if err != nil {
 				reply = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: err.Error()}}
 			}
-			results[i] = reply
+			results[i] = interrupted(ctx, reply)
 		}()
 	}
 	wg.Wait()

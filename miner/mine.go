@@ -192,8 +192,8 @@ func Mine(s Session) []Evidence {
 	var out []Evidence
 	seen := map[string]bool{}
 	for i, c := range s.Calls {
-		if !c.Failed() {
-			continue
+		if !c.Failed() || c.Result.Kind == protocol.ToolErrCancelled || c.Result.Kind == protocol.ToolErrBudget {
+			continue // a call the session's cancel or budget stopped says nothing about the tool
 		}
 		msg := realError(c.Result)
 		kind := c.Result.Kind

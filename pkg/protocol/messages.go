@@ -262,6 +262,10 @@ const (
 	ToolErrTooLarge    = "output_too_large"
 	ToolErrUnavailable = "unavailable"
 	ToolErrToolError   = "tool_error" // the tool answered {ok:false}
+	// ToolErrCancelled and ToolErrBudget mark calls stopped or never made because the session was
+	// cancelled or reached a budget limit: not the tool's fault, so nothing to learn from.
+	ToolErrCancelled = "cancelled"
+	ToolErrBudget    = "budget_exceeded"
 )
 
 // ToolReply answers a ToolRequest.

@@ -48,6 +48,10 @@ func Line(ev protocol.Event) string {
 		}
 	case protocol.EvCompaction:
 		fmt.Fprintf(&b, " saved %d tokens: %s", ev.TokensSaved, ev.Reason)
+	case protocol.EvCancel, protocol.EvBudget:
+		if ev.Reason != "" {
+			fmt.Fprintf(&b, " %q", clip(ev.Reason, 160))
+		}
 	case protocol.EvDecision, protocol.EvStepStarted:
 		if ev.Text != "" {
 			fmt.Fprintf(&b, " %s", clip(ev.Text, 160))
