@@ -75,6 +75,8 @@ rules:
     reply: {text: "Going round again.", tool_calls: [{name: echo, args: {text: "loop once more"}}]}
   - when: {last: "(slept|^crawl)"}
     reply: {tool_calls: [{name: slow, args: {seconds: 0.5}}]}
+  - when: {last: "^give up"}
+    reply: {tool_calls: [{name: finish, args: {accomplished: false, answer: "Could not deploy.", reason: "no credentials"}}]}
   - when: {last: "(?i)hi"}
     reply: {text: "said hi"}
 `
@@ -409,6 +411,27 @@ func TestGovernance(t *testing.T) {
 				t.Logf("%s: %d model calls, %d tool calls, usage in %d out %d; %s", c.limit, models, toolsOK,
 					usage.Report.InputTokens, usage.Report.OutputTokens, term.Reason)
 			})
+		}
+	})
+
+	// A model that gives up through finish: outcome not_accomplished, exit status 1.
+	t.Run("give-up answer exits non-zero", func(t *testing.T) {
+		cmd := exec.Command(filepath.Join(binaries(t), "skein"), "run", "--nats", m.url, "--config", m.assistantCfg, "--json", "give up on the deploy")
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("skein run: %v; want exit 1", err)
+		}
+		var res struct {
+			Outcome   string `json:"outcome"`
+			FinalText string `json:"final_text"`
+			Reason    string `json:"reason"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("skein run --json printed %q: %v", out, err)
+		}
+		if res.Outcome != string(protocol.OutcomeNotAccomplished) || res.FinalText != "Could not deploy." || !strings.Contains(res.Reason, "no credentials") {
+			t.Fatalf("result %+v; want not_accomplished with the answer and the reason", res)
 		}
 	})
 

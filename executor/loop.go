@@ -77,6 +77,11 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 			}
 			return r.finish(res, turn, outcome, text, "")
 		}
+		if fc, ok := finishCall(resp.ToolCalls); ok {
+			if rep, err := parseFinish(fc.Args); err == nil {
+				return r.reported(res, turn, rep, len(resp.ToolCalls)-1)
+			}
+		}
 		if strings.TrimSpace(resp.Text) != "" {
 			e.emit(step, protocol.Event{Type: protocol.EvThought, Role: protocol.RoleExecutor, Turn: turn, Text: resp.Text})
 		}
@@ -115,9 +120,15 @@ func (r *run) prepare(ctx context.Context) error {
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
 	r.tools = map[string]protocol.ToolSpec{}
 	for _, s := range specs {
+		if s.Name == finishTool {
+			r.e.emit(r.step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor,
+				Text: "a published tool is named finish; the built-in finish tool takes its place (rename the tool)"})
+			continue
+		}
 		r.tools[s.Name] = s
 		r.defs = append(r.defs, llm.ToolDef{Name: s.Name, Description: s.Description, InputSchema: s.InputSchema})
 	}
+	r.defs = append(r.defs, finishDef)
 	names := make([]string, 0, len(specs))
 	for _, s := range specs {
 		names = append(names, s.Name)
@@ -210,6 +221,11 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			bad++
 			results[i] = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrBadArgs,
 				Error: fmt.Sprintf("the arguments of %s are not a valid JSON object: %s; send a JSON object that matches its input schema", c.Name, clipString(string(c.Args), 200))}}
+			continue
+		}
+		if c.Name == finishTool {
+			_, err := parseFinish(c.Args)
+			results[i] = finishFailure(err)
 			continue
 		}
 		if _, ok := r.tools[c.Name]; !ok {
