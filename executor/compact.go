@@ -9,7 +9,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/tokenize"
 )
 
-// defaultWindow is used for models whose context window is unknown and not configured.
+// defaultWindow is the window of an Executor not built by New (which resolves the model's limits).
 const defaultWindow = 200_000
 
 // keepRecent is how many of the newest messages are never compacted: the model needs the results
@@ -22,10 +22,7 @@ const keepRecent = 2
 // and tools, the cached prefix, are never touched.
 func (r *run) compact(turn int) {
 	cfg := r.e.d.Config.ForRole(protocol.RoleExecutor)
-	window := cfg.ContextWindow
-	if window <= 0 {
-		window = defaultWindow
-	}
+	window := r.e.contextWindow()
 	budget := int(float64(window) * cfg.ContextBudget)
 	size := r.transcriptTokens()
 	if size <= budget {

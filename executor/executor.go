@@ -50,6 +50,8 @@ type Executor struct {
 	// watch stops the steps of cancelled sessions; ledger charges budgets mesh-wide.
 	watch  *govern.Watcher
 	ledger *govern.Ledger
+	// window and maxOut are the model's context window and output limit (0: unknown).
+	window, maxOut int
 }
 
 // Run serves until ctx ends.
@@ -82,6 +84,7 @@ func New(ctx context.Context, d Deps) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{d: d, model: model, sessions: sessions, trace: trace.NewPublisher(d.Conn.JS, d.Names, d.ID)}
+	e.resolveLimits()
 	if e.ledger, err = govern.OpenLedger(ctx, d.Conn.JS, d.Names); err != nil {
 		return nil, err
 	}

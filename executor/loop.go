@@ -170,7 +170,7 @@ func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
 		// A breakpoint on the newest message lets the next turn read this whole prefix from cache.
 		msgs[len(msgs)-1].Cache = true
 	}
-	req := llm.Request{Model: cfg.Model, System: r.system, Tools: r.defs, Messages: msgs, MaxTokens: cfg.MaxTokens,
+	req := llm.Request{Model: cfg.Model, System: r.system, Tools: r.defs, Messages: msgs, MaxTokens: r.e.maxTokens(cfg.MaxTokens),
 		CacheTools: r.e.cacheOn() && len(r.defs) > 0, CacheTTL: cfg.CacheTTL, Role: protocol.RoleExecutor}
 	start := time.Now()
 	resp, err := r.e.model.Complete(ctx, req)

@@ -2,7 +2,10 @@
 // every error.
 package config
 
-import "github.com/skein-mesh/skein/pkg/protocol"
+import (
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/usage"
+)
 
 // Config is one agent's configuration file.
 type Config struct {
@@ -14,6 +17,9 @@ type Config struct {
 	Executor Executor `yaml:"executor"`
 	Miner    Miner    `yaml:"miner"`
 	Mesh     Mesh     `yaml:"mesh"`
+	// Models adds models to the built-in model table (prices, context window, output limit) or
+	// overrides its entries; see pkg/usage/prices.yaml for the fields.
+	Models map[string]usage.Entry `yaml:"models"`
 
 	// Path is the file this configuration was read from ("" for defaults).
 	Path string `yaml:"-"`
