@@ -61,6 +61,8 @@ rules:
     reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/direct.pid"}}]}
   - when: {last: "^hang cli"}
     reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/cli.pid"}}]}
+  - when: {last: "^delegate"}
+    reply: {tool_calls: [{name: helper, args: {task: "say hi"}}]}
   - when: {last: "^hang parent"}
     reply: {tool_calls: [{name: helper, args: {task: "hang child"}}]}
   - when: {last: "^think slowly"}
@@ -412,6 +414,56 @@ func TestGovernance(t *testing.T) {
 					usage.Report.InputTokens, usage.Report.OutputTokens, term.Reason)
 			})
 		}
+	})
+
+	// trace tree --json shows the session, its step and its child agent session with figures.
+	t.Run("trace tree with a child", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		id := m.submit(ctx, t, "delegate a greeting", nil)
+		if _, err := waitSession(ctx, m.c, id); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(filepath.Join(binaries(t), "skein"), "trace", "tree", "--nats", m.url, "--config", m.assistantCfg, "--json", id).Output()
+		if err != nil {
+			t.Fatalf("skein trace tree: %v", err)
+		}
+		type node struct {
+			SessionID string   `json:"session_id"`
+			Agent     string   `json:"agent"`
+			Outcome   string   `json:"outcome"`
+			Turns     int      `json:"turns"`
+			WallTimeS float64  `json:"wall_time_s"`
+			CostUSD   *float64 `json:"cost_usd"`
+			Usage     struct {
+				InputTokens int64 `json:"input_tokens"`
+			} `json:"usage"`
+			Steps []struct {
+				StepID  string `json:"step_id"`
+				Outcome string `json:"outcome"`
+				Turns   int    `json:"turns"`
+			} `json:"steps"`
+			Children []json.RawMessage `json:"children"`
+		}
+		var root, child node
+		if err := json.Unmarshal(out, &root); err != nil {
+			t.Fatalf("trace tree --json printed %q: %v", out, err)
+		}
+		if root.SessionID != id || root.Outcome != "success" || root.Turns != 2 || len(root.Steps) != 1 || root.Usage.InputTokens == 0 ||
+			root.CostUSD == nil || *root.CostUSD <= 0 || root.WallTimeS <= 0 || len(root.Children) != 1 {
+			t.Fatalf("root node %s", out)
+		}
+		if err := json.Unmarshal(root.Children[0], &child); err != nil {
+			t.Fatal(err)
+		}
+		if child.Agent != "helper" || child.Outcome != "success" || child.Turns != 1 || len(child.Steps) != 1 || child.Usage.InputTokens == 0 {
+			t.Fatalf("child node %s", root.Children[0])
+		}
+		text, err := exec.Command(filepath.Join(binaries(t), "skein"), "trace", "tree", "--nats", m.url, "--config", m.assistantCfg, id).Output()
+		if err != nil || !strings.Contains(string(text), child.SessionID) || !strings.Contains(string(text), "└─") {
+			t.Fatalf("trace tree text: %v\n%s", err, text)
+		}
+		t.Logf("\n%s", text)
 	})
 
 	// A model that gives up through finish: outcome not_accomplished, exit status 1.

@@ -22,12 +22,14 @@ import (
 //	GET  /v1/sessions/{id}          the session's state
 //	GET  /v1/sessions/{id}/events   the trace as server-sent events, until the usage event
 //	POST /v1/sessions/{id}/cancel   {"reason"?: "..."} → 200 CancelReply (a finished session: no_op)
+//	GET  /v1/sessions/{id}/tree     the session with its steps and child sessions (docs/json.md)
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
 	mux.HandleFunc("GET /v1/sessions/{id}", g.httpSession)
 	mux.HandleFunc("GET /v1/sessions/{id}/events", g.httpEvents)
 	mux.HandleFunc("POST /v1/sessions/{id}/cancel", g.httpCancel)
+	mux.HandleFunc("GET /v1/sessions/{id}/tree", g.httpTree)
 	return mux
 }
 
@@ -162,4 +164,27 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+func (g *Gateway) httpTree(w http.ResponseWriter, r *http.Request) {
+	if _, ok := g.lookup(w, r); !ok {
+		return
+	}
+	ctx := r.Context()
+	n, err := trace.Tree(ctx, g.d.Conn.JS, g.d.Names, r.PathValue("id"), func(id string) []string {
+		e, err := g.sessions.Get(ctx, id)
+		if err != nil {
+			return nil
+		}
+		var s protocol.Session
+		if protocol.Unmarshal(e.Value(), &s) != nil {
+			return nil
+		}
+		return s.Children
+	})
+	if err != nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
 }
