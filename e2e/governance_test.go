@@ -231,6 +231,23 @@ type cancelCLIReply struct {
 	Children  []string `json:"children"`
 }
 
+// skeinCancelQuiet cancels through the gateway subject, as `skein cancel` does, without
+// starting a CLI process (the benchmark measures the mesh, not process start).
+func (m *govMesh) skeinCancelQuiet(t *testing.T, session string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var rep protocol.CancelReply
+	req := protocol.CancelRequest{SessionID: session, By: "bench"}
+	if err := bus.Request(ctx, m.c.NC, protocol.NewNames("").Cancel(), &req, &rep, 5*time.Second); err != nil || rep.Error != "" {
+		t.Fatalf("cancel %s: %v %s", session, err, rep.Error)
+	}
+}
+
+func readEvents(ctx context.Context, m *govMesh, id string) ([]protocol.Event, error) {
+	return trace.Read(ctx, m.c.JS, protocol.NewNames(""), id)
+}
+
 // skeinCancel runs `skein cancel --json` and decodes its reply.
 func (m *govMesh) skeinCancel(t *testing.T, session string) cancelCLIReply {
 	t.Helper()
