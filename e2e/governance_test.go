@@ -57,6 +57,16 @@ memory:
 
 const govAssistantScript = `
 rules:
+  - when: {last: "^my name is"}
+    reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: "Nice to meet you."}}]}
+  - when: {last: "(?m)^what is two plus two"}
+    reply: {text: "Four."}
+  - when: {last: "what is my name", any: "my name is Ada"}
+    reply: {text: "Your name is Ada."}
+  - when: {last: "what is my name", any: "my name is Bob"}
+    reply: {text: "Your name is Bob."}
+  - when: {last: "what is my name"}
+    reply: {text: "I do not know your name."}
   - when: {last: "^hang direct"}
     reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/direct.pid"}}]}
   - when: {last: "^hang cli"}
@@ -481,6 +491,65 @@ func TestGovernance(t *testing.T) {
 			t.Fatalf("trace tree text: %v\n%s", err, text)
 		}
 		t.Logf("\n%s", text)
+	})
+
+	// A three-turn conversation: each turn is a session of its own, and the third reads the first.
+	t.Run("conversation", func(t *testing.T) {
+		run := func(task string) (string, string) {
+			out, err := exec.Command(filepath.Join(binaries(t), "skein"), "run", "--nats", m.url, "--config", m.assistantCfg,
+				"--json", "--session-id", "conv-1", task).Output()
+			if err != nil {
+				t.Fatalf("skein run %q: %v\n%s", task, err, out)
+			}
+			var res struct {
+				SessionID string `json:"session_id"`
+				FinalText string `json:"final_text"`
+			}
+			if err := json.Unmarshal(out, &res); err != nil {
+				t.Fatalf("%q: %v", out, err)
+			}
+			return res.SessionID, res.FinalText
+		}
+		want := [][3]string{
+			{"my name is Ada", "conv-1", "Nice to meet you."},
+			{"what is two plus two", "conv-1-2", "Four."},
+			{"what is my name", "conv-1-3", "Your name is Ada."},
+		}
+		for _, w := range want {
+			if id, text := run(w[0]); id != w[1] || text != w[2] {
+				t.Fatalf("turn %q: session %s answer %q; want %s %q", w[0], id, text, w[1], w[2])
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		evs, err := readEvents(ctx, m, "conv-1-3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var calls []protocol.Event
+		for _, ev := range evs {
+			if ev.Type == protocol.EvModelCall {
+				calls = append(calls, ev)
+			}
+		}
+		if d := hasEvent(evs, protocol.EvDecision); d == nil || !strings.Contains(d.Text, "continuing the conversation of conv-1-2") {
+			t.Fatalf("third turn does not say it continues the second: %+v", d)
+		}
+		if len(calls) != 1 {
+			t.Fatalf("third turn made %d model calls", len(calls))
+		}
+
+		// The same over HTTP-less chat: stdin in, answers out.
+		cmd := exec.Command(filepath.Join(binaries(t), "skein"), "chat", "--nats", m.url, "--config", m.assistantCfg)
+		cmd.Stdin = strings.NewReader("my name is Bob\nwhat is my name\n/usage\n")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("skein chat: %v\n%s", err, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), "assistant> Your name is Bob.") || !strings.Contains(stderr.String(), "2 turn(s)") {
+			t.Fatalf("chat printed:\n%s\n-- stderr --\n%s", stdout.String(), stderr.String())
+		}
 	})
 
 	// A model that gives up through finish: outcome not_accomplished, exit status 1.

@@ -52,6 +52,9 @@ type Executor struct {
 	ledger *govern.Ledger
 	// window and maxOut are the model's context window and output limit (0: unknown).
 	window, maxOut int
+	// objects is the payloads object store (transcripts), opened on first use.
+	objMu   sync.Mutex
+	objects jetstream.ObjectStore
 }
 
 // Run serves until ctx ends.

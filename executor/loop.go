@@ -36,6 +36,7 @@ type run struct {
 	toolFail bool
 	badTurns int
 	gov      *guard
+	ctx      context.Context
 }
 
 // RunStep runs the ReAct loop for one step and returns its result. It never panics on bad model
@@ -45,6 +46,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	r := &run{e: e, step: step}
 	ctx, r.gov = e.governStep(ctx, step)
 	defer r.gov.release()
+	r.ctx = ctx
 	e.emit(step, protocol.Event{Type: protocol.EvStepStarted, Role: protocol.RoleExecutor, Text: step.Instruction,
 		Attrs: map[string]string{"executor": e.d.ID}})
 	if out, reason, stop := r.gov.halt(ctx); stop {
@@ -104,6 +106,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 
 func (r *run) finish(res protocol.StepResult, turns int, outcome protocol.Outcome, text, reason string) protocol.StepResult {
 	res.Outcome, res.FinalText, res.Reason, res.Turns, res.Usage = outcome, text, reason, turns, r.usage
+	r.saveTranscript()
 	r.e.emit(r.step, protocol.Event{Type: protocol.EvStepFinished, Role: protocol.RoleExecutor, Turn: turns,
 		Outcome: outcome, Reason: reason, Text: text})
 	return res
@@ -135,7 +138,7 @@ func (r *run) prepare(ctx context.Context) error {
 	}
 	guides := r.e.retrieve(ctx, r.step, names)
 	r.system, r.msgs = buildPrompt(cfg, r.step, guides, r.e.cacheOn())
-	return nil
+	return r.continueConversation(ctx)
 }
 
 func (e *Executor) cacheOn() bool { return e.d.Config.ForRole(protocol.RoleExecutor).Cache != "off" }

@@ -132,6 +132,10 @@ var ErrRejected = errors.New("task rejected")
 // session id again is harmless: the session is not duplicated and an unpublished task is
 // published once more (the stream deduplicates it).
 func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protocol.SubmitReply, error) {
+	return g.submit(ctx, in, turnLink{})
+}
+
+func (g *Gateway) submit(ctx context.Context, in protocol.SubmitRequest, link turnLink) (protocol.SubmitReply, error) {
 	if err := g.check(ctx, &in); err != nil {
 		return protocol.SubmitReply{}, err
 	}
@@ -142,6 +146,7 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 	sess := protocol.Session{
 		SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, Status: protocol.StatusQueued,
 		Parent: in.Parent, Depth: in.Depth, Created: now, Updated: now,
+		Conversation: link.conversation, Previous: link.previous,
 	}
 	if err := g.governNew(ctx, &sess, in); err != nil {
 		return protocol.SubmitReply{}, err
@@ -163,6 +168,10 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 		var prev protocol.Session
 		if err := protocol.Unmarshal(entry.Value(), &prev); err != nil {
 			return protocol.SubmitReply{}, fmt.Errorf("read session %s: %w", in.SessionID, err)
+		}
+		if prev.Task != in.Task && prev.Agent == in.Agent && in.Parent == "" && link.previous == "" {
+			// Another task under a session id: a follow-up in that session's conversation.
+			return g.continueConversation(ctx, prev, in)
 		}
 		if prev.Task != in.Task || prev.Agent != in.Agent {
 			return protocol.SubmitReply{}, fmt.Errorf("%w: session id %s is already used by another task", ErrRejected, in.SessionID)
@@ -187,7 +196,8 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 	if err := g.announce(ctx, sess, in); err != nil {
 		return protocol.SubmitReply{}, err
 	}
-	task := protocol.Task{SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, SubmittedAt: sess.Created, Parent: in.Parent, Depth: in.Depth}
+	task := protocol.Task{SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, SubmittedAt: sess.Created, Parent: in.Parent, Depth: in.Depth,
+		Previous: sess.Previous}
 	tdata, err := protocol.Marshal(&task)
 	if err != nil {
 		return protocol.SubmitReply{}, err

@@ -23,6 +23,7 @@ import (
 //	GET  /v1/sessions/{id}/events   the trace as server-sent events, until the usage event
 //	POST /v1/sessions/{id}/cancel   {"reason"?: "..."} → 200 CancelReply (a finished session: no_op)
 //	GET  /v1/sessions/{id}/tree     the session with its steps and child sessions (docs/json.md)
+//	POST /v1/sessions/{id}/messages {"text": "..."} → 202 {"session_id"} of the conversation's next turn
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
@@ -30,6 +31,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}/events", g.httpEvents)
 	mux.HandleFunc("POST /v1/sessions/{id}/cancel", g.httpCancel)
 	mux.HandleFunc("GET /v1/sessions/{id}/tree", g.httpTree)
+	mux.HandleFunc("POST /v1/sessions/{id}/messages", g.httpMessage)
 	return mux
 }
 
@@ -187,4 +189,32 @@ func (g *Gateway) httpTree(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, n)
+}
+
+// httpMessage continues a finished session's conversation with a new turn.
+func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
+	s, ok := g.lookup(w, r)
+	if !ok {
+		return
+	}
+	var in struct {
+		Text   string           `json:"text"`
+		Budget *protocol.Budget `json:"budget"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
+		return
+	}
+	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget})
+	if err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, ErrRejected) {
+			status = http.StatusUnprocessableEntity
+		}
+		writeJSON(w, status, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusAccepted, rep)
 }

@@ -282,8 +282,8 @@ func (p *Planner) get(ctx context.Context, id string) (protocol.Session, error) 
 // plan makes the session's steps: one step carrying the whole task when planning is off, else
 // the planning model's plan (see decompose).
 func (p *Planner) plan(ctx context.Context, t protocol.Task) []protocol.PlanStep {
-	if p.mode == ModeOff || p.model == nil {
-		return singleStep()
+	if p.mode == ModeOff || p.model == nil || t.Previous != "" {
+		return singleStep() // a conversation's follow-up continues one transcript
 	}
 	return p.decompose(ctx, t)
 }
@@ -319,7 +319,7 @@ func (p *Planner) publishReady(ctx context.Context, sess protocol.Session) error
 			continue
 		}
 		step := protocol.Step{SessionID: sess.SessionID, StepID: s.StepID, Agent: sess.Agent, Task: sess.Task,
-			Instruction: s.Instruction, Context: ctxOut, Depth: sess.Depth}
+			Instruction: s.Instruction, Context: ctxOut, Depth: sess.Depth, Previous: sess.Previous}
 		data, err := protocol.Marshal(&step)
 		if err != nil {
 			return permanent{err}

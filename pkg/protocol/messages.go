@@ -102,6 +102,8 @@ type Task struct {
 	SubmittedAt time.Time `msgpack:"submitted_at" json:"submitted_at"`
 	Parent      string    `msgpack:"parent,omitempty" json:"parent,omitempty"`
 	Depth       int       `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// Previous is the conversation turn this task continues ("" for a new conversation).
+	Previous string `msgpack:"previous,omitempty" json:"previous,omitempty"`
 }
 
 // Step is one unit of work a planner publishes to WORK for an executor.
@@ -117,6 +119,8 @@ type Step struct {
 	// Context carries the results of the steps this one depends on.
 	Context []StepOutput `msgpack:"context,omitempty" json:"context,omitempty"`
 	Depth   int          `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// Previous is the session whose transcript this step continues (a conversation's turn).
+	Previous string `msgpack:"previous,omitempty" json:"previous,omitempty"`
 }
 
 // StepOutput is a finished step's answer handed to its dependents.
@@ -179,8 +183,15 @@ type Session struct {
 	// never later than its parent's.
 	Budget   *Budget   `msgpack:"budget,omitempty" json:"budget,omitempty"`
 	Deadline time.Time `msgpack:"deadline,omitempty" json:"deadline,omitempty"`
-	Created  time.Time `msgpack:"created" json:"created"`
-	Updated  time.Time `msgpack:"updated" json:"updated"`
+	// A conversation is a chain of sessions, one per turn: Conversation is its first session
+	// ("" for that first one), Previous the turn this one continues, whose transcript it reads.
+	// The first session counts the turns and names the latest.
+	Conversation string    `msgpack:"conversation,omitempty" json:"conversation,omitempty"`
+	Previous     string    `msgpack:"previous,omitempty" json:"previous,omitempty"`
+	TurnCount    int       `msgpack:"turn_count,omitempty" json:"turn_count,omitempty"`
+	LastTurn     string    `msgpack:"last_turn,omitempty" json:"last_turn,omitempty"`
+	Created      time.Time `msgpack:"created" json:"created"`
+	Updated      time.Time `msgpack:"updated" json:"updated"`
 }
 
 // Usage counts tokens the way the providers bill them.

@@ -189,6 +189,10 @@ func sanitize(s string) string {
 	}, s)
 }
 
+// TranscriptObject is the name, in the payloads object store, of a session's latest transcript,
+// which the next turn of its conversation continues from.
+func TranscriptObject(session string) string { return "transcript/" + session }
+
 // StepMsgID is the JetStream Msg-Id of a work item, so a replayed publish is deduplicated.
 func StepMsgID(session, step string) string { return session + "/" + step }
 

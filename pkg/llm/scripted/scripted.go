@@ -12,7 +12,9 @@
 //	    delay_s: 2                                                # optional: think this long first (a slow model)
 //
 // when.system is matched against the system prompt (its blocks joined by blank lines),
-// when.last against the newest user message: its text and tool results, joined by newlines.
+// when.last against the newest user message: its text and tool results, joined by newlines,
+// when.any against the whole conversation (every message, as the token count renders it), so a
+// conversation's later turn can answer from an earlier one.
 // The first rule that matches and is not used up answers; no match is an error naming the
 // script file and quoting the start of the newest message.
 //
@@ -60,6 +62,7 @@ type fileRule struct {
 	When *struct {
 		System string `yaml:"system"`
 		Last   string `yaml:"last"`
+		Any    string `yaml:"any"`
 	} `yaml:"when"`
 	Reply *struct {
 		Text      string `yaml:"text"`
@@ -75,7 +78,7 @@ type fileRule struct {
 }
 
 type rule struct {
-	system, last *regexp.Regexp
+	system, last, any *regexp.Regexp
 	text         string
 	calls        []llm.ToolCall // IDs filled per answer
 	times        int            // 0: unlimited
@@ -126,6 +129,9 @@ func Parse(name string, data []byte) (*Script, error) {
 			}
 			if r.last, err = compile(fr.When.Last); err != nil {
 				return nil, at(".when.last", "%v", err)
+			}
+			if r.any, err = compile(fr.When.Any); err != nil {
+				return nil, at(".when.any", "%v", err)
 			}
 		}
 		if fr.Reply == nil {
@@ -237,6 +243,9 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 			continue
 		}
 		if r.last != nil && !r.last.MatchString(last) {
+			continue
+		}
+		if r.any != nil && !r.any.MatchString(render(llm.Request{Messages: req.Messages})) {
 			continue
 		}
 		if r.times > 0 && usesIn(r, req.Messages) >= r.times {
