@@ -47,11 +47,11 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	ctx, r.gov = e.governStep(ctx, step)
 	defer r.gov.release()
 	r.ctx = ctx
+	if out, reason, stop := r.gov.halt(ctx); stop {
+		return r.finish(res, 0, out, "", reason) // never started: a cancelled or spent session
+	}
 	e.emit(step, protocol.Event{Type: protocol.EvStepStarted, Role: protocol.RoleExecutor, Text: step.Instruction,
 		Attrs: map[string]string{"executor": e.d.ID}})
-	if out, reason, stop := r.gov.halt(ctx); stop {
-		return r.finish(res, 0, out, "", reason)
-	}
 	if err := r.prepare(ctx); err != nil {
 		return r.finish(res, 0, protocol.OutcomeFailed, "", err.Error())
 	}
