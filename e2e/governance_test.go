@@ -59,7 +59,7 @@ const govAssistantScript = `
 rules:
   - when: {last: "^my name is"}
     reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: "Nice to meet you."}}]}
-  - when: {last: "(?m)^what is two plus two"}
+  - when: {last: "^what is two plus two"}
     reply: {text: "Four."}
   - when: {last: "what is my name", any: "my name is Ada"}
     reply: {text: "Your name is Ada."}

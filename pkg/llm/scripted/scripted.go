@@ -342,16 +342,18 @@ func lastText(req llm.Request) string {
 		if m.Role != llm.RoleUser {
 			continue
 		}
-		var parts []string
+		// Text first, then tool results: a conversation's follow-up carries both (the answers to
+		// the calls its previous turn ended with, then the new message), and rules match the text.
+		var text, results []string
 		for _, blk := range m.Content {
 			switch {
 			case blk.Type == llm.BlockText:
-				parts = append(parts, blk.Text)
+				text = append(text, blk.Text)
 			case blk.Type == llm.BlockToolResult && blk.ToolResult != nil:
-				parts = append(parts, blk.ToolResult.Content)
+				results = append(results, blk.ToolResult.Content)
 			}
 		}
-		return strings.Join(parts, "\n")
+		return strings.Join(append(text, results...), "\n")
 	}
 	return ""
 }
