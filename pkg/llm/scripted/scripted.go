@@ -79,10 +79,10 @@ type fileRule struct {
 
 type rule struct {
 	system, last, any *regexp.Regexp
-	text         string
-	calls        []llm.ToolCall // IDs filled per answer
-	times        int            // 0: unlimited
-	delay        time.Duration
+	text              string
+	calls             []llm.ToolCall // IDs filled per answer
+	times             int            // 0: unlimited
+	delay             time.Duration
 }
 
 // Script is a parsed rule file.
