@@ -552,6 +552,29 @@ func TestGovernance(t *testing.T) {
 		}
 	})
 
+	// skein run --budget: the flag's budget stops the loop; a bad one is refused before anything runs.
+	t.Run("run --budget", func(t *testing.T) {
+		cmd := exec.Command(filepath.Join(binaries(t), "skein"), "run", "--nats", m.url, "--config", m.assistantCfg, "--json",
+			"--budget", "max_turns=2", "--budget", "max_usd=5", "loop via the CLI")
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("skein run --budget: %v; want exit 1\n%s", err, out)
+		}
+		var res struct {
+			Outcome string `json:"outcome"`
+			Reason  string `json:"reason"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil || res.Outcome != "budget_exceeded" || !strings.Contains(res.Reason, "max_turns reached: 2 of 2") {
+			t.Fatalf("result %s (%v); want budget_exceeded at max_turns 2", out, err)
+		}
+		bad := exec.Command(filepath.Join(binaries(t), "skein"), "run", "--nats", m.url, "--config", m.assistantCfg, "--budget", "colour=red", "loop")
+		msg, err := bad.CombinedOutput()
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(msg), "max_usd") {
+			t.Fatalf("bad --budget: %v %s; want exit 2 listing the keys", err, msg)
+		}
+	})
+
 	// A model that gives up through finish: outcome not_accomplished, exit status 1.
 	t.Run("give-up answer exits non-zero", func(t *testing.T) {
 		cmd := exec.Command(filepath.Join(binaries(t), "skein"), "run", "--nats", m.url, "--config", m.assistantCfg, "--json", "give up on the deploy")
