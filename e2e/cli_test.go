@@ -331,10 +331,6 @@ func TestCLINewUser(t *testing.T) {
 	if again := parseRunJSON(t, r); again.SessionID != "first-run" || again.Outcome != res.Outcome {
 		t.Errorf("rerun %+v", again)
 	}
-	r = skein(t, dir, env, "", "run", "--config", "agent.offline.yaml", "--session-id", "first-run", "Greet Bob")
-	if r.code != 2 || !strings.Contains(r.stderr, "first-run") {
-		t.Errorf("same session id, another task: want exit 2 naming the id; %s", r)
-	}
 
 	// A later process sees both sessions: the state lives in $SKEIN_HOME.
 	r = skein(t, dir, env, "", "trace", "list")
@@ -372,6 +368,13 @@ func TestCLINewUser(t *testing.T) {
 	}
 
 	checkUsage(t, dir, env, lastUsage(t, dir, env, "first-run")+lastUsage(t, dir, env, second))
+
+	// Another task under a finished session's id is a follow-up: the next turn of its
+	// conversation, a session of its own that continues the transcript.
+	r = skein(t, dir, env, "", "run", "--config", "agent.offline.yaml", "--json", "--session-id", "first-run", "Greet Bob")
+	if fu := parseRunJSON(t, r); r.code != 0 || fu.SessionID != "first-run-2" {
+		t.Errorf("follow-up to first-run: want turn first-run-2, exit 0; %s", r)
+	}
 }
 
 // lastUsage is the input tokens of a session's last usage event (the miner's, once it has

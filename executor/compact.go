@@ -10,7 +10,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/tokenize"
 )
 
-// defaultWindow is used for models whose context window is unknown and not configured.
+// defaultWindow is the window of an Executor not built by New (which resolves the model's limits).
 const defaultWindow = 200_000
 
 // keepRecent is how many of the newest messages are never compacted: the model needs the results
@@ -24,10 +24,7 @@ const keepRecent = 2
 // handle (results.go). The system blocks are never touched; the tools gain only read_result.
 func (r *run) compact(ctx context.Context, turn int) {
 	cfg := r.e.d.Config.ForRole(protocol.RoleExecutor)
-	window := cfg.ContextWindow
-	if window <= 0 {
-		window = defaultWindow
-	}
+	window := r.e.contextWindow()
 	budget := int(float64(window) * cfg.ContextBudget)
 	size := r.transcriptTokens()
 	if size <= budget {

@@ -18,6 +18,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -58,6 +59,14 @@ type Executor struct {
 	trace    *trace.Publisher
 	trOnce   sync.Once
 	tr       *toolRetrieval // the tool ranker (toolset.go), made on first use
+	// watch stops the steps of cancelled sessions; ledger charges budgets mesh-wide.
+	watch  *govern.Watcher
+	ledger *govern.Ledger
+	// window and maxOut are the model's context window and output limit (0: unknown).
+	window, maxOut int
+	// objects is the payloads object store (transcripts), opened on first use.
+	objMu   sync.Mutex
+	objects jetstream.ObjectStore
 }
 
 // Run serves until ctx ends.
@@ -97,7 +106,15 @@ func New(ctx context.Context, d Deps) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{d: d, model: model, sessions: sessions, steps: steps, trace: trace.NewPublisher(d.Conn.JS, d.Names, d.ID)}
+	e.resolveLimits()
+	if e.ledger, err = govern.OpenLedger(ctx, d.Conn.JS, d.Names); err != nil {
+		return nil, err
+	}
+	if e.watch, err = govern.Watch(d.Conn.NC, d.Names); err != nil {
+		return nil, err
+	}
 	if err := e.register(ctx); err != nil {
+		e.watch.Stop()
 		return nil, err
 	}
 	return e, nil
@@ -130,6 +147,10 @@ func (e *Executor) heartbeat(ctx context.Context) error {
 	spec := protocol.AgentSpec{Name: c.Agent.Name, MaxSteps: c.Agent.MaxSteps, MaxDepth: c.Agent.MaxDepth,
 		PlannerMode: c.Planner.Mode, MaxItems: c.Planner.MaxItems, Tools: c.Tools.Enabled, Updated: now,
 		Expires: now.Add(c.Mesh.AgentTTLOrDefault()), Executor: e.d.ID}
+	if !c.Agent.Budget.IsZero() {
+		b := c.Agent.Budget
+		spec.Budget = &b
+	}
 	data, err := protocol.Marshal(&spec)
 	if err != nil {
 		return err
@@ -169,6 +190,7 @@ func (e *Executor) Serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("executor consumer for %s: %w", agent, err)
 	}
+	defer e.watch.Stop()
 	go e.keepRegistered(ctx)
 	e.d.Logger.Info("executor ready", "id", e.d.ID, "agent", agent, "model", e.d.Config.ForRole(protocol.RoleExecutor).Model,
 		"concurrency", e.d.Concurrency)

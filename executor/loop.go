@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,8 @@ type run struct {
 	badTurns int
 	ts       *toolset    // offered and known tools (toolset.go)
 	rs       resultState // stored large results (results.go)
+	gov      *guard
+	ctx      context.Context
 }
 
 // RunStep runs the ReAct loop for one step and returns its result. It never panics on bad model
@@ -44,6 +47,12 @@ type run struct {
 func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.StepResult {
 	res := protocol.StepResult{SessionID: step.SessionID, StepID: step.StepID}
 	r := &run{e: e, step: step}
+	ctx, r.gov = e.governStep(ctx, step)
+	defer r.gov.release()
+	r.ctx = ctx
+	if out, reason, stop := r.gov.halt(ctx); stop {
+		return r.finish(res, 0, out, "", reason) // never started: a cancelled or spent session
+	}
 	e.emit(step, protocol.Event{Type: protocol.EvStepStarted, Role: protocol.RoleExecutor, Text: step.Instruction,
 		Attrs: map[string]string{"executor": e.d.ID}})
 	if err := r.prepare(ctx); err != nil {
@@ -51,9 +60,15 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	}
 	maxTurns := e.d.Config.Agent.MaxSteps
 	for turn := 1; turn <= maxTurns; turn++ {
+		if out, reason, stop := r.gov.halt(ctx); stop {
+			return r.finish(res, turn-1, out, "", reason)
+		}
 		r.compact(ctx, turn)
 		resp, err := r.call(ctx, turn)
 		if err != nil {
+			if out, reason, stop := r.gov.halt(ctx); stop {
+				return r.finish(res, turn, out, "", reason)
+			}
 			return r.finish(res, turn, protocol.OutcomeFailed, "", "model call failed: "+err.Error())
 		}
 		if len(resp.ToolCalls) == 0 {
@@ -66,6 +81,11 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 				outcome = protocol.OutcomeSuccessWithRecovery
 			}
 			return r.finish(res, turn, outcome, text, "")
+		}
+		if fc, ok := finishCall(resp.ToolCalls); ok {
+			if rep, err := parseFinish(fc.Args); err == nil {
+				return r.reported(res, turn, rep, len(resp.ToolCalls)-1)
+			}
 		}
 		if strings.TrimSpace(resp.Text) != "" {
 			e.emit(step, protocol.Event{Type: protocol.EvThought, Role: protocol.RoleExecutor, Turn: turn, Text: resp.Text})
@@ -90,6 +110,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 func (r *run) finish(res protocol.StepResult, turns int, outcome protocol.Outcome, text, reason string) protocol.StepResult {
 	res.Outcome, res.FinalText, res.Reason, res.Turns, res.Usage = outcome, text, reason, turns, r.usage
 	r.traceUsed(turns)
+	r.saveTranscript()
 	r.e.emit(r.step, protocol.Event{Type: protocol.EvStepFinished, Role: protocol.RoleExecutor, Turn: turns,
 		Outcome: outcome, Reason: reason, Text: text})
 	return res
@@ -111,7 +132,7 @@ func (r *run) prepare(ctx context.Context) error {
 	guides := r.e.retrieve(ctx, r.step, names)
 	r.offerTools(ctx, specs, guides)
 	r.system, r.msgs = buildPrompt(cfg, r.step, guides, r.e.cacheOn())
-	return nil
+	return r.continueConversation(ctx)
 }
 
 func (e *Executor) cacheOn() bool { return e.d.Config.ForRole(protocol.RoleExecutor).Cache != "off" }
@@ -146,7 +167,7 @@ func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
 		// A breakpoint on the newest message lets the next turn read this whole prefix from cache.
 		msgs[len(msgs)-1].Cache = true
 	}
-	req := llm.Request{Model: cfg.Model, System: r.system, Tools: r.defs, Messages: msgs, MaxTokens: cfg.MaxTokens,
+	req := llm.Request{Model: cfg.Model, System: r.system, Tools: r.defs, Messages: msgs, MaxTokens: r.e.maxTokens(cfg.MaxTokens),
 		CacheTools: r.e.cacheOn() && len(r.defs) > 0, CacheTTL: cfg.CacheTTL, Role: protocol.RoleExecutor}
 	start := time.Now()
 	resp, err := r.e.model.Complete(ctx, req)
@@ -158,6 +179,7 @@ func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
 		return nil, err
 	}
 	r.usage = r.usage.Add(resp.Usage)
+	r.gov.chargeModel(ctx, cmp.Or(resp.Model, cfg.Model), cfg.CacheTTL, resp.Usage)
 	u := resp.Usage
 	ev.Usage, ev.StopReason = &u, resp.StopReason
 	if resp.Model != "" {
@@ -198,8 +220,17 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 				Error: fmt.Sprintf("the arguments of %s are not a valid JSON object: %s; send a JSON object that matches its input schema", c.Name, clipString(string(c.Args), 200))}}
 			continue
 		}
+		if c.Name == finishTool {
+			_, err := parseFinish(c.Args)
+			results[i] = finishFailure(err)
+			continue
+		}
 		if reply, done := r.beforeCall(ctx, c); done {
 			results[i] = reply
+			continue
+		}
+		if ex := r.gov.beforeTool(ctx, r.tools[c.Name], r.step.Depth+1); ex != nil {
+			results[i] = refused(ex)
 			continue
 		}
 		wg.Add(1)
@@ -209,14 +240,14 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			defer func() { <-sem }()
 			// The call id depends on where the call sits, not on the model's id, so a redelivered
 			// step asks the toolhost for the same ids and gets recorded results back.
-			timeout := r.toolTimeout(r.tools[c.Name])
+			wait := r.toolTimeout(r.tools[c.Name])
 			req := protocol.ToolRequest{SessionID: r.step.SessionID, StepID: r.step.StepID, CallID: protocol.ToolCallID(r.step.SessionID, r.step.StepID, turn, i),
-				Tool: c.Name, Args: c.Args, Depth: r.step.Depth, DeadlineMS: time.Now().Add(timeout).UnixMilli()}
-			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, timeout)
+				Tool: c.Name, Args: c.Args, Depth: r.step.Depth, DeadlineMS: r.gov.toolDeadline(wait).UnixMilli()}
+			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, wait)
 			if err != nil {
 				reply = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: err.Error()}}
 			}
-			results[i] = reply
+			results[i] = interrupted(ctx, reply)
 		}()
 	}
 	wg.Wait()

@@ -197,7 +197,7 @@ func (r *run) offerTools(ctx context.Context, specs []protocol.ToolSpec, guides 
 // defs are the tool definitions sent to the model: the offered tools by name, then the
 // built-ins, so the block is the same for the same set.
 func (ts *toolset) defs() []llm.ToolDef {
-	out := make([]llm.ToolDef, 0, len(ts.offered)+2)
+	out := make([]llm.ToolDef, 0, len(ts.offered)+3)
 	for _, n := range ts.offered {
 		s := ts.byName[n]
 		out = append(out, llm.ToolDef{Name: s.Name, Description: s.Description, InputSchema: s.InputSchema})
@@ -208,11 +208,13 @@ func (ts *toolset) defs() []llm.ToolDef {
 	if ts.read {
 		out = append(out, readResultDef)
 	}
-	return out
+	// finish is always offered: every step ends by reporting whether its task was accomplished.
+	return append(out, finishDef)
 }
 
 func (ts *toolset) isOffered(name string) bool {
-	return slices.Contains(ts.offered, name) || (name == protocol.ToolFindTools && ts.find) || (name == protocol.ToolReadResult && ts.read)
+	return slices.Contains(ts.offered, name) || name == protocol.ToolFinish || (name == protocol.ToolFindTools && ts.find) ||
+		(name == protocol.ToolReadResult && ts.read)
 }
 
 // request queues a tool to be added after this turn.

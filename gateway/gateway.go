@@ -53,6 +53,9 @@ func Run(ctx context.Context, d Deps) error {
 	if err := svc.AddEndpoint("submit", micro.HandlerFunc(g.handleSubmit), micro.WithEndpointSubject(d.Names.Submit())); err != nil {
 		return fmt.Errorf("gateway submit endpoint: %w", err)
 	}
+	if err := svc.AddEndpoint("cancel", micro.HandlerFunc(g.handleCancel), micro.WithEndpointSubject(d.Names.Cancel())); err != nil {
+		return fmt.Errorf("gateway cancel endpoint: %w", err)
+	}
 	// Dead letters: work that exhausted its deliveries is kept for operators, not lost.
 	stopDLQ, err := bus.StartDLQ(d.Conn, d.Names, d.Logger)
 	if err != nil {
@@ -138,6 +141,10 @@ func ErrorCode(err error) string {
 // session id again is harmless: the session is not duplicated and an unpublished task is
 // published once more (the stream deduplicates it).
 func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protocol.SubmitReply, error) {
+	return g.submit(ctx, in, turnLink{})
+}
+
+func (g *Gateway) submit(ctx context.Context, in protocol.SubmitRequest, link turnLink) (protocol.SubmitReply, error) {
 	if err := g.check(ctx, &in); err != nil {
 		return protocol.SubmitReply{}, err
 	}
@@ -148,6 +155,10 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 	sess := protocol.Session{
 		SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, Status: protocol.StatusQueued,
 		Parent: in.Parent, Depth: in.Depth, Created: now, Updated: now,
+		Conversation: link.conversation, Previous: link.previous,
+	}
+	if err := g.governNew(ctx, &sess, in); err != nil {
+		return protocol.SubmitReply{}, err
 	}
 	data, err := protocol.Marshal(&sess)
 	if err != nil {
@@ -167,6 +178,10 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 		if err := protocol.Unmarshal(entry.Value(), &prev); err != nil {
 			return protocol.SubmitReply{}, fmt.Errorf("read session %s: %w", in.SessionID, err)
 		}
+		if prev.Task != in.Task && prev.Agent == in.Agent && in.Parent == "" && link.previous == "" {
+			// Another task under a session id: a follow-up in that session's conversation.
+			return g.continueConversation(ctx, prev, in)
+		}
 		if prev.Task != in.Task || prev.Agent != in.Agent {
 			return protocol.SubmitReply{}, fmt.Errorf("%w: session id %s is already used by another task", ErrRejected, in.SessionID)
 		}
@@ -175,13 +190,23 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 		}
 		sess = prev
 	}
+	if in.Parent != "" {
+		if err := g.linkChild(ctx, in.Parent, in.SessionID); err != nil {
+			// The parent was cancelled between the checks: the child must not run.
+			if _, cerr := g.Cancel(ctx, protocol.CancelRequest{SessionID: in.SessionID, By: "gateway", Reason: err.Error()}); cerr != nil {
+				g.d.Logger.Warn("cancel orphan child", "session", in.SessionID, "err", cerr)
+			}
+			return protocol.SubmitReply{}, err
+		}
+	}
 	// A resubmit reaches here only while the session is still queued, i.e. when an earlier submit
 	// may have stopped between recording the session and enqueueing it. Announcing the session
 	// again, under a Msg-Id the stream deduplicates, keeps its trace from missing session_started.
 	if err := g.announce(ctx, sess, in); err != nil {
 		return protocol.SubmitReply{}, err
 	}
-	task := protocol.Task{SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, SubmittedAt: sess.Created, Parent: in.Parent, Depth: in.Depth}
+	task := protocol.Task{SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, SubmittedAt: sess.Created, Parent: in.Parent, Depth: in.Depth,
+		Previous: sess.Previous}
 	tdata, err := protocol.Marshal(&task)
 	if err != nil {
 		return protocol.SubmitReply{}, err

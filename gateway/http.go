@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -20,11 +21,17 @@ import (
 //	POST /v1/tasks                  {"task": "...", "agent"?: "...", "session_id"?: "..."} → 202 {"session_id"}
 //	GET  /v1/sessions/{id}          the session's state
 //	GET  /v1/sessions/{id}/events   the trace as server-sent events, until the usage event
+//	POST /v1/sessions/{id}/cancel   {"reason"?: "..."} → 200 CancelReply (a finished session: no_op)
+//	GET  /v1/sessions/{id}/tree     the session with its steps and child sessions (docs/json.md)
+//	POST /v1/sessions/{id}/messages {"text": "..."} → 202 {"session_id"} of the conversation's next turn
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
 	mux.HandleFunc("GET /v1/sessions/{id}", g.httpSession)
 	mux.HandleFunc("GET /v1/sessions/{id}/events", g.httpEvents)
+	mux.HandleFunc("POST /v1/sessions/{id}/cancel", g.httpCancel)
+	mux.HandleFunc("GET /v1/sessions/{id}/tree", g.httpTree)
+	mux.HandleFunc("POST /v1/sessions/{id}/messages", g.httpMessage)
 	return mux
 }
 
@@ -54,9 +61,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	var in struct {
-		Task      string `json:"task"`
-		Agent     string `json:"agent"`
-		SessionID string `json:"session_id"`
+		Task      string           `json:"task"`
+		Agent     string           `json:"agent"`
+		SessionID string           `json:"session_id"`
+		Budget    *protocol.Budget `json:"budget"`
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
 	dec.DisallowUnknownFields()
@@ -70,7 +78,7 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
 		return
 	}
-	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http"})
+	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
 		// 422: the task is refused as it is; 503: the mesh could not take it now, try again.
 		status := http.StatusServiceUnavailable
@@ -170,4 +178,79 @@ func (g *Gateway) minerExpected(ctx context.Context) bool {
 	}
 	var rep protocol.MemoryHealthReply
 	return protocol.Unmarshal(msg.Data, &rep) == nil && rep.OK
+}
+
+func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
+	if _, ok := g.lookup(w, r); !ok {
+		return
+	}
+	var in struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil && !errors.Is(err, io.EOF) {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
+			return
+		}
+	}
+	rep, err := g.Cancel(r.Context(), protocol.CancelRequest{SessionID: r.PathValue("id"), Reason: in.Reason, By: "http " + r.RemoteAddr})
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (g *Gateway) httpTree(w http.ResponseWriter, r *http.Request) {
+	if _, ok := g.lookup(w, r); !ok {
+		return
+	}
+	ctx := r.Context()
+	n, err := trace.Tree(ctx, g.d.Conn.JS, g.d.Names, r.PathValue("id"), func(id string) []string {
+		e, err := g.sessions.Get(ctx, id)
+		if err != nil {
+			return nil
+		}
+		var s protocol.Session
+		if protocol.Unmarshal(e.Value(), &s) != nil {
+			return nil
+		}
+		return s.Children
+	})
+	if err != nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
+}
+
+// httpMessage continues a finished session's conversation with a new turn.
+func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
+	s, ok := g.lookup(w, r)
+	if !ok {
+		return
+	}
+	var in struct {
+		Text   string           `json:"text"`
+		Budget *protocol.Budget `json:"budget"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
+		return
+	}
+	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget})
+	if err != nil {
+		// 422: the turn is refused as it is; 503: the mesh could not take it now, try again.
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, ErrRejected) {
+			status = http.StatusUnprocessableEntity
+		}
+		writeJSON(w, status, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusAccepted, rep)
 }

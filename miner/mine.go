@@ -197,9 +197,10 @@ func Mine(s Session) []Evidence {
 	var out []Evidence
 	seen := map[string]bool{}
 	for i, c := range s.Calls {
-		// The executor's built-ins (find_tools, read_result) are how a step got its tools and
-		// read its results, not lessons about the agent's tools.
-		if !c.Failed() || protocol.Builtin(c.Tool) {
+		// The executor's built-ins (find_tools, read_result, finish) are how a step got its tools,
+		// read its results and ended, not lessons about the agent's tools; a call the session's
+		// cancel or budget stopped says nothing about the tool either.
+		if !c.Failed() || protocol.Builtin(c.Tool) || c.Result.Kind == protocol.ToolErrCancelled || c.Result.Kind == protocol.ToolErrBudget {
 			continue
 		}
 		msg := realError(c.Result)

@@ -91,6 +91,12 @@ func Run(ctx context.Context, d Deps) error {
 		}
 		workers = append(workers, w)
 	}
+	// Cancel notices end a session's waiting for its running steps (see watchCancels).
+	csub, err := p.watchCancels(ctx)
+	if err != nil {
+		return fmt.Errorf("planner cancel notices: %w", err)
+	}
+	defer func() { _ = csub.Unsubscribe() }()
 	d.Logger.Info("planner ready", "id", d.ID, "mode", p.mode)
 	errs := make(chan error, len(workers))
 	for _, w := range workers {
@@ -200,6 +206,9 @@ func (p *Planner) onTask(ctx context.Context, data []byte) error {
 	if err != nil {
 		return err
 	}
+	if cur.Cancel != nil && cur.Status != protocol.StatusDone {
+		return p.settleCancelled(ctx, cur) // cancelled while queued: never planned, never run
+	}
 	var plan []protocol.PlanStep
 	if cur.Status == protocol.StatusQueued {
 		plan = p.plan(ctx, t)
@@ -248,8 +257,8 @@ func (p *Planner) get(ctx context.Context, id string) (protocol.Session, error) 
 // plan makes the session's steps: one step carrying the whole task when planning is off, else
 // the planning model's plan (see decompose).
 func (p *Planner) plan(ctx context.Context, t protocol.Task) []protocol.PlanStep {
-	if p.mode == ModeOff || p.model == nil {
-		return singleStep()
+	if p.mode == ModeOff || p.model == nil || t.Previous != "" {
+		return singleStep() // a conversation's follow-up continues one transcript
 	}
 	return p.decompose(ctx, t)
 }
@@ -257,6 +266,9 @@ func (p *Planner) plan(ctx context.Context, t protocol.Task) []protocol.PlanStep
 // publishReady publishes every step whose dependencies are done. Publishing is idempotent (the
 // WORK stream deduplicates on session/step), so a retried call is harmless.
 func (p *Planner) publishReady(ctx context.Context, sess protocol.Session) error {
+	if sess.Cancel != nil {
+		return p.settleCancelled(ctx, sess)
+	}
 	done := map[string]protocol.PlanStep{}
 	for _, s := range sess.Plan {
 		if s.Status == protocol.StepDone {
@@ -282,7 +294,7 @@ func (p *Planner) publishReady(ctx context.Context, sess protocol.Session) error
 			continue
 		}
 		step := protocol.Step{SessionID: sess.SessionID, StepID: s.StepID, Agent: sess.Agent, Task: sess.Task,
-			Instruction: s.Instruction, Context: ctxOut, Depth: sess.Depth}
+			Instruction: s.Instruction, Context: ctxOut, Depth: sess.Depth, Previous: sess.Previous}
 		data, err := protocol.Marshal(&step)
 		if err != nil {
 			return permanent{err}
@@ -337,6 +349,9 @@ func (p *Planner) onResult(ctx context.Context, data []byte) error {
 	if sess.Status == protocol.StatusDone {
 		return nil
 	}
+	if sess.Cancel != nil {
+		return p.settleCancelled(ctx, sess)
+	}
 	if !allDone(sess.Plan) {
 		return p.publishReady(ctx, sess)
 	}
@@ -347,6 +362,10 @@ func (p *Planner) onResult(ctx context.Context, data []byte) error {
 // come first so that a crash in between only repeats them; it never loses them.
 func (p *Planner) finish(ctx context.Context, sess protocol.Session) error {
 	outcome, text := combine(sess.Plan)
+	reason := sess.Reason
+	if sess.Cancel != nil {
+		outcome, reason = protocol.OutcomeCancelled, cancelReason(sess.Cancel)
+	}
 	evType := protocol.EvFinal
 	switch {
 	case outcome == protocol.OutcomeFailed:
@@ -359,7 +378,7 @@ func (p *Planner) finish(ctx context.Context, sess protocol.Session) error {
 		return err
 	}
 	if err := p.trace.Emit(protocol.Event{SessionID: sess.SessionID, Type: evType, Agent: sess.Agent, Role: protocol.RolePlanner,
-		Outcome: outcome, Text: text, Reason: sess.Reason}); err != nil {
+		Outcome: outcome, Text: text, Reason: reason}); err != nil {
 		return err
 	}
 	if err := p.trace.Emit(protocol.Event{SessionID: sess.SessionID, Type: protocol.EvUsage, Agent: sess.Agent, Role: protocol.RolePlanner,
@@ -379,7 +398,7 @@ func (p *Planner) finish(ctx context.Context, sess protocol.Session) error {
 		if s.Status == protocol.StatusDone {
 			return false, nil
 		}
-		s.Status, s.Outcome, s.FinalText = protocol.StatusDone, outcome, text
+		s.Status, s.Outcome, s.FinalText, s.Reason = protocol.StatusDone, outcome, text, reason
 		return true, nil
 	})
 	return err
@@ -414,7 +433,8 @@ func (p *Planner) usage(ctx context.Context, sess protocol.Session) (protocol.Us
 func combine(plan []protocol.PlanStep) (protocol.Outcome, string) {
 	rank := map[protocol.Outcome]int{
 		protocol.OutcomeSuccess: 0, protocol.OutcomeSuccessWithRecovery: 1, protocol.OutcomeIncomplete: 2,
-		protocol.OutcomeIncompleteToolFail: 3, protocol.OutcomeBudgetExceeded: 4, protocol.OutcomeCancelled: 5, protocol.OutcomeFailed: 6,
+		protocol.OutcomeIncompleteToolFail: 3, protocol.OutcomeNotAccomplished: 4, protocol.OutcomeBudgetExceeded: 5,
+		protocol.OutcomeCancelled: 6, protocol.OutcomeFailed: 7,
 	}
 	out := protocol.OutcomeSuccess
 	for _, s := range plan {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -117,7 +118,7 @@ func (h *handler) serveAgent(a *agentTool, r micro.Request) {
 	h.mu.Unlock()
 	go func() {
 		defer h.inflight.Done()
-		out := a.call(h.ctx, data)
+		out := a.call(h, data)
 		out.Host, out.LatencyMS = h.host, time.Since(start).Milliseconds()
 		h.respond(reply, a.name, &out)
 	}()
@@ -128,11 +129,17 @@ func toolFailure(kind, format string, args ...any) protocol.ToolReply {
 }
 
 // call submits the child session and follows it to its end.
-func (a *agentTool) call(ctx context.Context, data []byte) protocol.ToolReply {
+func (a *agentTool) call(h *handler, data []byte) protocol.ToolReply {
 	var req protocol.ToolRequest
 	if err := protocol.Unmarshal(data, &req); err != nil {
 		return toolFailure(protocol.ToolErrBadArgs, "malformed tool request for %s: %v", a.name, err)
 	}
+	// The calling session's cancel ends the wait; the gateway cancels the child down the lineage.
+	ctx, release, refusal := h.admit(req)
+	if refusal != nil {
+		return protocol.ToolReply{ToolResult: *refusal}
+	}
+	defer release()
 	if req.Tool != "" && req.Tool != a.name {
 		return toolFailure(protocol.ToolErrUnknown, "request for tool %q arrived on the endpoint of %q", req.Tool, a.name)
 	}
@@ -163,6 +170,9 @@ func (a *agentTool) call(ctx context.Context, data []byte) protocol.ToolReply {
 
 	end, err := followChild(ctx, a.conn.JS, a.names, child)
 	if err != nil {
+		if ce, ok := govern.AsCancelled(ctx); ok {
+			return toolFailure(protocol.ToolErrUnavailable, "stopped: %v (child session %s is cancelled with it)", ce, child)
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return toolFailure(protocol.ToolErrTimeout, "the %s agent did not finish within %s; its session %s may still be running", a.name, a.wait, child)
 		}

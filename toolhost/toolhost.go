@@ -22,6 +22,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -135,6 +136,11 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	}
 	h.ledger = &ledger{kv: calls, host: id, log: log, trace: trace.NewPublisher(d.Conn.JS, d.Names, "toolhost@"+id),
 		maxRecord: int(max(d.Conn.NC.MaxPayload()-4096, 4096)), poll: 100 * time.Millisecond}
+	// Cancel notices stop the calls of a cancelled session, and refuse its late ones.
+	if h.watch, err = govern.Watch(d.Conn.NC, d.Names); err != nil {
+		killRunning()
+		return nil, fmt.Errorf("toolhost: %w", err)
+	}
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
 		Name:        protocol.ServiceToolhost,
 		Version:     Version,
@@ -144,6 +150,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	})
 	if err != nil {
 		killRunning()
+		h.watch.Stop()
 		return nil, fmt.Errorf("toolhost: add micro service: %w", err)
 	}
 	host := &Host{h: h, svc: svc, nc: d.Conn.NC, log: log, grace: d.ShutdownGrace, killRunning: killRunning}
@@ -186,6 +193,7 @@ func (x *Host) Tools() []string { return append([]string(nil), x.tools...) }
 // calls in flight (killing their tools after it) and returns nil.
 func (x *Host) Serve(ctx context.Context) error {
 	defer x.killRunning()
+	defer x.h.watch.Stop()
 	<-ctx.Done()
 	x.stop()
 	done := make(chan struct{})
@@ -227,6 +235,7 @@ type handler struct {
 	// refused at once (kind busy) instead of piling up behind the handler.
 	waiting chan struct{}
 	ledger  *ledger
+	watch   *govern.Watcher
 
 	mu       sync.Mutex
 	closing  bool
@@ -291,7 +300,11 @@ func (h *handler) call(t *tools.Tool, req protocol.ToolRequest) (res protocol.To
 	if req.Tool != "" && req.Tool != t.Name {
 		return protocol.ToolResult{Kind: protocol.ToolErrUnknown, Error: fmt.Sprintf("request for tool %q arrived on the endpoint of %q", req.Tool, t.Name)}
 	}
-	ctx := h.ctx
+	ctx, release, refusal := h.admit(req)
+	if refusal != nil {
+		return *refusal
+	}
+	defer release()
 	if req.CallID != "" {
 		ctx = tools.WithCallID(ctx, req.CallID)
 	}
@@ -358,4 +371,29 @@ func configName(c *config.Config) string {
 		return "the default configuration"
 	}
 	return c.Path
+}
+
+// admit refuses a call whose caller's deadline has passed or whose session was cancelled (work
+// nobody can use), and otherwise returns the call's context: it ends at the caller's deadline
+// or when the session is cancelled, and then the tool's processes are killed.
+func (h *handler) admit(req protocol.ToolRequest) (context.Context, func(), *protocol.ToolResult) {
+	var deadline time.Time
+	if req.DeadlineMS > 0 {
+		deadline = time.UnixMilli(req.DeadlineMS)
+	}
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		return nil, nil, &protocol.ToolResult{Kind: protocol.ToolErrTimeout,
+			Error: fmt.Sprintf("not started: the caller's deadline %s had passed", deadline.UTC().Format(time.RFC3339Nano))}
+	}
+	if c, ok := h.watch.Cancelled(req.SessionID); ok {
+		return nil, nil, &protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: "not started: " + c.Error()}
+	}
+	ctx, release := h.watch.Track(h.ctx, req.SessionID)
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		rel := release
+		release = func() { cancel(); rel() }
+	}
+	return ctx, release, nil
 }

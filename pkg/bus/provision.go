@@ -114,6 +114,8 @@ func BucketConfigs(n protocol.Names, l Limits) []jetstream.KeyValueConfig {
 		kv(protocol.BucketMined, 1, 0),
 		kv(protocol.BucketToolCalls, 1, l.ToolCallTTL),
 		kv(protocol.BucketSteps, 1, l.StepTTL),
+		// A tree's spending matters while it runs; keep it as long as its results.
+		kv(protocol.BucketLedger, 1, l.stream(protocol.StreamResults).MaxAge),
 	}
 }
 

@@ -2,7 +2,12 @@
 // every error.
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/usage"
+)
 
 // Config is one agent's configuration file.
 type Config struct {
@@ -15,6 +20,9 @@ type Config struct {
 	Toolhost Toolhost `yaml:"toolhost"`
 	Miner    Miner    `yaml:"miner"`
 	Mesh     Mesh     `yaml:"mesh"`
+	// Models adds models to the built-in model table (prices, context window, output limit) or
+	// overrides its entries; see pkg/usage/prices.yaml for the fields.
+	Models map[string]usage.Entry `yaml:"models"`
 
 	// Path is the file this configuration was read from ("" for defaults).
 	Path string `yaml:"-"`
@@ -28,6 +36,9 @@ type Agent struct {
 	Policies     []string `yaml:"policies"`
 	// MaxDepth bounds agent-as-tool recursion.
 	MaxDepth int `yaml:"max_depth"`
+	// Budget limits every task of this agent (tokens, money, time, turns, tool calls, depth,
+	// fan-out); a task's own budget at submit can only tighten it.
+	Budget protocol.Budget `yaml:"budget"`
 }
 
 // Planner is the `planner:` section. LLM, when set, overrides the top-level llm for planning

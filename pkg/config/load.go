@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/usage"
 )
 
 // Default returns the configuration every file is loaded over.
@@ -253,6 +254,13 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 1000 {
 		bad("agent.max_steps", "must be between 1 and 1000, got %d", c.Agent.MaxSteps)
+	}
+	if b := c.Agent.Budget; b.MaxInputTokens < 0 || b.MaxOutputTokens < 0 || b.MaxUSD < 0 || b.DeadlineS < 0 ||
+		b.MaxTurns < 0 || b.MaxToolCalls < 0 || b.MaxDepth < 0 || b.MaxFanout < 0 {
+		bad("agent.budget", "limits must be >= 0 (0 means no limit)")
+	}
+	if _, err := usage.Default().With(c.Models); err != nil {
+		bad("models", "%v", err)
 	}
 	if c.Agent.MaxDepth < 0 || c.Agent.MaxDepth > 10 {
 		bad("agent.max_depth", "must be between 0 and 10, got %d", c.Agent.MaxDepth)

@@ -26,6 +26,12 @@ const (
 	// EvTools records a step's tool set: Attrs["phase"] is "offered" (at the start, with
 	// Attrs["ranker"]), "widened" (tools added mid-step, Attrs["by"] says how) or "used".
 	EvTools EventType = "tools"
+	// EvCancel records who cancelled the session and why (Attrs by, Reason); the session then
+	// ends with outcome cancelled.
+	EvCancel EventType = "cancel"
+	// EvBudget records a budget limit reached (Attrs limit, reached, max); the session then ends
+	// with outcome budget_exceeded.
+	EvBudget EventType = "budget"
 	// EvUsage is always the last event of a session. The planner writes one when the session
 	// ends; the miner, after mining the session, writes a final one whose totals include its own
 	// model calls (Role miner). The last usage event of a session is the authoritative total.

@@ -16,6 +16,9 @@ const (
 	OutcomeFailed              Outcome = "failed"
 	OutcomeBudgetExceeded      Outcome = "budget_exceeded"
 	OutcomeCancelled           Outcome = "cancelled"
+	// OutcomeNotAccomplished: the model finished and reported (through the finish tool) that the
+	// task was not accomplished. Its answer says why; it is not a success.
+	OutcomeNotAccomplished Outcome = "not_accomplished"
 )
 
 // Succeeded reports whether the outcome counts as success (the CLI exits 0 only then).
@@ -27,7 +30,7 @@ func (o Outcome) Succeeded() bool {
 func (o Outcome) Valid() bool {
 	switch o {
 	case OutcomeSuccess, OutcomeSuccessWithRecovery, OutcomeIncomplete, OutcomeIncompleteToolFail,
-		OutcomeFailed, OutcomeBudgetExceeded, OutcomeCancelled:
+		OutcomeFailed, OutcomeBudgetExceeded, OutcomeCancelled, OutcomeNotAccomplished:
 		return true
 	}
 	return false
@@ -69,6 +72,8 @@ type SubmitRequest struct {
 	// agent-as-tool chains can be bounded.
 	Parent string `msgpack:"parent,omitempty" json:"parent,omitempty"`
 	Depth  int    `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// Budget limits this task; the agent's agent.budget applies too and the tighter value wins.
+	Budget *Budget `msgpack:"budget,omitempty" json:"budget,omitempty"`
 }
 
 // SubmitReply answers a SubmitRequest.
@@ -87,6 +92,8 @@ type CancelRequest struct {
 	Header
 	SessionID string `msgpack:"session_id" json:"session_id"`
 	Reason    string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	// By names who cancels (a user, "http", a parent session); it is written to the trace.
+	By string `msgpack:"by,omitempty" json:"by,omitempty"`
 }
 
 // Task is what the gateway publishes to TASKS for a planner.
@@ -98,6 +105,8 @@ type Task struct {
 	SubmittedAt time.Time `msgpack:"submitted_at" json:"submitted_at"`
 	Parent      string    `msgpack:"parent,omitempty" json:"parent,omitempty"`
 	Depth       int       `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// Previous is the conversation turn this task continues ("" for a new conversation).
+	Previous string `msgpack:"previous,omitempty" json:"previous,omitempty"`
 }
 
 // Step is one unit of work a planner publishes to WORK for an executor.
@@ -113,6 +122,8 @@ type Step struct {
 	// Context carries the results of the steps this one depends on.
 	Context []StepOutput `msgpack:"context,omitempty" json:"context,omitempty"`
 	Depth   int          `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// Previous is the session whose transcript this step continues (a conversation's turn).
+	Previous string `msgpack:"previous,omitempty" json:"previous,omitempty"`
 }
 
 // StepOutput is a finished step's answer handed to its dependents.
@@ -165,8 +176,25 @@ type Session struct {
 	Planner   string        `msgpack:"planner,omitempty" json:"planner,omitempty"`
 	Parent    string        `msgpack:"parent,omitempty" json:"parent,omitempty"`
 	Depth     int           `msgpack:"depth,omitempty" json:"depth,omitempty"`
-	Created   time.Time     `msgpack:"created" json:"created"`
-	Updated   time.Time     `msgpack:"updated" json:"updated"`
+	// Root is the root session of this session's tree ("" for a root itself).
+	Root string `msgpack:"root,omitempty" json:"root,omitempty"`
+	// Children are the child agent sessions this session started, in order.
+	Children []string `msgpack:"children,omitempty" json:"children,omitempty"`
+	// Cancel is set once the session is cancelled and never cleared.
+	Cancel *CancelMark `msgpack:"cancel,omitempty" json:"cancel,omitempty"`
+	// Budget is the session's effective budget; Deadline is its absolute end (zero: none),
+	// never later than its parent's.
+	Budget   *Budget   `msgpack:"budget,omitempty" json:"budget,omitempty"`
+	Deadline time.Time `msgpack:"deadline,omitempty" json:"deadline,omitempty"`
+	// A conversation is a chain of sessions, one per turn: Conversation is its first session
+	// ("" for that first one), Previous the turn this one continues, whose transcript it reads.
+	// The first session counts the turns and names the latest.
+	Conversation string    `msgpack:"conversation,omitempty" json:"conversation,omitempty"`
+	Previous     string    `msgpack:"previous,omitempty" json:"previous,omitempty"`
+	TurnCount    int       `msgpack:"turn_count,omitempty" json:"turn_count,omitempty"`
+	LastTurn     string    `msgpack:"last_turn,omitempty" json:"last_turn,omitempty"`
+	Created      time.Time `msgpack:"created" json:"created"`
+	Updated      time.Time `msgpack:"updated" json:"updated"`
 }
 
 // Usage counts tokens the way the providers bill them.
@@ -218,10 +246,14 @@ type ToolSpec struct {
 const (
 	ToolFindTools  = "find_tools"
 	ToolReadResult = "read_result"
+	// ToolFinish ends a step, reporting whether the task was accomplished.
+	ToolFinish = "finish"
 )
 
 // Builtin reports whether name is a built-in tool.
-func Builtin(name string) bool { return name == ToolFindTools || name == ToolReadResult }
+func Builtin(name string) bool {
+	return name == ToolFindTools || name == ToolReadResult || name == ToolFinish
+}
 
 // ToolRequest calls a tool on Names.Tool(name).
 type ToolRequest struct {
@@ -262,6 +294,10 @@ const (
 	// so the caller retries (tools.Call does, with backoff).
 	ToolErrBusy      = "busy"
 	ToolErrToolError = "tool_error" // the tool answered {ok:false}
+	// ToolErrCancelled and ToolErrBudget mark calls stopped or never made because the session was
+	// cancelled or reached a budget limit: not the tool's fault, so nothing to learn from.
+	ToolErrCancelled = "cancelled"
+	ToolErrBudget    = "budget_exceeded"
 )
 
 // ToolReply answers a ToolRequest.
@@ -377,13 +413,15 @@ type Ack struct {
 // tasks and for planners to plan them. Executors serving the agent write it at start.
 type AgentSpec struct {
 	Header
-	Name        string    `msgpack:"name" json:"name"`
-	MaxSteps    int       `msgpack:"max_steps" json:"max_steps"`
-	MaxDepth    int       `msgpack:"max_depth" json:"max_depth"`
-	PlannerMode string    `msgpack:"planner_mode" json:"planner_mode"`
-	MaxItems    int       `msgpack:"max_items" json:"max_items"`
-	Tools       []string  `msgpack:"tools,omitempty" json:"tools,omitempty"`
-	Updated     time.Time `msgpack:"updated" json:"updated"`
+	Name        string   `msgpack:"name" json:"name"`
+	MaxSteps    int      `msgpack:"max_steps" json:"max_steps"`
+	MaxDepth    int      `msgpack:"max_depth" json:"max_depth"`
+	PlannerMode string   `msgpack:"planner_mode" json:"planner_mode"`
+	MaxItems    int      `msgpack:"max_items" json:"max_items"`
+	Tools       []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	// Budget is the agent's agent.budget, applied to every task the agent runs.
+	Budget  *Budget   `msgpack:"budget,omitempty" json:"budget,omitempty"`
+	Updated time.Time `msgpack:"updated" json:"updated"`
 	// Expires is when the registration lapses unless an executor of the agent heartbeats it
 	// again (zero: written by an executor that does not heartbeat; it never lapses).
 	Expires time.Time `msgpack:"expires,omitempty" json:"expires,omitempty"`

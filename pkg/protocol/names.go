@@ -30,6 +30,8 @@ const (
 	BucketTools    = "tools"
 	BucketMemory   = "memory"
 	BucketMined    = "mined"
+	// BucketLedger holds what each session tree has spent (LedgerEntry per root and session).
+	BucketLedger   = "ledger"
 	ObjectPayloads = "payloads"
 	// BucketToolCalls keeps each tool call's result under its call id, so a repeated call is
 	// answered from the record instead of running the tool again.
@@ -68,6 +70,7 @@ const (
 	QueueToolhost = "toolhost"
 	QueueMemoryd  = "memoryd"
 	QueueGateway  = "gateway"
+	QueuePlanner  = "planner"
 )
 
 // Micro service names as they appear in $SRV discovery.
@@ -122,6 +125,11 @@ func (n Names) Submit() string { return n.subj("gateway", "submit") }
 
 // Cancel is the gateway's request/reply subject to cancel a session.
 func (n Names) Cancel() string { return n.subj("gateway", "cancel") }
+
+// CancelNotice is the broadcast subject on which the gateway announces a cancelled session;
+// CancelNoticeAll matches every session (executors, toolhosts and planners subscribe to it).
+func (n Names) CancelNotice(session string) string { return n.subj("cancel", session) }
+func (n Names) CancelNoticeAll() string            { return n.subj("cancel", ">") }
 
 // Task is the TASKS subject for one agent; TaskAll matches every agent.
 func (n Names) Task(agent string) string { return n.subj("task", agent) }
@@ -191,6 +199,10 @@ func sanitize(s string) string {
 		return r
 	}, s)
 }
+
+// TranscriptObject is the name, in the payloads object store, of a session's latest transcript,
+// which the next turn of its conversation continues from.
+func TranscriptObject(session string) string { return "transcript/" + session }
 
 // StepMsgID is the JetStream Msg-Id of a work item, so a replayed publish is deduplicated.
 func StepMsgID(session, step string) string { return session + "/" + step }

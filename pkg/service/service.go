@@ -18,6 +18,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/usage"
 )
 
 // Deps is what a role's main receives.
@@ -61,7 +62,15 @@ func LoadConfig(path string) (*config.Config, error) {
 			return config.Default(), nil
 		}
 	}
-	return config.Load(path)
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	// The file's models: entries join the model table (prices and limits) for this process.
+	if err := usage.Apply(cfg.Models); err != nil {
+		return nil, fmt.Errorf("%s: models: %w", path, err)
+	}
+	return cfg, nil
 }
 
 // Logger returns a text logger on stderr; SKEIN_LOG=debug raises the level.

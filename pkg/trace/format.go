@@ -55,6 +55,10 @@ func Line(ev protocol.Event) string {
 		if ev.Reason != "" {
 			fmt.Fprintf(&b, " reason=%q", clip(ev.Reason, 160))
 		}
+	case protocol.EvCancel, protocol.EvBudget:
+		if ev.Reason != "" {
+			fmt.Fprintf(&b, " %q", clip(ev.Reason, 160))
+		}
 	case protocol.EvDecision, protocol.EvStepStarted:
 		if ev.Text != "" {
 			fmt.Fprintf(&b, " %s", clip(ev.Text, 160))

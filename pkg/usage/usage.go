@@ -8,10 +8,12 @@ package usage
 import (
 	_ "embed"
 	"fmt"
+	"maps"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"gopkg.in/yaml.v3"
 
@@ -30,18 +32,30 @@ type Price struct {
 	CacheWrite1h float64
 }
 
-type priceEntry struct {
-	Input        *float64 `yaml:"input"`
-	Output       *float64 `yaml:"output"`
-	CacheRead    *float64 `yaml:"cache_read"`
-	CacheWrite5m *float64 `yaml:"cache_write_5m"`
-	CacheWrite1h *float64 `yaml:"cache_write_1h"`
-	Aliases      []string `yaml:"aliases"`
+// Entry is one model of the table as written in prices.yaml and in agent.yaml's `models:`.
+type Entry struct {
+	Input         *float64 `yaml:"input"`
+	Output        *float64 `yaml:"output"`
+	CacheRead     *float64 `yaml:"cache_read"`
+	CacheWrite5m  *float64 `yaml:"cache_write_5m"`
+	CacheWrite1h  *float64 `yaml:"cache_write_1h"`
+	ContextWindow int      `yaml:"context_window"`
+	MaxOutput     int      `yaml:"max_output"`
+	Aliases       []string `yaml:"aliases"`
 }
 
-// Table maps model ids to prices.
+type priceEntry = Entry
+
+// Limits are a model's context window and output limit in tokens (0: not known).
+type Limits struct {
+	ContextWindow int
+	MaxOutput     int
+}
+
+// Table maps model ids to prices and limits.
 type Table struct {
 	prices map[string]Price
+	limits map[string]Limits
 }
 
 var (
@@ -49,8 +63,17 @@ var (
 	defaultTable *Table
 )
 
-// Default returns the table from the embedded prices.yaml.
+var override atomic.Pointer[Table]
+
+// Default returns the table in use: the embedded prices.yaml, with agent.yaml's `models:` applied.
 func Default() *Table {
+	if t := override.Load(); t != nil {
+		return t
+	}
+	return embedded()
+}
+
+func embedded() *Table {
 	defaultOnce.Do(func() {
 		t, err := ParseTable(pricesYAML)
 		if err != nil {
@@ -72,30 +95,105 @@ func ParseTable(data []byte) (*Table, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("price table: %w", err)
 	}
-	t := &Table{prices: map[string]Price{}}
+	t := &Table{prices: map[string]Price{}, limits: map[string]Limits{}}
 	for name, e := range doc.Models {
 		if e.Input == nil || e.Output == nil {
 			return nil, fmt.Errorf("price table: model %q: input and output are required", name)
 		}
-		p := Price{Input: *e.Input, Output: *e.Output,
-			CacheRead: 0.1 * *e.Input, CacheWrite5m: 1.25 * *e.Input, CacheWrite1h: 2 * *e.Input}
-		if e.CacheRead != nil {
-			p.CacheRead = *e.CacheRead
+		if e.ContextWindow < 0 || e.MaxOutput < 0 {
+			return nil, fmt.Errorf("price table: model %q: context_window and max_output must be >= 0", name)
 		}
-		if e.CacheWrite5m != nil {
-			p.CacheWrite5m = *e.CacheWrite5m
-		}
-		if e.CacheWrite1h != nil {
-			p.CacheWrite1h = *e.CacheWrite1h
-		}
+		p := price(e)
 		for _, id := range append([]string{name}, e.Aliases...) {
 			if _, dup := t.prices[id]; dup {
 				return nil, fmt.Errorf("price table: model %q listed twice", id)
 			}
 			t.prices[id] = p
+			t.limits[id] = Limits{ContextWindow: e.ContextWindow, MaxOutput: e.MaxOutput}
 		}
 	}
 	return t, nil
+}
+
+func price(e Entry) Price {
+	p := Price{Input: *e.Input, Output: *e.Output,
+		CacheRead: 0.1 * *e.Input, CacheWrite5m: 1.25 * *e.Input, CacheWrite1h: 2 * *e.Input}
+	if e.CacheRead != nil {
+		p.CacheRead = *e.CacheRead
+	}
+	if e.CacheWrite5m != nil {
+		p.CacheWrite5m = *e.CacheWrite5m
+	}
+	if e.CacheWrite1h != nil {
+		p.CacheWrite1h = *e.CacheWrite1h
+	}
+	return p
+}
+
+// With returns a copy of t with entries added or overriding its own (agent.yaml's `models:`).
+// An entry without input and output prices changes only the limits it sets; a new model without
+// prices stays unpriced.
+func (t *Table) With(entries map[string]Entry) (*Table, error) {
+	out := &Table{prices: maps.Clone(t.prices), limits: maps.Clone(t.limits)}
+	for name, e := range entries {
+		if (e.Input == nil) != (e.Output == nil) {
+			return nil, fmt.Errorf("models.%s: give both input and output prices, or neither", name)
+		}
+		if e.ContextWindow < 0 || e.MaxOutput < 0 {
+			return nil, fmt.Errorf("models.%s: context_window and max_output must be >= 0", name)
+		}
+		for _, id := range append([]string{name}, e.Aliases...) {
+			if e.Input != nil {
+				out.prices[id] = price(e)
+			}
+			l, _ := out.LookupLimits(id)
+			if e.ContextWindow > 0 {
+				l.ContextWindow = e.ContextWindow
+			}
+			if e.MaxOutput > 0 {
+				l.MaxOutput = e.MaxOutput
+			}
+			out.limits[id] = l
+		}
+	}
+	return out, nil
+}
+
+// LookupLimits finds a model's limits: the exact id, else the id without a dated snapshot suffix.
+func (t *Table) LookupLimits(model string) (Limits, bool) {
+	if l, ok := t.limits[model]; ok {
+		return l, true
+	}
+	if base := snapshotSuffix.ReplaceAllString(model, ""); base != model {
+		l, ok := t.limits[base]
+		return l, ok
+	}
+	return Limits{}, false
+}
+
+// ConservativeWindow is the context window assumed for a model the table does not know: small
+// enough that compaction starts early rather than the provider refusing a long prompt.
+const ConservativeWindow = 32_768
+
+// ModelLimits returns a model's limits from the table in use, and whether the table knows its
+// context window.
+func ModelLimits(model string) (Limits, bool) {
+	l, ok := Default().LookupLimits(model)
+	return l, ok && l.ContextWindow > 0
+}
+
+// Apply makes the embedded table plus entries (agent.yaml's `models:`) the table every caller of
+// Default uses in this process.
+func Apply(entries map[string]Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	t, err := embedded().With(entries)
+	if err != nil {
+		return err
+	}
+	override.Store(t)
+	return nil
 }
 
 // Dated snapshot suffixes: -20251001 (Anthropic) and -2024-08-06 (OpenAI).

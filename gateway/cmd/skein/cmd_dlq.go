@@ -15,6 +15,7 @@ func init() { extraCommands = append(extraCommands, newDLQCmd) }
 
 func newDLQCmd() *cobra.Command {
 	var since time.Duration
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "dlq [--since DURATION]",
 		Short: "List dead letters: tasks, steps and results that exhausted their deliveries",
@@ -40,7 +41,8 @@ func newDLQCmd() *cobra.Command {
 					return fmt.Errorf("dlq: %w", err)
 				}
 				w := cmd.OutOrStdout()
-				if info.NumPending == 0 {
+				letters := []dlqItem{}
+				if info.NumPending == 0 && !asJSON {
 					fmt.Fprintln(w, "no dead letters")
 					return nil
 				}
@@ -58,6 +60,15 @@ func newDLQCmd() *cobra.Command {
 						if meta != nil {
 							when = meta.Timestamp.Local().Format("2006-01-02 15:04:05")
 						}
+						if asJSON {
+							it := dlqItem{Subject: h.Get(bus.HeaderDLQSubject), Stream: h.Get(bus.HeaderDLQStream), Sequence: h.Get(bus.HeaderDLQSequence),
+								Consumer: h.Get(bus.HeaderDLQConsumer), Deliveries: h.Get(bus.HeaderDLQDeliveries), Bytes: len(msg.Data())}
+							if meta != nil {
+								it.Time = meta.Timestamp.UTC()
+							}
+							letters = append(letters, it)
+							continue
+						}
 						fmt.Fprintf(w, "%s  %s (stream %s seq %s, consumer %s, %s deliveries)  %d bytes\n", when,
 							h.Get(bus.HeaderDLQSubject), h.Get(bus.HeaderDLQStream), h.Get(bus.HeaderDLQSequence),
 							h.Get(bus.HeaderDLQConsumer), h.Get(bus.HeaderDLQDeliveries), len(msg.Data()))
@@ -70,10 +81,25 @@ func newDLQCmd() *cobra.Command {
 					}
 					pending -= uint64(n)
 				}
+				if asJSON {
+					return writeJSON(w, letters)
+				}
 				return nil
 			})
 		},
 	}
 	cmd.Flags().DurationVar(&since, "since", 0, "only dead letters newer than this (e.g. 24h)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of {time, subject, stream, sequence, consumer, deliveries, bytes}")
 	return cmd
+}
+
+// dlqItem is one element of `skein dlq --json`: where the dead letter came from.
+type dlqItem struct {
+	Time       time.Time `json:"time"`
+	Subject    string    `json:"subject"`
+	Stream     string    `json:"stream"`
+	Sequence   string    `json:"sequence"`
+	Consumer   string    `json:"consumer"`
+	Deliveries string    `json:"deliveries"`
+	Bytes      int       `json:"bytes"`
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/service"
@@ -45,6 +47,7 @@ func newRunCmd() *cobra.Command {
 	var sessionID, agent string
 	var asJSON bool
 	var timeout time.Duration
+	var budgetKVs []string
 	cmd := &cobra.Command{
 		Use:   "run [flags] TASK",
 		Short: "Submit a task, stream its progress and print the result",
@@ -64,9 +67,38 @@ func newRunCmd() *cobra.Command {
 					return err
 				}
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			var budget *protocol.Budget
+			if len(budgetKVs) > 0 {
+				b, err := govern.ParseBudget(budgetKVs)
+				if err != nil {
+					return &exitError{code: 2, msg: "skein: --budget: " + err.Error()}
+				}
+				budget = &b
+			}
+			ctx, stop := context.WithCancel(cmd.Context())
 			defer stop()
 			cmd.SetContext(ctx)
+			// Ctrl-C before the task is submitted stops the command; after, it cancels the session
+			// and waits for it to end as cancelled. A second Ctrl-C leaves at once.
+			var submitted atomic.Pointer[func()]
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			go func() {
+				first := true
+				for range sigs {
+					if !first {
+						fmt.Fprintln(cmd.ErrOrStderr(), "skein: leaving without waiting")
+						os.Exit(130)
+					}
+					first = false
+					if f := submitted.Load(); f != nil {
+						go (*f)()
+					} else {
+						stop()
+					}
+				}
+			}()
 			conn, names, mesh, closeMesh, err := dialMeshFull(cmd, cfg, true)
 			if err != nil {
 				return err
@@ -82,7 +114,7 @@ func newRunCmd() *cobra.Command {
 			}
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			var rep protocol.SubmitReply
-			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli"}, &rep, 5*time.Second)
+			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli", Budget: budget}, &rep, 5*time.Second)
 			cancel()
 			if err != nil {
 				return &exitError{code: exitTransient, msg: fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err)}
@@ -93,6 +125,16 @@ func newRunCmd() *cobra.Command {
 				}
 				return &exitError{code: 2, msg: "skein: " + rep.Error}
 			}
+			onInterrupt := func() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "\nskein: cancelling session %s (Ctrl-C again to leave at once)\n", rep.SessionID)
+				cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+				defer ccancel()
+				if _, err := cancelSession(cctx, conn, names, rep.SessionID, cliUser()+" (Ctrl-C)", "interrupted"); err != nil {
+					fmt.Fprintln(cmd.ErrOrStderr(), "skein: cancel:", err)
+					stop()
+				}
+			}
+			submitted.Store(&onInterrupt)
 			view := newProgress(cmd.ErrOrStderr(), asJSON)
 			res := runResult{SessionID: rep.SessionID}
 			fctx, fcancel := context.WithTimeout(ctx, timeout)
@@ -165,6 +207,8 @@ func newRunCmd() *cobra.Command {
 	cmd.Flags().StringVar(&agent, "agent", "", "agent to run the task (default: agent.name from the config)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print exactly one JSON object: session_id, outcome, final_text, usage")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up following the session after this long")
+	cmd.Flags().StringArrayVar(&budgetKVs, "budget", nil, "limit this task: KEY=VALUE, repeatable; keys max_input_tokens, max_output_tokens, max_usd,\n"+
+		"deadline_s, max_turns, max_tool_calls, max_depth, max_fanout (agent.budget applies too; the tighter wins)")
 	return cmd
 }
 

@@ -17,6 +17,7 @@ import (
 func newTraceCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "trace", Short: "Read session traces from the TRACE stream"}
 	var since time.Duration
+	var listJSON bool
 	list := &cobra.Command{
 		Use: "list", Short: "List sessions with their outcome", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -26,6 +27,14 @@ func newTraceCmd() *cobra.Command {
 					return err
 				}
 				w := cmd.OutOrStdout()
+				if listJSON {
+					out := make([]traceListItem, 0, len(sessions))
+					for _, s := range sessions {
+						out = append(out, traceListItem{SessionID: s.SessionID, Agent: s.Agent, Task: s.Task, Outcome: string(s.Outcome),
+							Started: s.Started, Events: s.Events})
+					}
+					return writeJSON(w, out)
+				}
 				if len(sessions) == 0 {
 					fmt.Fprintln(w, "no sessions in the trace stream")
 				}
@@ -42,6 +51,7 @@ func newTraceCmd() *cobra.Command {
 		},
 	}
 	list.Flags().DurationVar(&since, "since", 0, "only sessions with events newer than this (e.g. 24h)")
+	list.Flags().BoolVar(&listJSON, "json", false, "print a JSON array of {session_id, agent, task, outcome, started, events}")
 
 	var asJSON bool
 	show := &cobra.Command{
@@ -81,8 +91,55 @@ func newTraceCmd() *cobra.Command {
 	}
 	tail.Flags().BoolVarP(&follow, "follow", "f", false, "keep following after the session ends")
 	tail.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
-	cmd.AddCommand(list, show, tail)
+	var treeJSON bool
+	tree := &cobra.Command{
+		Use: "tree SESSION", Short: "Show a session with its steps and child agent sessions, as a tree", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withBus(cmd, func(env meshEnv) error {
+				n, err := sessionTree(cmd.Context(), env.conn, env.names, args[0])
+				if err != nil {
+					return &exitError{code: 1, msg: "skein: " + err.Error()}
+				}
+				if treeJSON {
+					return writeJSON(cmd.OutOrStdout(), n)
+				}
+				trace.PrintTree(cmd.OutOrStdout(), n)
+				return nil
+			})
+		},
+	}
+	tree.Flags().BoolVar(&treeJSON, "json", false, "print the tree as one JSON object (docs/json.md)")
+	cmd.AddCommand(list, show, tail, tree)
 	return cmd
+}
+
+// traceListItem is one element of `skein trace list --json`.
+type traceListItem struct {
+	SessionID string    `json:"session_id"`
+	Agent     string    `json:"agent"`
+	Task      string    `json:"task"`
+	Outcome   string    `json:"outcome"` // "" while running
+	Started   time.Time `json:"started"`
+	Events    int       `json:"events"`
+}
+
+// sessionTree reads a session tree, taking each session's children from its record.
+func sessionTree(ctx context.Context, conn *bus.Conn, names protocol.Names, id string) (*trace.TreeNode, error) {
+	kv, err := bus.KV(ctx, conn.JS, names, protocol.BucketSessions)
+	if err != nil {
+		return nil, err
+	}
+	return trace.Tree(ctx, conn.JS, names, id, func(s string) []string {
+		e, err := kv.Get(ctx, s)
+		if err != nil {
+			return nil
+		}
+		var rec protocol.Session
+		if protocol.Unmarshal(e.Value(), &rec) != nil {
+			return nil
+		}
+		return rec.Children
+	})
 }
 
 func printEvent(cmd *cobra.Command, ev protocol.Event, asJSON bool) {

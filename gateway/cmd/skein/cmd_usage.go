@@ -18,6 +18,7 @@ func init() { extraCommands = append(extraCommands, newUsageCmd) }
 func newUsageCmd() *cobra.Command {
 	var since time.Duration
 	var by string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "usage [--since DURATION] [--by agent|model|day]",
 		Short: "Total tokens and cost across the mesh from the usage stream",
@@ -31,12 +32,13 @@ func newUsageCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printUsage(cmd, reports, by)
+				return printUsage(cmd, reports, by, asJSON)
 			})
 		},
 	}
 	cmd.Flags().DurationVar(&since, "since", 0, "only sessions that ended within this long (e.g. 24h); default all")
 	cmd.Flags().StringVar(&by, "by", "agent", "group by agent, model or day")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object {by, rows: [...]} (docs/json.md)")
 	return cmd
 }
 
@@ -90,7 +92,20 @@ func readUsage(cmd *cobra.Command, env meshEnv, since time.Duration) (map[string
 	return out, nil
 }
 
-func printUsage(cmd *cobra.Command, reports map[string]sessionUsage, by string) error {
+// usageRow is one row of `skein usage --json`.
+type usageRow struct {
+	Key                      string  `json:"key"`
+	Sessions                 *int    `json:"sessions"` // null when grouped by model
+	InputTokens              int64   `json:"input_tokens"`
+	OutputTokens             int64   `json:"output_tokens"`
+	CacheCreationInputTokens int64   `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64   `json:"cache_read_input_tokens"`
+	CostUSD                  float64 `json:"cost_usd"`
+	// CostComplete is false when some usage was of unpriced models: cost_usd is then a floor.
+	CostComplete bool `json:"cost_complete"`
+}
+
+func printUsage(cmd *cobra.Command, reports map[string]sessionUsage, by string, asJSON bool) error {
 	type row struct {
 		u        protocol.Usage
 		sessions int
@@ -136,6 +151,24 @@ func printUsage(cmd *cobra.Command, reports map[string]sessionUsage, by string) 
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	if asJSON {
+		out := struct {
+			By   string     `json:"by"`
+			Rows []usageRow `json:"rows"`
+		}{By: by, Rows: []usageRow{}}
+		for _, k := range keys {
+			r := rows[k]
+			row := usageRow{Key: k, InputTokens: r.u.InputTokens, OutputTokens: r.u.OutputTokens,
+				CacheCreationInputTokens: r.u.CacheCreationInputTokens, CacheReadInputTokens: r.u.CacheReadInputTokens,
+				CostUSD: r.cost, CostComplete: !r.unknown}
+			if by != "model" {
+				n := r.sessions
+				row.Sessions = &n
+			}
+			out.Rows = append(out.Rows, row)
+		}
+		return writeJSON(cmd.OutOrStdout(), out)
+	}
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "%s\tsessions\tinput\toutput\tcache write\tcache read\tcost\n", by)
 	for _, k := range keys {

@@ -9,9 +9,12 @@
 //	        - {name: hello, args: {name: Ada, lang: en}}        # args: a YAML map -> JSON object
 //	        - {name: hello, args_raw: '{"name": "Ada"'}          # sent verbatim (malformed on purpose)
 //	    times: 1                                                  # optional: answer at most once
+//	    delay_s: 2                                                # optional: think this long first (a slow model)
 //
 // when.system is matched against the system prompt (its blocks joined by blank lines),
-// when.last against the newest user message: its text and tool results, joined by newlines.
+// when.last against the newest user message: its text and tool results, joined by newlines,
+// when.any against the whole conversation (every message, as the token count renders it), so a
+// conversation's later turn can answer from an earlier one.
 // An argument whose value is exactly "$1" … "$9" takes that capture group of when.last (a JSON
 // number when the capture is one, else a string), so a script can pass on a handle or an offset
 // the conversation produced: `when: {last: "handle: (res-\w+)"}` … `args: {handle: "$1"}`.
@@ -26,11 +29,14 @@
 // backend holds no state. Two rules with identical replies share their count.
 //
 // Usage is counted with pkg/tokenize (o200k_base) on the rendered prompt (part by part) and the reply, so
-// token figures mean something offline; the model name is "scripted", priced at 0.
+// token figures mean something offline; the model name is "scripted", priced at 0, unless
+// llm.model names another model: then replies carry that name, so its price applies (tests of
+// money budgets run offline that way).
 package scripted
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,6 +66,7 @@ type fileRule struct {
 	When *struct {
 		System string `yaml:"system"`
 		Last   string `yaml:"last"`
+		Any    string `yaml:"any"`
 	} `yaml:"when"`
 	Reply *struct {
 		Text      string `yaml:"text"`
@@ -70,13 +77,16 @@ type fileRule struct {
 		} `yaml:"tool_calls"`
 	} `yaml:"reply"`
 	Times int `yaml:"times"`
+	// DelayS makes the reply take this long, as a slow model would; the call's context ends it.
+	DelayS float64 `yaml:"delay_s"`
 }
 
 type rule struct {
-	system, last *regexp.Regexp
-	text         string
-	calls        []llm.ToolCall // IDs filled per answer
-	times        int            // 0: unlimited
+	system, last, any *regexp.Regexp
+	text              string
+	calls             []llm.ToolCall // IDs filled per answer
+	times             int            // 0: unlimited
+	delay             time.Duration
 }
 
 // Script is a parsed rule file.
@@ -124,6 +134,9 @@ func Parse(name string, data []byte) (*Script, error) {
 			if r.last, err = compile(fr.When.Last); err != nil {
 				return nil, at(".when.last", "%v", err)
 			}
+			if r.any, err = compile(fr.When.Any); err != nil {
+				return nil, at(".when.any", "%v", err)
+			}
 		}
 		if fr.Reply == nil {
 			return nil, at("", "reply is required")
@@ -164,6 +177,10 @@ func Parse(name string, data []byte) (*Script, error) {
 			return nil, at(".times", "must be 1 or more, got %d", fr.Times)
 		}
 		r.times = fr.Times
+		if fr.DelayS < 0 {
+			return nil, at(".delay_s", "must be >= 0, got %v", fr.DelayS)
+		}
+		r.delay = time.Duration(fr.DelayS * float64(time.Second))
 		s.rules = append(s.rules, r)
 	}
 	return s, nil
@@ -183,6 +200,7 @@ func compile(expr string) (*regexp.Regexp, error) {
 // Backend answers from a Script.
 type Backend struct {
 	script *Script
+	model  string
 }
 
 var _ llm.Backend = (*Backend)(nil)
@@ -196,7 +214,11 @@ func New(cfg config.LLM, _ ...llm.Option) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{script: s}, nil
+	b := &Backend{script: s}
+	if cfg.Model != "" && cfg.Model != Model {
+		b.model = cfg.Model
+	}
+	return b, nil
 }
 
 // FromScript serves an already parsed script.
@@ -227,10 +249,22 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 		if r.last != nil && !r.last.MatchString(last) {
 			continue
 		}
+		if r.any != nil && !r.any.MatchString(conversationText(req.Messages)) {
+			continue
+		}
 		if r.times > 0 && usesIn(r, req.Messages) >= r.times {
 			continue
 		}
-		resp := &llm.Response{Text: r.text, Model: Model, StopReason: llm.StopEndTurn}
+		if r.delay > 0 {
+			t := time.NewTimer(r.delay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, fmt.Errorf("scripted: %w", context.Cause(ctx))
+			}
+		}
+		resp := &llm.Response{Text: r.text, Model: cmp.Or(b.model, Model), StopReason: llm.StopEndTurn}
 		out := tokenize.Count(r.text)
 		var groups []string
 		if r.last != nil {
@@ -339,16 +373,18 @@ func lastText(req llm.Request) string {
 		if m.Role != llm.RoleUser {
 			continue
 		}
-		var parts []string
+		// Text first, then tool results: a conversation's follow-up carries both (the answers to
+		// the calls its previous turn ended with, then the new message), and rules match the text.
+		var text, results []string
 		for _, blk := range m.Content {
 			switch {
 			case blk.Type == llm.BlockText:
-				parts = append(parts, blk.Text)
+				text = append(text, blk.Text)
 			case blk.Type == llm.BlockToolResult && blk.ToolResult != nil:
-				parts = append(parts, blk.ToolResult.Content)
+				results = append(results, blk.ToolResult.Content)
 			}
 		}
-		return strings.Join(parts, "\n")
+		return strings.Join(append(text, results...), "\n")
 	}
 	return ""
 }
@@ -367,6 +403,15 @@ func promptTokens(req llm.Request) int {
 		n += tokenize.Count(renderMessage(m))
 	}
 	return n
+}
+
+// conversationText is every message laid out as the token count renders it (when.any).
+func conversationText(msgs []llm.Message) string {
+	var sb strings.Builder
+	for _, m := range msgs {
+		sb.WriteString(renderMessage(m))
+	}
+	return sb.String()
 }
 
 // renderMessage lays one message out as text for counting.
