@@ -92,7 +92,7 @@ func skein(t *testing.T, dir string, env []string, stdin string, args ...string)
 // initProject scaffolds a project with `skein init` into a fresh temp folder.
 func initProject(t *testing.T, env []string) string {
 	t.Helper()
-	parent := t.TempDir()
+	parent := reachableTempDir(t)
 	if r := skein(t, parent, env, "", "init", "proj"); r.code != 0 {
 		t.Fatalf("skein init: %s", r)
 	}
@@ -105,7 +105,7 @@ var scaffoldFiles = []string{
 }
 
 func TestCLIInit(t *testing.T) {
-	parent := t.TempDir()
+	parent := reachableTempDir(t)
 	env := cliEnv(t, filepath.Join(parent, "home"))
 	r := skein(t, parent, env, "", "init", "proj")
 	if r.code != 0 {

@@ -95,11 +95,6 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolhost: load tool manifests (tools.manifest_dirs in %s): %w", configName(cfg), err)
 	}
-	for _, t := range loaded {
-		if err := t.CheckExecutable(); err != nil {
-			log.Warn("tool program not found yet; calls will fail with cannot_start until it exists", "tool", t.Name, "err", err)
-		}
-	}
 	specs := make([]protocol.ToolSpec, len(loaded))
 	for i, t := range loaded {
 		specs[i] = t.Spec()
@@ -115,12 +110,18 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		runner: &tools.Runner{
 			DefaultTimeout: time.Duration(cfg.Tools.TimeoutS * float64(time.Second)),
 			MaxOutput:      cfg.Tools.MaxOutput,
+			Sandbox:        sandboxOf(cfg.Tools.Sandbox),
 		},
 		host:  id,
 		log:   log,
 		nc:    d.Conn.NC,
 		ctx:   runCtx,
 		slots: make(chan struct{}, concurrency(d.Concurrency)),
+	}
+	for _, t := range loaded {
+		if err := h.runner.Check(t); err != nil {
+			log.Warn("tool cannot start yet; calls will fail with cannot_start until this is fixed", "tool", t.Name, "err", err)
+		}
 	}
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
 		Name:        protocol.ServiceToolhost,
@@ -162,7 +163,13 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	if len(loaded) == 0 && len(cfg.Tools.Agents) == 0 {
 		log.Warn("no tools to serve: tools.manifest_dirs is empty or holds no manifests")
 	}
-	log.Info("toolhost ready", "tools", host.tools, "concurrency", cap(h.slots))
+	sandbox, err := h.runner.SandboxInfo()
+	if err != nil {
+		host.stop()
+		killRunning()
+		return nil, fmt.Errorf("toolhost: tools cannot run: %w", err)
+	}
+	log.Info("toolhost ready", "tools", host.tools, "concurrency", cap(h.slots), "sandbox", sandbox)
 	return host, nil
 }
 
@@ -313,4 +320,14 @@ func configName(c *config.Config) string {
 		return "the default configuration"
 	}
 	return c.Path
+}
+
+// sandboxOf maps tools.sandbox of the config onto the runner's sandbox.
+func sandboxOf(c config.ToolSandbox) tools.Sandbox {
+	return tools.Sandbox{
+		Limits:     tools.Limits{CPUSeconds: c.CPUSeconds, AddressSpaceMB: c.AddressSpaceMB, OpenFiles: c.OpenFiles, Processes: c.Processes},
+		RunAs:      c.RunAs,
+		Cgroup:     c.Cgroup,
+		ScratchDir: c.ScratchDir,
+	}
 }

@@ -75,6 +75,20 @@ type Tools struct {
 	MaxOutput    int       `yaml:"max_output_bytes"`
 	Agents       []string  `yaml:"agents"` // other agents offered as tools
 	Retrieval    Retrieval `yaml:"retrieval"`
+	// Sandbox confines every subprocess tool (docs/security.md, "Tools").
+	Sandbox ToolSandbox `yaml:"sandbox"`
+}
+
+// ToolSandbox is `tools.sandbox:`. Limits of 0 take the built-in defaults; a manifest's own
+// `sandbox` overrides them per tool.
+type ToolSandbox struct {
+	CPUSeconds     int    `yaml:"cpu_s"`
+	AddressSpaceMB int    `yaml:"address_space_mb"`
+	OpenFiles      int    `yaml:"open_files"`
+	Processes      int    `yaml:"processes"`
+	RunAs          string `yaml:"run_as"`      // auto | current | a user name or uid
+	Cgroup         string `yaml:"cgroup"`      // auto | off
+	ScratchDir     string `yaml:"scratch_dir"` // "" = the system temp folder
 }
 
 // Retrieval is `tools.retrieval:` (retrieved tool descriptions).

@@ -138,7 +138,7 @@ var (
 
 // section maps Go type names to YAML paths so errors name keys the user wrote.
 var section = map[string]string{
-	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.",
+	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.", "ToolSandbox": "tools.sandbox.",
 	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Miner": "miner.", "Mesh": "mesh.",
 }
 
@@ -222,6 +222,9 @@ func (c *Config) resolvePaths(dir string) {
 	for _, l := range c.llms() {
 		l.Script = abs(l.Script)
 	}
+	if c.Tools.Sandbox.ScratchDir != "" {
+		c.Tools.Sandbox.ScratchDir = abs(c.Tools.Sandbox.ScratchDir)
+	}
 }
 
 // llms returns every model binding in the file, the default first.
@@ -286,6 +289,20 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Tools.TimeoutS <= 0 {
 		bad("tools.timeout_s", "must be positive, got %v", c.Tools.TimeoutS)
+	}
+	sb := c.Tools.Sandbox
+	for key, v := range map[string]int{"cpu_s": sb.CPUSeconds, "address_space_mb": sb.AddressSpaceMB, "open_files": sb.OpenFiles, "processes": sb.Processes} {
+		if v < 0 {
+			bad("tools.sandbox."+key, "must not be negative (0 = default), got %d", v)
+		}
+	}
+	switch sb.Cgroup {
+	case "", "auto", "off":
+	default:
+		bad("tools.sandbox.cgroup", "must be auto or off, got %q", sb.Cgroup)
+	}
+	if sb.RunAs != "" && strings.TrimSpace(sb.RunAs) != sb.RunAs {
+		bad("tools.sandbox.run_as", "has surrounding spaces: %q", sb.RunAs)
 	}
 	if c.Memory.SimilarityThreshold <= 0 || c.Memory.SimilarityThreshold > 1 {
 		bad("memory.similarity_threshold", "must be in (0, 1], got %v", c.Memory.SimilarityThreshold)

@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/skein-mesh/skein/pkg/harden"
 )
 
 // exitError carries a specific exit status out of a command.
@@ -19,6 +21,7 @@ type exitError struct {
 func (e *exitError) Error() string { return e.msg }
 
 func main() {
+	_ = harden.Process() // provider keys and credentials live in this process: see pkg/harden
 	root := &cobra.Command{
 		Use:           "skein",
 		Short:         "A local-first mesh of LLM agents that learn from their own traces",

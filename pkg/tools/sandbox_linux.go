@@ -1,0 +1,677 @@
+//go:build linux
+
+package tools
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A tool starts as a fresh copy of this binary (the trampoline): the kernel has already given it
+// the tool's uid, process group, cgroup and parent-death signal; the trampoline sets the
+// resource limits on itself and execs the tool. Limits set that way hold from the tool's first
+// instruction, whereas prlimit on a started child races with the child's first fork.
+const trampolineArg0 = "skein-tool-sandbox"
+
+func init() {
+	switch {
+	case len(os.Args) == 1 && os.Args[0] == trampolineArg0+"-probe":
+		os.Exit(0)
+	case len(os.Args) >= 4 && os.Args[0] == trampolineArg0:
+		trampoline(os.Args[1], os.Args[2], os.Args[3:])
+	}
+}
+
+func trampoline(spec, path string, argv []string) {
+	fail := func(format string, a ...any) {
+		fmt.Fprintf(os.Stderr, trampolinePrefix+format+"\n", a...)
+		os.Exit(trampolineExit)
+	}
+	var v [4]uint64
+	parts := strings.Split(spec, ",")
+	if len(parts) != len(v) {
+		fail("bad limit spec %q", spec)
+	}
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 64)
+		if err != nil {
+			fail("bad limit spec %q", spec)
+		}
+		v[i] = n
+	}
+	// Everything that allocates happens before the limits: once RLIMIT_AS is set, this Go
+	// runtime may not be able to map memory any more.
+	argv0p, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		fail("program path: %v", err)
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		fail("arguments: %v", err)
+	}
+	envp, err := syscall.SlicePtrFromStrings(os.Environ())
+	if err != nil {
+		fail("environment: %v", err)
+	}
+	hint := fmt.Sprintf(" (the tool runs as uid %d: its program, interpreter and their folders must be readable by that user; see tools.sandbox.run_as)", os.Getuid())
+	// CPU: the soft limit sends SIGXCPU, which names the cause; the hard one, a bit later, kills.
+	limits := []struct {
+		res      int
+		cur, max uint64
+		name     string
+	}{
+		{unix.RLIMIT_CPU, v[0], v[0] + 2, "cpu_s"},
+		{unix.RLIMIT_AS, v[1] << 20, v[1] << 20, "address_space_mb"},
+		{unix.RLIMIT_NOFILE, v[2], v[2], "open_files"},
+		{unix.RLIMIT_NPROC, v[3], v[3], "processes"},
+	}
+	for _, l := range limits {
+		// prlimit, not syscall.Setrlimit: Go restores its startup RLIMIT_NOFILE in exec'd
+		// children when the limit was set through the syscall package.
+		if err := unix.Prlimit(0, l.res, &unix.Rlimit{Cur: l.cur, Max: l.max}, nil); err != nil {
+			fail("set %s limit: %v", l.name, err)
+		}
+	}
+	_, _, errno := syscall.RawSyscall(syscall.SYS_EXECVE,
+		uintptr(unsafe.Pointer(argv0p)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
+	if errno == syscall.EACCES || errno == syscall.EPERM {
+		fail("exec %s: %v%s", path, errno, hint)
+	}
+	fail("exec %s: %v", path, errno)
+}
+
+// trampolineSpec encodes limits for the trampoline's command line.
+func trampolineSpec(l Limits, nprocBase int) string {
+	return fmt.Sprintf("%d,%d,%d,%d", l.CPUSeconds, l.AddressSpaceMB, l.OpenFiles, nprocBase+l.Processes)
+}
+
+// hostSandbox is what a Runner decided once about confining its tools.
+type hostSandbox struct {
+	uid, gid int // the tools' ids; -1 when they run as the host's user
+	cred     *syscall.Credential
+	who      string
+	cg       *cgroupBase // nil: the subreaper fallback
+	info     string
+}
+
+func (r *Runner) hostSandbox() (*hostSandbox, error) {
+	r.sbOnce.Do(func() { r.sb, r.sbErr = newHostSandbox(r.Sandbox) })
+	return r.sb, r.sbErr
+}
+
+func newHostSandbox(s Sandbox) (*hostSandbox, error) {
+	hs := &hostSandbox{uid: -1, gid: -1, who: "the host's user"}
+	runAs := s.RunAs
+	if runAs == "" || runAs == "auto" {
+		runAs = "current"
+		if os.Geteuid() == 0 {
+			runAs = "nobody"
+		}
+	}
+	if runAs != "current" {
+		uid, gid, err := lookupUser(runAs)
+		if err != nil {
+			return nil, fmt.Errorf("tools.sandbox.run_as %q: %w", runAs, err)
+		}
+		if uid != os.Geteuid() {
+			if os.Geteuid() != 0 {
+				return nil, fmt.Errorf("tools.sandbox.run_as %q needs the host to run as root (it runs as uid %d); use run_as: current", runAs, os.Geteuid())
+			}
+			hs.uid, hs.gid = uid, gid
+			hs.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+			hs.who = fmt.Sprintf("%s (uid %d)", runAs, uid)
+		}
+	}
+	var why string
+	switch s.Cgroup {
+	case "", "auto":
+		hs.cg, why = sharedCgroupBase()
+	case "off":
+		why = "tools.sandbox.cgroup is off"
+	default:
+		return nil, fmt.Errorf("tools.sandbox.cgroup must be auto or off, got %q", s.Cgroup)
+	}
+	if hs.cg == nil {
+		if err := enableSubreaper(); err != nil {
+			return nil, fmt.Errorf("no way to kill a tool's whole process tree: no cgroup v2 (%s) and %w", why, err)
+		}
+		hs.info = fmt.Sprintf("tools run as %s; process tree killed by child subreaper (%s)", hs.who, why)
+	} else {
+		hs.info = fmt.Sprintf("tools run as %s; process tree killed by cgroup v2 %s", hs.who, hs.cg.dir)
+		if hs.cg.pids {
+			hs.info += " (pids.max per call)"
+		}
+	}
+	return hs, nil
+}
+
+func lookupUser(name string) (uid, gid int, err error) {
+	if n, err := strconv.Atoi(name); err == nil {
+		return n, n, nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		if name == "nobody" {
+			return 65534, 65534, nil
+		}
+		return 0, 0, err
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return uid, gid, nil
+}
+
+// SandboxInfo says in one line how tools are confined, for a host's startup log. An error is the
+// reason tools cannot run at all.
+func (r *Runner) SandboxInfo() (string, error) {
+	hs, err := r.hostSandbox()
+	if err != nil {
+		return "", err
+	}
+	return hs.info, nil
+}
+
+// confine turns cmd (the tool) into a start of the trampoline with everything the kernel applies
+// at fork: own process group, parent-death signal, uid, cgroup.
+func (r *Runner) confine(cmd *exec.Cmd, t *Tool) (*callConf, error) {
+	hs, err := r.hostSandbox()
+	if err != nil {
+		return nil, err
+	}
+	lim := DefaultLimits.over(r.Sandbox.Limits)
+	if t.Sandbox != nil {
+		lim = lim.over(t.Sandbox.Limits)
+	}
+	cc := &callConf{hs: hs, id: newCallID()}
+	uid := hs.uid
+	if uid < 0 {
+		uid = os.Getuid()
+	}
+	// RLIMIT_NPROC counts every task of the uid on the machine, so "processes" is what the call
+	// may add to what that user already runs.
+	base := 0
+	if uid != 0 {
+		base = countTasks(uid)
+	}
+	cmd.Args = append([]string{trampolineArg0, trampolineSpec(lim, base), cmd.Path}, cmd.Args...)
+	cmd.Path = "/proc/self/exe"
+	cmd.Env = setEnv(cmd.Env, SandboxEnvVar, cc.id)
+	attr := &syscall.SysProcAttr{
+		Setpgid:    true,
+		Pdeathsig:  syscall.SIGKILL,
+		Credential: hs.cred,
+	}
+	if hs.cg != nil {
+		cc.cg, err = hs.cg.newCall(cc.id, lim.Processes)
+		if err != nil {
+			return nil, err
+		}
+		attr.UseCgroupFD = true
+		attr.CgroupFD = cc.cg.fd
+	}
+	cmd.SysProcAttr = attr
+	return cc, nil
+}
+
+// callConf is one call's confinement.
+type callConf struct {
+	hs   *hostSandbox
+	id   string
+	cg   *callCgroup
+	root int
+}
+
+var callSeq atomic.Uint64
+
+func newCallID() string {
+	return fmt.Sprintf("%d-%d-%d", os.Getpid(), time.Now().UnixNano(), callSeq.Add(1))
+}
+
+// started records the tool's pid.
+func (c *callConf) started(pid int) {
+	c.root = pid
+	if c.cg != nil {
+		c.cg.closeFD()
+		return
+	}
+	liveRoots.Store(pid, c.id)
+}
+
+// killAll kills every process of the call. It runs after the tool's own process has exited and
+// been waited for, so that in the subreaper case its orphans have been reparented to us.
+func (c *callConf) killAll() {
+	if c == nil {
+		return
+	}
+	if c.cg != nil {
+		c.cg.kill()
+		return
+	}
+	liveRoots.Delete(c.root)
+	sweepOrphans(c.id)
+}
+
+// release frees what the call held (its cgroup).
+func (c *callConf) release() {
+	if c != nil && c.cg != nil {
+		c.cg.remove()
+	}
+}
+
+// startLocked runs cmd.Start on one OS thread that never exits: the parent-death signal fires
+// when the thread that forked the child ends, not the process, and Go may end threads.
+func startLocked(cmd *exec.Cmd) error {
+	forkerOnce.Do(func() {
+		forker = make(chan func())
+		go func() {
+			runtime.LockOSThread()
+			for f := range forker {
+				f()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	forker <- func() { done <- cmd.Start() }
+	return <-done
+}
+
+var (
+	forkerOnce sync.Once
+	forker     chan func()
+)
+
+// ---- cgroup v2 ----
+
+type cgroupBase struct {
+	dir  string
+	pids bool // the pids controller is enabled for the call cgroups
+}
+
+type callCgroup struct {
+	dir string
+	fd  int
+}
+
+var (
+	cgOnce sync.Once
+	cgBase *cgroupBase
+	cgWhy  string
+)
+
+// sharedCgroupBase makes (once per process) a cgroup under the one this process runs in, where
+// each call gets a child. nil and the reason when cgroup v2 is not there or not writable.
+func sharedCgroupBase() (*cgroupBase, string) {
+	cgOnce.Do(func() { cgBase, cgWhy = makeCgroupBase() })
+	return cgBase, cgWhy
+}
+
+func makeCgroupBase() (*cgroupBase, string) {
+	mnt, err := cgroup2Mount()
+	if err != nil {
+		return nil, err.Error()
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, "read /proc/self/cgroup: " + err.Error()
+	}
+	var rel string
+	found := false
+	for _, line := range strings.Split(string(self), "\n") {
+		if strings.HasPrefix(line, "0::") {
+			rel, found = strings.TrimPrefix(line, "0::"), true
+		}
+	}
+	if !found {
+		return nil, "this process has no cgroup v2 path"
+	}
+	parent := filepath.Join(mnt, rel)
+	sweepStaleBases(parent)
+	dir := filepath.Join(parent, fmt.Sprintf("skein-tools-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Sprintf("cgroup v2 at %s is not writable: %v", parent, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
+		_ = os.Remove(dir)
+		return nil, "kernel has no cgroup.kill (Linux 5.14+)"
+	}
+	b := &cgroupBase{dir: dir}
+	// Best effort: a per-call pids.max where the pids controller is delegated to us.
+	if c, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers")); err == nil && bytes.Contains(c, []byte("pids")) {
+		b.pids = os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+pids"), 0) == nil
+	}
+	// Probe that a process can be started into a call cgroup (clone3, Linux 5.7+).
+	probe, err := b.newCall("probe", 0)
+	if err != nil {
+		return nil, err.Error()
+	}
+	defer probe.remove()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{trampolineArg0 + "-probe"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: probe.fd}
+	cmd.Env = []string{}
+	if err := cmd.Start(); err != nil {
+		probe.closeFD()
+		return nil, fmt.Sprintf("cannot start a process into a cgroup (clone3): %v", err)
+	}
+	probe.closeFD()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	return b, ""
+}
+
+// sweepStaleBases removes the empty cgroups left by earlier processes that died without cleaning.
+func sweepStaleBases(parent string) {
+	ents, _ := os.ReadDir(parent)
+	for _, e := range ents {
+		pid, ok := strings.CutPrefix(e.Name(), "skein-tools-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if n, err := strconv.Atoi(pid); err == nil && syscall.Kill(n, 0) == syscall.ESRCH {
+			calls, _ := os.ReadDir(filepath.Join(parent, e.Name()))
+			for _, c := range calls {
+				if c.IsDir() {
+					_ = os.WriteFile(filepath.Join(parent, e.Name(), c.Name(), "cgroup.kill"), []byte("1"), 0)
+					_ = os.Remove(filepath.Join(parent, e.Name(), c.Name()))
+				}
+			}
+			_ = os.Remove(filepath.Join(parent, e.Name()))
+		}
+	}
+}
+
+func cgroup2Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("read mountinfo: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options... - fstype source superoptions
+		fields := strings.Fields(sc.Text())
+		for i, fl := range fields {
+			if fl == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
+				return fields[4], nil
+			}
+		}
+	}
+	return "", errors.New("no cgroup v2 mounted")
+}
+
+func (b *cgroupBase) newCall(id string, procs int) (*callCgroup, error) {
+	dir := filepath.Join(b.dir, "call-"+id)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create the call's cgroup: %w", err)
+	}
+	if b.pids && procs > 0 {
+		_ = os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(procs+1)), 0)
+	}
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = os.Remove(dir)
+		return nil, fmt.Errorf("open the call's cgroup: %w", err)
+	}
+	return &callCgroup{dir: dir, fd: fd}, nil
+}
+
+func (c *callCgroup) closeFD() {
+	if c.fd >= 0 {
+		_ = unix.Close(c.fd)
+		c.fd = -1
+	}
+}
+
+// kill kills every process in the call's cgroup, however it was started, and waits until the
+// cgroup is empty.
+func (c *callCgroup) kill() {
+	c.closeFD()
+	_ = os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		ev, err := os.ReadFile(filepath.Join(c.dir, "cgroup.events"))
+		if err != nil || bytes.Contains(ev, []byte("populated 0")) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (c *callCgroup) remove() {
+	c.closeFD()
+	for i := 0; i < 50; i++ {
+		if err := os.Remove(c.dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ---- subreaper fallback ----
+
+var (
+	subreaperOnce sync.Once
+	subreaperErr  error
+	// liveRoots maps the pid of every running tool to its call id.
+	liveRoots sync.Map
+)
+
+// enableSubreaper makes this process the reaper of every orphan below it, so a tool's
+// descendants that escaped its process group (setsid, double fork) become our children, where
+// sweepOrphans finds them.
+func enableSubreaper() error {
+	subreaperOnce.Do(func() {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			subreaperErr = fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", err)
+		}
+	})
+	return subreaperErr
+}
+
+type procInfo struct {
+	pid, ppid, pgid int
+	state           byte
+}
+
+func readProcs() map[int]procInfo {
+	out := map[int]procInfo{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			continue
+		}
+		f := strings.Fields(string(b[i+2:]))
+		if len(f) < 3 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		pgid, _ := strconv.Atoi(f[2])
+		out[pid] = procInfo{pid: pid, ppid: ppid, pgid: pgid, state: f[0][0]}
+	}
+	return out
+}
+
+// callIDOf reads the sandbox marker from a process's initial environment ("" if none).
+func callIDOf(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return ""
+	}
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(SandboxEnvVar+"=")); ok {
+			return string(v)
+		}
+	}
+	return ""
+}
+
+var sweepMu sync.Mutex
+
+// sweepOrphans kills the orphans of call id that were reparented to this process, with all
+// their descendants, and reaps them. An orphan belongs to the call when its environment carries
+// the call's id, or the id of a call that has ended; orphans of calls still running are left to
+// them. Rounds repeat until nothing is left, since a killed parent's children are reparented in
+// turn.
+func sweepOrphans(id string) {
+	sweepMu.Lock()
+	defer sweepMu.Unlock()
+	self, ourPgid := os.Getpid(), syscall.Getpgrp()
+	running := map[string]bool{}
+	liveRoots.Range(func(_, v any) bool { running[v.(string)] = true; return true })
+	for round := 0; round < 100; round++ {
+		procs := readProcs()
+		children := map[int][]int{}
+		for _, p := range procs {
+			children[p.ppid] = append(children[p.ppid], p.pid)
+		}
+		var kill []int
+		var zombies []int
+		for _, pid := range children[self] {
+			p := procs[pid]
+			if p.pgid == ourPgid {
+				continue // started by other code in this process, not by a tool
+			}
+			if _, live := liveRoots.Load(pid); live {
+				continue
+			}
+			if p.state == 'Z' {
+				zombies = append(zombies, pid)
+				continue
+			}
+			owner := callIDOf(pid)
+			if owner == "" || (owner != id && running[owner]) {
+				continue
+			}
+			// The orphan and everything below it.
+			stack := []int{pid}
+			for len(stack) > 0 {
+				q := stack[len(stack)-1]
+				stack = stack[:len(stack)-1]
+				kill = append(kill, q)
+				stack = append(stack, children[q]...)
+			}
+		}
+		for _, pid := range kill {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		for _, pid := range append(zombies, kill...) {
+			if procs[pid].ppid == self {
+				var ws syscall.WaitStatus
+				_, _ = syscall.Wait4(pid, &ws, 0, nil)
+			}
+		}
+		if len(kill) == 0 {
+			return
+		}
+	}
+}
+
+// countTasks counts the tasks (threads included, as RLIMIT_NPROC does) of uid.
+func countTasks(uid int) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	want := strconv.Itoa(uid)
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var isUID bool
+		threads := 1
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				f := strings.Fields(v)
+				isUID = len(f) > 0 && f[0] == want
+			} else if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+				threads, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+		if isUID {
+			n += threads
+		}
+	}
+	return n
+}
+
+// accessibleBy reports whether uid/gid may open path (read, and execute when exec) and reach it
+// through its folders, by mode bits. It is a check for a clear error before the start, not the
+// enforcement, which is the kernel's.
+func accessibleBy(path string, uid, gid int, exec bool) bool {
+	if uid == 0 {
+		return true
+	}
+	ok := func(st *syscall.Stat_t, bit uint32) bool {
+		switch {
+		case int(st.Uid) == uid:
+			return st.Mode&(bit<<6) != 0
+		case int(st.Gid) == gid:
+			return st.Mode&(bit<<3) != 0
+		}
+		return st.Mode&bit != 0
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return false
+	}
+	var st syscall.Stat_t
+	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
+		if syscall.Stat(d, &st) != nil || !ok(&st, 1) {
+			return false
+		}
+		if d == "/" {
+			break
+		}
+	}
+	if syscall.Stat(real, &st) != nil {
+		return false
+	}
+	if exec && !ok(&st, 1) {
+		return false
+	}
+	return ok(&st, 4) || (exec && st.Mode&syscall.S_IFMT == syscall.S_IFREG && ok(&st, 1) && !isScript(real))
+}
+
+func isScript(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b := make([]byte, 2)
+	n, _ := f.Read(b)
+	return n == 2 && string(b) == "#!"
+}
