@@ -12,6 +12,7 @@ type Config struct {
 	Executor Executor `yaml:"executor"`
 	Miner    Miner    `yaml:"miner"`
 	Mesh     Mesh     `yaml:"mesh"`
+	Gateway  Gateway  `yaml:"gateway"`
 
 	// Path is the file this configuration was read from ("" for defaults).
 	Path string `yaml:"-"`
@@ -129,4 +130,13 @@ type Mesh struct {
 	NATSURL   string `yaml:"nats_url"`
 	// Replicas of every stream and bucket: 1 on one server, 3 on a 3-node cluster.
 	Replicas int `yaml:"replicas"`
+}
+
+// Gateway is the `gateway:` section (the HTTP API; see docs/security.md).
+type Gateway struct {
+	// HTTPToken is the API's bearer token; prefer $SKEIN_HTTP_TOKEN or the generated
+	// $SKEIN_HOME/http.token, which keep it out of a file people share.
+	HTTPToken string `yaml:"http_token"`
+	// MaxEventStreams caps the event streams one client (remote IP) may hold open at once.
+	MaxEventStreams int `yaml:"max_event_streams"`
 }

@@ -60,6 +60,7 @@ func Default() *Config {
 		Planner: Planner{Mode: "off", MaxItems: 8},
 		Miner:   Miner{Enabled: true},
 		Mesh:    Mesh{Namespace: protocol.DefaultNamespace, Replicas: 1},
+		Gateway: Gateway{MaxEventStreams: 8},
 	}
 }
 
@@ -139,7 +140,7 @@ var (
 // section maps Go type names to YAML paths so errors name keys the user wrote.
 var section = map[string]string{
 	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.", "ToolSandbox": "tools.sandbox.",
-	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Miner": "miner.", "Mesh": "mesh.",
+	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Miner": "miner.", "Mesh": "mesh.", "Gateway": "gateway.",
 }
 
 func yamlError(path string, data []byte, err error) error {
@@ -289,6 +290,12 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Tools.TimeoutS <= 0 {
 		bad("tools.timeout_s", "must be positive, got %v", c.Tools.TimeoutS)
+	}
+	if c.Gateway.MaxEventStreams < 1 || c.Gateway.MaxEventStreams > 1024 {
+		bad("gateway.max_event_streams", "must be between 1 and 1024, got %d", c.Gateway.MaxEventStreams)
+	}
+	if t := c.Gateway.HTTPToken; t != "" && len(t) < 16 {
+		bad("gateway.http_token", "is %d characters; use at least 16 random ones (or leave it out: one is generated under $SKEIN_HOME)", len(t))
 	}
 	sb := c.Tools.Sandbox
 	for key, v := range map[string]int{"cpu_s": sb.CPUSeconds, "address_space_mb": sb.AddressSpaceMB, "open_files": sb.OpenFiles, "processes": sb.Processes} {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/service"
 )
 
@@ -37,7 +38,7 @@ func newUpCmd() *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "skein mesh up: %s (state in %s)\n", mesh.server.URL(), service.Home())
 			fmt.Fprintf(cmd.OutOrStdout(), "  join more executors: executor --nats %s --config agent.yaml\n", mesh.server.URL())
 			if httpAddr != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "  HTTP API: http://%s/v1/tasks\n", httpAddr)
+				fmt.Fprintf(cmd.OutOrStdout(), "  HTTP API: http://%s/v1/tasks, %s\n", httpAddr, httpTokenHint(cfg.Gateway.HTTPToken))
 			}
 			<-ctx.Done()
 			return nil
@@ -46,4 +47,17 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "address the embedded NATS server listens on")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the HTTP API on this address (e.g. 127.0.0.1:8080)")
 	return cmd
+}
+
+// httpTokenHint says where the HTTP API's bearer token is, without printing the token itself
+// (this output ends up in terminals' scrollback and in logs).
+func httpTokenHint(configured string) string {
+	_, path, err := gateway.HTTPToken(service.Home(), configured)
+	switch {
+	case err != nil:
+		return "bearer token: " + err.Error()
+	case path == "":
+		return "bearer token from $" + gateway.HTTPTokenEnv + " or gateway.http_token"
+	}
+	return fmt.Sprintf("bearer token in %s:\n    curl -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d '{\"task\": \"...\"}' http://...", path, path)
 }
