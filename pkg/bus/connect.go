@@ -9,6 +9,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/skein-mesh/skein/pkg/redact"
 )
 
 // DefaultURL is where a mesh is looked for when no URL is configured.
@@ -52,7 +54,7 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration) (*Con
 		return err
 	}, backoff.WithContext(b, ctx))
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `skein up`, or pass --nats URL)", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `skein up`, or pass --nats URL)", redact.URL(url), err)
 	}
 	// Trace events are published asynchronously; a lost one must at least be said.
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
@@ -60,7 +62,7 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration) (*Con
 	}))
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("jetstream on %s: %w", url, err)
+		return nil, fmt.Errorf("jetstream on %s: %w", redact.URL(url), err)
 	}
 	return &Conn{NC: nc, JS: js}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skein-mesh/skein/gateway"
+	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/service"
 )
 
@@ -35,8 +36,8 @@ func newUpCmd() *cobra.Command {
 				return err
 			}
 			defer mesh.stop()
-			fmt.Fprintf(cmd.OutOrStdout(), "skein mesh up: %s (state in %s)\n", mesh.server.URL(), service.Home())
-			fmt.Fprintf(cmd.OutOrStdout(), "  join more executors: executor --nats %s --config agent.yaml\n", mesh.server.URL())
+			fmt.Fprintf(cmd.OutOrStdout(), "skein mesh up: %s (state in %s)\n", redact.URL(mesh.server.URL()), service.Home())
+			fmt.Fprintf(cmd.OutOrStdout(), "  join more executors: executor --nats %s --config agent.yaml\n", redact.URL(mesh.server.URL()))
 			if httpAddr != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "  HTTP API: http://%s/v1/tasks, %s\n", httpAddr, httpTokenHint(cfg.Gateway.HTTPToken))
 			}
