@@ -22,29 +22,59 @@ const Mask = "[REDACTED]"
 // would mask ordinary words.
 const minValueLen = 8
 
-var patterns = []struct {
+// A pattern runs only when its cheap literal test passes: most text holds no secret, and
+// trace events are many.
+type pattern struct {
 	re   *regexp.Regexp
 	repl string
-}{
+	pre  func(s, lower string) bool
+}
+
+func has(subs ...string) func(s, lower string) bool {
+	return func(s, _ string) bool {
+		for _, x := range subs {
+			if strings.Contains(s, x) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func hasLower(subs ...string) func(s, lower string) bool {
+	return func(_, lower string) bool {
+		for _, x := range subs {
+			if strings.Contains(lower, x) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+var patterns = []pattern{
 	// PEM-like blocks of NATS creds files: the JWT and the seed.
-	{regexp.MustCompile(`-----BEGIN [A-Z ]*(JWT|SEED|PRIVATE KEY)-----[\s\S]*?(-----END [A-Z ]*-----|$)`), Mask},
+	{regexp.MustCompile(`-----BEGIN [A-Z ]*(JWT|SEED|PRIVATE KEY)-----[\s\S]*?(-----END [A-Z ]*-----|$)`), Mask, has("-----BEGIN")},
 	// Provider keys: Anthropic, OpenAI (sk-proj-..., sk-...), generic sk_live etc.
-	{regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_\-]{8,}`), Mask},
-	{regexp.MustCompile(`\b(sk|rk)[-_](live|test|proj|svcacct|admin)?[-_]?[A-Za-z0-9_\-]{16,}`), Mask},
-	{regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{20,}`), Mask},
-	{regexp.MustCompile(`\bxox[abprs]-[A-Za-z0-9\-]{10,}`), Mask},
-	{regexp.MustCompile(`\bAKIA[0-9A-Z]{16}\b`), Mask},
-	{regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{30,}`), Mask},
-	{regexp.MustCompile(`\bskh_[0-9a-f]{16,}`), Mask}, // skein's HTTP token
+	{regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_\-]{8,}`), Mask, has("sk-ant-")},
+	{regexp.MustCompile(`\b(sk|rk)[-_](live|test|proj|svcacct|admin)?[-_]?[A-Za-z0-9_\-]{16,}`), Mask, has("sk-", "sk_", "rk-", "rk_")},
+	{regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{20,}`), Mask, has("gh")},
+	{regexp.MustCompile(`\bxox[abprs]-[A-Za-z0-9\-]{10,}`), Mask, has("xox")},
+	{regexp.MustCompile(`\bAKIA[0-9A-Z]{16}\b`), Mask, has("AKIA")},
+	{regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{30,}`), Mask, has("AIza")},
+	{regexp.MustCompile(`\bskh_[0-9a-f]{16,}`), Mask, has("skh_")}, // skein's HTTP token
 	// NATS nkey seeds (S + type + base32) and JWTs.
-	{regexp.MustCompile(`\bS[UACONPX][A-Z2-7]{54,}\b`), Mask},
-	{regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`), Mask},
+	{regexp.MustCompile(`\bS[UACONPX][A-Z2-7]{54,}\b`), Mask, func(s, _ string) bool { return len(s) >= 56 }},
+	{regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`), Mask, has("eyJ")},
 	// Authorization headers.
-	{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{8,}=*`), "$1 " + Mask},
+	{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{8,}=*`), "$1 " + Mask, hasLower("bearer", "basic")},
 	// key=value and key: value pairs whose key names a secret.
-	{regexp.MustCompile(`(?i)\b((?:[a-z0-9_\-]*[_\-])?(?:password|passwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|auth|credentials?))("?\s*[=:]\s*)(["']?)[^\s"'&,;}\]]+`), "$1$2$3" + Mask},
-	// user:password@ in URLs.
-	{regexp.MustCompile(`\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@"']*):[^/\s@"']+@`), "$1:" + Mask + "@"},
+	{regexp.MustCompile(`(?i)\b((?:[a-z0-9_\-]*[_\-])?(?:password|passwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|auth|credentials?))("?\s*[=:]\s*)(["']?)[^\s"'&,;}\]]+`), "$1$2$3" + Mask,
+		func(s, lower string) bool {
+			return strings.ContainsAny(s, "=:") && hasLower("pass", "secret", "token", "key", "auth", "credential")(s, lower)
+		}},
+	// user:password@ in URLs (keep last: URL uses it).
+	{regexp.MustCompile(`\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@"']*):[^/\s@"']+@`), "$1:" + Mask + "@", has("://")},
 }
 
 // secretName says which environment variables hold secrets.
@@ -101,8 +131,12 @@ func String(s string) string {
 		}
 	}
 	mu.RUnlock()
+	lower := strings.ToLower(s)
 	for _, p := range patterns {
-		s = p.re.ReplaceAllString(s, p.repl)
+		if p.pre(s, lower) {
+			s = p.re.ReplaceAllString(s, p.repl)
+			lower = strings.ToLower(s)
+		}
 	}
 	return s
 }

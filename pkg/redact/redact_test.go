@@ -92,3 +92,21 @@ func TestURL(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkJSON is the cost Publisher.Emit adds to a tool_call event with a 64 KiB result.
+func BenchmarkJSON(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"rows":[`)
+	for i := 0; sb.Len() < 64<<10; i++ {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		sb.WriteString(`{"id":12345,"name":"Ada Lovelace","note":"ordinary text without any secret in it at all","url":"https://example.com/a/b?c=d"}`)
+	}
+	sb.WriteString(`]}`)
+	raw := json.RawMessage(sb.String())
+	b.SetBytes(int64(len(raw)))
+	for i := 0; i < b.N; i++ {
+		redact.JSON(raw)
+	}
+}

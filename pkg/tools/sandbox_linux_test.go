@@ -352,3 +352,20 @@ func devtestPython(t *testing.T) {
 		t.Skip("python3 not installed")
 	}
 }
+
+// BenchmarkRunSandboxed is the cost of one call of a trivial tool (sh printing a JSON value)
+// under each tree-kill mechanism: trampoline exec, limits, scratch folder, uid, kill.
+func BenchmarkRunSandboxed(b *testing.B) {
+	t := &testing.T{}
+	tl := fixture(t, "plain")
+	for _, mode := range []string{"auto", "off"} {
+		b.Run("cgroup="+mode, func(b *testing.B) {
+			r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode}}
+			for i := 0; i < b.N; i++ {
+				if res := r.Run(context.Background(), tl, json.RawMessage(`{}`)); !res.OK {
+					b.Fatalf("%+v", res)
+				}
+			}
+		})
+	}
+}
