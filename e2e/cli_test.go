@@ -66,9 +66,10 @@ func dirExists(p string) bool {
 // skein runs the CLI in dir with exactly env and returns what it printed and its exit status.
 func skein(t *testing.T, dir string, env []string, stdin string, args ...string) cliResult {
 	t.Helper()
+	bin := filepath.Join(binaries(t), "skein") // the first call builds: not on the command's clock
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binaries(t), "skein"), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir, cmd.Env = dir, env
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer

@@ -207,7 +207,7 @@ func (r *Runner) confine(cmd *exec.Cmd, t *Tool) (*callConf, error) {
 	// may add to what that user already runs.
 	base := 0
 	if uid != 0 {
-		base = countTasks(uid)
+		base = tasksOf(uid)
 	}
 	cmd.Args = append([]string{trampolineArg0, trampolineSpec(lim, base), cmd.Path}, cmd.Args...)
 	cmd.Path = "/proc/self/exe"
@@ -535,6 +535,81 @@ func callIDOf(pid int) string {
 
 var sweepMu sync.Mutex
 
+// childrenOf lists pid's children from /proc/<pid>/task/*/children (Linux 3.5+ with
+// CONFIG_PROC_CHILDREN, as in every distribution kernel); ok is false where that is missing.
+func childrenOf(pid int) (kids []int, ok bool) {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return nil, false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/children")
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, false
+			}
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, n)
+			}
+		}
+	}
+	return kids, true
+}
+
+// procStat reads one process's state and process group ("" state: gone).
+func procStat(pid int) (state byte, pgid int) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, 0
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 3 {
+		return 0, 0
+	}
+	pgid, _ = strconv.Atoi(f[2])
+	return f[0][0], pgid
+}
+
+// processTree is how sweepOrphans sees processes: our children, and anyone's children.
+type processTree struct {
+	children func(pid int) []int
+	stat     func(pid int) (state byte, pgid int)
+}
+
+// liveTree reads children from /proc/<pid>/task/*/children where the kernel has it (a few
+// files per call), else from a scan of every /proc/<pid>/stat.
+func liveTree() processTree {
+	self := os.Getpid()
+	if _, ok := childrenOf(self); ok {
+		return processTree{
+			children: func(pid int) []int { k, _ := childrenOf(pid); return k },
+			stat:     procStat,
+		}
+	}
+	procs := readProcs()
+	kids := map[int][]int{}
+	for _, p := range procs {
+		kids[p.ppid] = append(kids[p.ppid], p.pid)
+	}
+	return processTree{
+		children: func(pid int) []int { return kids[pid] },
+		stat: func(pid int) (byte, int) {
+			p, ok := procs[pid]
+			if !ok {
+				return 0, 0
+			}
+			return p.state, p.pgid
+		},
+	}
+}
+
 // sweepOrphans kills the orphans of call id that were reparented to this process, with all
 // their descendants, and reaps them. An orphan belongs to the call when its environment carries
 // the call's id, or the id of a call that has ended; orphans of calls still running are left to
@@ -547,22 +622,17 @@ func sweepOrphans(id string) {
 	running := map[string]bool{}
 	liveRoots.Range(func(_, v any) bool { running[v.(string)] = true; return true })
 	for round := 0; round < 100; round++ {
-		procs := readProcs()
-		children := map[int][]int{}
-		for _, p := range procs {
-			children[p.ppid] = append(children[p.ppid], p.pid)
-		}
-		var kill []int
-		var zombies []int
-		for _, pid := range children[self] {
-			p := procs[pid]
-			if p.pgid == ourPgid {
-				continue // started by other code in this process, not by a tool
+		tree := liveTree()
+		var kill, zombies, orphans []int
+		for _, pid := range tree.children(self) {
+			state, pgid := tree.stat(pid)
+			if state == 0 || pgid == ourPgid {
+				continue // gone, or started by other code in this process, not by a tool
 			}
 			if _, live := liveRoots.Load(pid); live {
 				continue
 			}
-			if p.state == 'Z' {
+			if state == 'Z' {
 				zombies = append(zombies, pid)
 				continue
 			}
@@ -571,27 +641,57 @@ func sweepOrphans(id string) {
 				continue
 			}
 			// The orphan and everything below it.
+			orphans = append(orphans, pid)
 			stack := []int{pid}
 			for len(stack) > 0 {
 				q := stack[len(stack)-1]
 				stack = stack[:len(stack)-1]
 				kill = append(kill, q)
-				stack = append(stack, children[q]...)
+				stack = append(stack, tree.children(q)...)
 			}
 		}
 		for _, pid := range kill {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		for _, pid := range append(zombies, kill...) {
-			if procs[pid].ppid == self {
-				var ws syscall.WaitStatus
-				_, _ = syscall.Wait4(pid, &ws, 0, nil)
-			}
+		for _, pid := range zombies {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 		}
 		if len(kill) == 0 {
 			return
 		}
+		// Reap the killed orphans (our children; SIGKILL ends them at once); theirs become
+		// ours and are found in the next round.
+		for _, pid := range orphans {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, 0, nil)
+		}
 	}
+}
+
+var taskCounts struct {
+	sync.Mutex
+	at map[int]time.Time
+	n  map[int]int
+}
+
+// taskCountTTL bounds how stale the task count behind RLIMIT_NPROC may be: counting reads every
+// /proc/<pid>/status, tens of milliseconds on a busy machine, too much for every call.
+const taskCountTTL = 10 * time.Second
+
+// tasksOf is countTasks, cached for taskCountTTL.
+func tasksOf(uid int) int {
+	taskCounts.Lock()
+	defer taskCounts.Unlock()
+	if taskCounts.at == nil {
+		taskCounts.at, taskCounts.n = map[int]time.Time{}, map[int]int{}
+	}
+	if at, ok := taskCounts.at[uid]; ok && time.Since(at) < taskCountTTL {
+		return taskCounts.n[uid]
+	}
+	n := countTasks(uid)
+	taskCounts.at[uid], taskCounts.n[uid] = time.Now(), n
+	return n
 }
 
 // countTasks counts the tasks (threads included, as RLIMIT_NPROC does) of uid.
