@@ -264,7 +264,10 @@ func TestForkBombIsBoundedByTheProcessLimit(t *testing.T) {
 	// The real thing: a recursive fork bomb ends at its timeout with nothing left running.
 	before := sandboxProcs(t)
 	res = r.Run(context.Background(), fixture(t, "forkbomb"), json.RawMessage(`{}`))
-	wantFail(t, res, protocol.ToolErrTimeout, "timed out")
+	// It ends at its timeout, or earlier when the limit leaves its own shell unable to fork.
+	if res.OK || (res.Kind != protocol.ToolErrTimeout && !strings.Contains(res.Error+res.Stderr, "fork")) {
+		t.Fatalf("fork bomb: %+v", res)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		left := sandboxProcs(t)
