@@ -101,7 +101,8 @@ type Sandbox struct {
 }
 
 // The trampoline (see sandbox_linux.go) reports a failure to start the tool with this exit code
-// and a stderr line with this prefix.
+// and a stderr line with this prefix (the values of internal/trampoline, which builds on Linux
+// only).
 const (
 	trampolineExit   = 127
 	trampolinePrefix = "skein-sandbox: "

@@ -18,87 +18,29 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skein-mesh/skein/pkg/tools/internal/trampoline"
 )
 
-// A tool starts as a fresh copy of this binary (the trampoline): the kernel has already given it
-// the tool's uid, process group, cgroup and parent-death signal; the trampoline sets the
-// resource limits on itself and execs the tool. Limits set that way hold from the tool's first
-// instruction, whereas prlimit on a started child races with the child's first fork.
-const trampolineArg0 = "skein-tool-sandbox"
+// A tool starts as a fresh copy of this binary (the trampoline, package internal/trampoline):
+// the kernel has already given it the tool's uid, process group, cgroup and parent-death
+// signal; the trampoline sets the resource limits on itself and execs the tool. Limits set that
+// way hold from the tool's first instruction, whereas prlimit on a started child races with the
+// child's first fork.
+const trampolineArg0 = trampoline.Arg0
 
-func init() {
-	switch {
-	case len(os.Args) == 1 && os.Args[0] == trampolineArg0+"-probe":
-		os.Exit(0)
-	case len(os.Args) >= 4 && os.Args[0] == trampolineArg0:
-		trampoline(os.Args[1], os.Args[2], os.Args[3:])
-	}
-}
-
-func trampoline(spec, path string, argv []string) {
-	fail := func(format string, a ...any) {
-		fmt.Fprintf(os.Stderr, trampolinePrefix+format+"\n", a...)
-		os.Exit(trampolineExit)
-	}
-	var v [4]uint64
-	parts := strings.Split(spec, ",")
-	if len(parts) != len(v) {
-		fail("bad limit spec %q", spec)
-	}
-	for i, p := range parts {
-		n, err := strconv.ParseUint(p, 10, 64)
-		if err != nil {
-			fail("bad limit spec %q", spec)
-		}
-		v[i] = n
-	}
-	// Everything that allocates happens before the limits: once RLIMIT_AS is set, this Go
-	// runtime may not be able to map memory any more.
-	argv0p, err := syscall.BytePtrFromString(path)
-	if err != nil {
-		fail("program path: %v", err)
-	}
-	argvp, err := syscall.SlicePtrFromStrings(argv)
-	if err != nil {
-		fail("arguments: %v", err)
-	}
-	envp, err := syscall.SlicePtrFromStrings(os.Environ())
-	if err != nil {
-		fail("environment: %v", err)
-	}
-	hint := fmt.Sprintf(" (the tool runs as uid %d: its program, interpreter and their folders must be readable by that user; see tools.sandbox.run_as)", os.Getuid())
-	// CPU: the soft limit sends SIGXCPU, which names the cause; the hard one, a bit later, kills.
-	limits := []struct {
-		res      int
-		cur, max uint64
-		name     string
-	}{
-		{unix.RLIMIT_CPU, v[0], v[0] + 2, "cpu_s"},
-		{unix.RLIMIT_AS, v[1] << 20, v[1] << 20, "address_space_mb"},
-		{unix.RLIMIT_NOFILE, v[2], v[2], "open_files"},
-		{unix.RLIMIT_NPROC, v[3], v[3], "processes"},
-	}
-	for _, l := range limits {
-		// prlimit, not syscall.Setrlimit: Go restores its startup RLIMIT_NOFILE in exec'd
-		// children when the limit was set through the syscall package.
-		if err := unix.Prlimit(0, l.res, &unix.Rlimit{Cur: l.cur, Max: l.max}, nil); err != nil {
-			fail("set %s limit: %v", l.name, err)
-		}
-	}
-	_, _, errno := syscall.RawSyscall(syscall.SYS_EXECVE,
-		uintptr(unsafe.Pointer(argv0p)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
-	if errno == syscall.EACCES || errno == syscall.EPERM {
-		fail("exec %s: %v%s", path, errno, hint)
-	}
-	fail("exec %s: %v", path, errno)
-}
-
-// trampolineSpec encodes limits for the trampoline's command line.
+// trampolineSpec encodes limits for the trampoline's command line. CPU: the soft limit sends
+// SIGXCPU, which names the cause; the hard one, a bit later, kills.
 func trampolineSpec(l Limits, nprocBase int) string {
-	return fmt.Sprintf("%d,%d,%d,%d", l.CPUSeconds, l.AddressSpaceMB, l.OpenFiles, nprocBase+l.Processes)
+	nproc := uint64(nprocBase + l.Processes)
+	as := uint64(l.AddressSpaceMB) << 20
+	return fmt.Sprintf("%d:%d:%d,%d:%d:%d,%d:%d:%d,%d:%d:%d",
+		unix.RLIMIT_CPU, l.CPUSeconds, l.CPUSeconds+2,
+		unix.RLIMIT_AS, as, as,
+		unix.RLIMIT_NOFILE, l.OpenFiles, l.OpenFiles,
+		unix.RLIMIT_NPROC, nproc, nproc)
 }
 
 // hostSandbox is what a Runner decided once about confining its tools.
@@ -774,4 +716,13 @@ func isScript(path string) bool {
 	b := make([]byte, 2)
 	n, _ := f.Read(b)
 	return n == 2 && string(b) == "#!"
+}
+
+// The portable file's copies of the trampoline's constants must agree with it.
+const _ = uint(trampolineExit-trampoline.Exit) + uint(trampoline.Exit-trampolineExit)
+
+func init() {
+	if trampolinePrefix != trampoline.Prefix {
+		panic("tools: trampolinePrefix differs from trampoline.Prefix")
+	}
 }
