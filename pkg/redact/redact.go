@@ -64,7 +64,7 @@ var patterns = []pattern{
 	{regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{30,}`), Mask, has("AIza")},
 	{regexp.MustCompile(`\bskh_[0-9a-f]{16,}`), Mask, has("skh_")}, // skein's HTTP token
 	// NATS nkey seeds (S + type + base32) and JWTs.
-	{regexp.MustCompile(`\bS[UACONPX][A-Z2-7]{54,}\b`), Mask, func(s, _ string) bool { return len(s) >= 56 }},
+	{regexp.MustCompile(`\bS[UACONPX][A-Z2-7]{54,}\b`), Mask, has("SU", "SA", "SC", "SO", "SN", "SP", "SX")},
 	{regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`), Mask, has("eyJ")},
 	// Authorization headers.
 	{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{8,}=*`), "$1 " + Mask, hasLower("bearer", "basic")},
@@ -74,7 +74,8 @@ var patterns = []pattern{
 			return strings.ContainsAny(s, "=:") && hasLower("pass", "secret", "token", "key", "auth", "credential")(s, lower)
 		}},
 	// user:password@ in URLs (keep last: URL uses it).
-	{regexp.MustCompile(`\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@"']*):[^/\s@"']+@`), "$1:" + Mask + "@", has("://")},
+	{regexp.MustCompile(`\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@"']*):[^/\s@"']+@`), "$1:" + Mask + "@",
+		func(s, _ string) bool { return strings.Contains(s, "://") && strings.Contains(s, "@") }},
 }
 
 // secretName says which environment variables hold secrets.
@@ -141,6 +142,30 @@ func String(s string) string {
 	return s
 }
 
+// suspect reports whether s could hold anything String or a secret key name would mask: one pass
+// of cheap tests, so a large clean tool result is not decoded and walked.
+func suspect(s string) bool {
+	lower := strings.ToLower(s)
+	for _, p := range patterns {
+		if p.pre(s, lower) {
+			return true
+		}
+	}
+	for _, w := range []string{"pass", "secret", "token", "key", "auth", "credential", "seed", "pwd"} {
+		if strings.Contains(lower, w) {
+			return true
+		}
+	}
+	mu.RLock()
+	defer mu.RUnlock()
+	for _, v := range values {
+		if strings.Contains(s, v) {
+			return true
+		}
+	}
+	return false
+}
+
 // secretKey says which JSON object keys hold secrets: their values are masked whole.
 var secretKey = regexp.MustCompile(`(?i)^([a-z0-9_\-]*[_\-])?(password|passwd|pwd|passphrase|secret|token|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key|authorization|auth|credentials?|seed)$`)
 
@@ -150,6 +175,9 @@ var secretKey = regexp.MustCompile(`(?i)^([a-z0-9_\-]*[_\-])?(password|passwd|pw
 func JSON(raw json.RawMessage) json.RawMessage {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return raw
+	}
+	if !suspect(string(raw)) {
+		return raw // nothing any pattern, value or secret key name could match
 	}
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(raw))

@@ -93,15 +93,21 @@ func TestURL(t *testing.T) {
 	}
 }
 
-// BenchmarkJSON is the cost Publisher.Emit adds to a tool_call event with a 64 KiB result.
+// BenchmarkJSON is the cost Publisher.Emit adds to a tool_call event with a 64 KiB result: clean
+// (no trigger for any pattern: one scan) and suspect (decoded, every string redacted).
 func BenchmarkJSON(b *testing.B) {
+	b.Run("clean", func(b *testing.B) { benchJSON(b, "ordinary text with nothing to hide in it at all") })
+	b.Run("suspect", func(b *testing.B) { benchJSON(b, "ordinary text naming a secret but holding none") })
+}
+
+func benchJSON(b *testing.B, note string) {
 	var sb strings.Builder
 	sb.WriteString(`{"rows":[`)
 	for i := 0; sb.Len() < 64<<10; i++ {
 		if i > 0 {
 			sb.WriteString(",")
 		}
-		sb.WriteString(`{"id":12345,"name":"Ada Lovelace","note":"ordinary text without any secret in it at all","url":"https://example.com/a/b?c=d"}`)
+		sb.WriteString(`{"id":12345,"name":"Ada Lovelace","note":"` + note + `","url":"https://example.com/a/b?c=d"}`)
 	}
 	sb.WriteString(`]}`)
 	raw := json.RawMessage(sb.String())
