@@ -28,6 +28,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
 	mux.HandleFunc("GET /v1/sessions/{id}", g.httpSession)
 	mux.HandleFunc("GET /v1/sessions/{id}/events", g.httpEvents)
+	mux.HandleFunc("/", httpNoRoute) // JSON, not the mux's plain-text 404 and 405
 	return g.guard.wrap(mux)
 }
 

@@ -195,3 +195,21 @@ func (l *streamLimiter) acquire(r *http.Request) (release func(), ok bool) {
 		}
 	}, true
 }
+
+// httpNoRoute answers what no route matched: 405 for a known path with the wrong method, else 404.
+func httpNoRoute(w http.ResponseWriter, r *http.Request) {
+	allow := ""
+	switch parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/"); {
+	case r.URL.Path == "/v1/tasks":
+		allow = http.MethodPost
+	case len(parts) == 3 && parts[0] == "v1" && parts[1] == "sessions",
+		len(parts) == 4 && parts[0] == "v1" && parts[1] == "sessions" && parts[3] == "events":
+		allow = http.MethodGet
+	}
+	if allow != "" {
+		w.Header().Set("Allow", allow)
+		httpError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" "+r.URL.Path+" is not allowed; use "+allow)
+		return
+	}
+	httpError(w, http.StatusNotFound, "not_found", "no such endpoint "+strconv.Quote(r.URL.Path)+"; see POST /v1/tasks, GET /v1/sessions/{id}[/events]")
+}

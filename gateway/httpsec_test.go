@@ -85,6 +85,9 @@ func TestHTTPRejections(t *testing.T) {
 		{"body too large", req("POST", "/v1/tasks", `{"task": "`+strings.Repeat("x", protocol.MaxTaskBytes+8192)+`"}`, "Content-Type", "application/json", "Authorization", auth), 413, "too_large"},
 		{"malformed", req("POST", "/v1/tasks", `{"task": 1}`, "Content-Type", "application/json", "Authorization", auth), 400, "bad_request"},
 		{"rejected", req("POST", "/v1/tasks", `{"task": ""}`, "Content-Type", "application/json", "Authorization", auth), 422, "rejected"},
+		{"wrong method", req("GET", "/v1/tasks", "", "Authorization", auth), 405, "method_not_allowed"},
+		{"wrong method on a session", req("DELETE", "/v1/sessions/x", "", "Authorization", auth), 405, "method_not_allowed"},
+		{"no such route", req("GET", "/v2/anything", "", "Authorization", auth), 404, "not_found"},
 	}
 	for _, c := range cases {
 		status, out, hdr := do(t, c.r)
