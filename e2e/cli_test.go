@@ -93,7 +93,7 @@ func skein(t *testing.T, dir string, env []string, stdin string, args ...string)
 // initProject scaffolds a project with `skein init` into a fresh temp folder.
 func initProject(t *testing.T, env []string) string {
 	t.Helper()
-	parent := t.TempDir()
+	parent := reachableTempDir(t)
 	if r := skein(t, parent, env, "", "init", "proj"); r.code != 0 {
 		t.Fatalf("skein init: %s", r)
 	}
@@ -106,7 +106,7 @@ var scaffoldFiles = []string{
 }
 
 func TestCLIInit(t *testing.T) {
-	parent := t.TempDir()
+	parent := reachableTempDir(t)
 	env := cliEnv(t, filepath.Join(parent, "home"))
 	r := skein(t, parent, env, "", "init", "proj")
 	if r.code != 0 {
@@ -689,7 +689,14 @@ func TestCLIUpAndJoin(t *testing.T) {
 		t.Errorf("joined executor's run: %+v", res)
 	}
 
-	checkHTTP(t, "http://"+httpAddr)
+	if b, _ := os.ReadFile(up.log); !strings.Contains(string(b), "Authorization: Bearer $(cat "+filepath.Join(home, "http.token")+")") {
+		t.Errorf("up does not say where the HTTP token is:\n%s", b)
+	}
+	token, err := os.ReadFile(filepath.Join(home, "http.token"))
+	if err != nil {
+		t.Fatalf("up --http made no token file: %v", err)
+	}
+	checkHTTP(t, "http://"+httpAddr, strings.TrimSpace(string(token)))
 
 	exec1.stop()
 	up.stop()
@@ -740,9 +747,20 @@ func TestCLIToonRoundTrip(t *testing.T) {
 }
 
 // checkHTTP submits through up's HTTP API and follows the session's events to their end.
-func checkHTTP(t *testing.T, base string) {
+func checkHTTP(t *testing.T, base, token string) {
 	t.Helper()
-	resp, err := http.Post(base+"/v1/tasks", "application/json", strings.NewReader(`{"task": "Greet Ada", "session_id": "via-http"}`))
+	resp, err := http.Post(base+"/v1/tasks", "application/json", strings.NewReader(`{"task": "Greet Ada"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("POST /v1/tasks without the token: %d, want 401", resp.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/tasks", strings.NewReader(`{"task": "Greet Ada", "session_id": "via-http"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -754,7 +772,8 @@ func checkHTTP(t *testing.T, base string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/sessions/via-http/events", nil)
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/sessions/via-http/events", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -773,7 +792,9 @@ func checkHTTP(t *testing.T, base string) {
 	if len(events) < 3 || events[0] != "session_started" || events[len(events)-1] != "usage" || !strings.Contains(string(body), "Hello, Ada") {
 		t.Errorf("events stream: %v", events)
 	}
-	resp, err = http.Get(base + "/v1/sessions/via-http")
+	req, _ = http.NewRequest(http.MethodGet, base+"/v1/sessions/via-http", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -273,3 +273,16 @@ func waitMemoryd(t *testing.T, c *bus.Conn) {
 		t.Fatalf("memoryd not healthy: %v %+v", err, rep)
 	}
 }
+
+// reachableTempDir is t.TempDir() opened for other users to enter: a scaffolded project's tools
+// run as nobody when the tests run as root, and nobody must reach their files.
+func reachableTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}

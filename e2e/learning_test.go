@@ -30,7 +30,7 @@ func TestLearningLoopAcrossProcesses(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(devenv.ToolsDir(), "memory", "minilm")); err != nil {
 		devtest.Missing(t, "the all-MiniLM-L6-v2 embedder")
 	}
-	project := t.TempDir()
+	project := reachableTempDir(t)
 	out, err := exec.Command(filepath.Join(binaries(t), "skein"), "init", project).CombinedOutput()
 	if err != nil {
 		t.Fatalf("skein init: %v\n%s", err, out)

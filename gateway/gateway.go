@@ -30,6 +30,9 @@ type Deps struct {
 	Home   string
 	// HTTPAddr, when set, serves the HTTP API there.
 	HTTPAddr string
+	// HTTPToken is the API's bearer token; empty: HTTPToken(Home, gateway.http_token) when
+	// HTTPAddr is set.
+	HTTPToken string
 	// Mirror receives the trace mirror so a one-shot run can wait for its files.
 	Mirror *trace.Mirror
 }
@@ -88,6 +91,7 @@ type Gateway struct {
 	d        Deps
 	sessions jetstream.KeyValue
 	agents   jetstream.KeyValue
+	guard    *guard
 }
 
 // New opens the gateway's buckets.
@@ -100,7 +104,20 @@ func New(ctx context.Context, d Deps) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Gateway{d: d, sessions: sessions, agents: agents}, nil
+	token, maxStreams := d.HTTPToken, 0
+	if d.Config != nil {
+		maxStreams = d.Config.Gateway.MaxEventStreams
+	}
+	if token == "" && d.HTTPAddr != "" {
+		configured := ""
+		if d.Config != nil {
+			configured = d.Config.Gateway.HTTPToken
+		}
+		if token, _, err = HTTPToken(d.Home, configured); err != nil {
+			return nil, err
+		}
+	}
+	return &Gateway{d: d, sessions: sessions, agents: agents, guard: newGuard(token, maxStreams)}, nil
 }
 
 func (g *Gateway) handleSubmit(req micro.Request) {

@@ -33,7 +33,7 @@ func newFixture(t *testing.T) *fixture {
 	m := bustest.Start(t)
 	cfg := config.Default()
 	cfg.Agent.Name = testAgent
-	d := Deps{Conn: m.Conn, Names: m.Names, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d := Deps{Conn: m.Conn, Names: m.Names, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HTTPToken: testToken}
 	ctx := testCtx(t)
 	gw, err := New(ctx, d)
 	if err != nil {

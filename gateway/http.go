@@ -24,6 +24,9 @@ import (
 //	POST /v1/sessions/{id}/cancel   {"reason"?: "..."} → 200 CancelReply (a finished session: no_op)
 //	GET  /v1/sessions/{id}/tree     the session with its steps and child sessions (docs/json.md)
 //	POST /v1/sessions/{id}/messages {"text": "..."} → 202 {"session_id"} of the conversation's next turn
+//
+// Every request needs the bearer token; bodies must be application/json; browsers' cross-site
+// requests are refused; each rejection is {"error", "code"} (see httpsec.go).
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
@@ -32,7 +35,8 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/cancel", g.httpCancel)
 	mux.HandleFunc("GET /v1/sessions/{id}/tree", g.httpTree)
 	mux.HandleFunc("POST /v1/sessions/{id}/messages", g.httpMessage)
-	return mux
+	mux.HandleFunc("/", httpNoRoute) // JSON, not the mux's plain-text 404 and 405
+	return g.guard.wrap(mux)
 }
 
 func (g *Gateway) serveHTTP(ctx context.Context, addr string) error {
@@ -40,7 +44,19 @@ func (g *Gateway) serveHTTP(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("gateway http: %w", err)
 	}
-	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	return g.serveListener(ctx, ln)
+}
+
+// serveListener serves the API on ln until ctx ends: the server that --http runs.
+func (g *Gateway) serveListener(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: httpTimeouts.readHeader,
+		ReadTimeout:       httpTimeouts.read,
+		WriteTimeout:      httpTimeouts.write, // the event stream lifts it and sets one per event
+		IdleTimeout:       httpTimeouts.idle,
+		MaxHeaderBytes:    64 << 10,
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -71,11 +87,11 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	if err := dec.Decode(&in); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf(
-				"request body over %d bytes; a task may be at most %d bytes (put large inputs in a file a tool can read)", tooLarge.Limit, protocol.MaxTaskBytes)})
+			httpError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(
+				"request body over %d bytes; a task may be at most %d bytes (put large inputs in a file a tool can read)", tooLarge.Limit, protocol.MaxTaskBytes))
 			return
 		}
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
+		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
 		return
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http", Budget: in.Budget})
@@ -85,7 +101,7 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, ErrRejected) {
 			status = http.StatusUnprocessableEntity
 		}
-		writeJSON(w, status, map[string]string{"error": err.Error(), "code": ErrorCode(err)})
+		httpError(w, status, ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, rep)
@@ -96,20 +112,20 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (protocol.Sessi
 	var s protocol.Session
 	id := r.PathValue("id")
 	if !protocol.ValidToken(id) {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad session id " + strconv.Quote(id)})
+		httpError(w, http.StatusBadRequest, "bad_request", "bad session id "+strconv.Quote(id))
 		return s, false
 	}
 	entry, err := g.sessions.Get(r.Context(), id)
 	if err != nil {
 		if bus.IsNotFound(err) {
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no session " + id})
+			httpError(w, http.StatusNotFound, "not_found", "no session "+id)
 			return s, false
 		}
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		httpError(w, http.StatusInternalServerError, "internal", err.Error())
 		return s, false
 	}
 	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		httpError(w, http.StatusInternalServerError, "internal", err.Error())
 		return s, false
 	}
 	return s, true
@@ -127,23 +143,38 @@ func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	fl, ok := w.(http.Flusher)
+	release, ok := g.guard.streams.acquire(r)
 	if !ok {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "streaming unsupported"})
+		w.Header().Set("Retry-After", "5")
+		httpError(w, http.StatusTooManyRequests, "too_many_streams", fmt.Sprintf(
+			"this client already holds %d open event streams (gateway.max_event_streams); close one first", g.guard.streams.max))
 		return
 	}
+	defer release()
+	// The server's write timeout would cut a stream that outlives it: lift it, and bound each
+	// event's write instead, so a client that stops reading is still dropped.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	if err := rc.Flush(); err != nil {
+		return
+	}
 	_ = trace.Follow(ctx, g.d.Conn.JS, g.d.Names, id, func(ev protocol.Event) bool {
 		data, err := json.Marshal(ev)
 		if err != nil {
 			return true
 		}
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, data)
-		fl.Flush()
+		_ = rc.SetWriteDeadline(time.Now().Add(httpTimeouts.write))
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, data); err != nil {
+			return false
+		}
+		if rc.Flush() != nil {
+			return false
+		}
 		if ev.Type != protocol.EvUsage || ev.Role == protocol.RoleMiner {
 			return ev.Type != protocol.EvUsage
 		}
@@ -191,13 +222,13 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil && !errors.Is(err, io.EOF) {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
+			httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
 			return
 		}
 	}
 	rep, err := g.Cancel(r.Context(), protocol.CancelRequest{SessionID: r.PathValue("id"), Reason: in.Reason, By: "http " + r.RemoteAddr})
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		httpError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
@@ -220,7 +251,7 @@ func (g *Gateway) httpTree(w http.ResponseWriter, r *http.Request) {
 		return s.Children
 	})
 	if err != nil {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		httpError(w, http.StatusNotFound, "not_found", err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, n)
@@ -239,7 +270,7 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "malformed request body: " + err.Error()})
+		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
 		return
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget})
@@ -249,7 +280,7 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, ErrRejected) {
 			status = http.StatusUnprocessableEntity
 		}
-		writeJSON(w, status, map[string]string{"error": err.Error()})
+		httpError(w, status, ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, rep)

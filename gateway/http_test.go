@@ -18,7 +18,7 @@ import (
 
 func postTask(t *testing.T, srv *httptest.Server, body string) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.Post(srv.URL+"/v1/tasks", "application/json", strings.NewReader(body))
+	resp, err := testClient.Post(srv.URL+"/v1/tasks", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestHTTPSession(t *testing.T) {
 	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "get-1"}`); status != http.StatusAccepted {
 		t.Fatalf("status %d %v", status, out)
 	}
-	resp, err := http.Get(srv.URL + "/v1/sessions/get-1")
+	resp, err := testClient.Get(srv.URL + "/v1/sessions/get-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestHTTPSession(t *testing.T) {
 		"/v1/sessions/a.b/events":                  http.StatusBadRequest,
 		"/v1/sessions/" + strings.Repeat("%2A", 3): http.StatusBadRequest,
 	} {
-		resp, err := http.Get(srv.URL + path)
+		resp, err := testClient.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +149,7 @@ func TestHTTPEventsEndAfterUsage(t *testing.T) {
 	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "sse-1"}`); status != http.StatusAccepted {
 		t.Fatalf("status %d %v", status, out)
 	}
-	resp, err := http.Get(srv.URL + "/v1/sessions/sse-1/events")
+	resp, err := testClient.Get(srv.URL + "/v1/sessions/sse-1/events")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -403,36 +403,8 @@ func (s *server) importEntries(ctx context.Context, data []byte) (protocol.Messa
 }
 
 func (s *server) importOne(ctx context.Context, e memory.Entry, replace bool) (bool, error) {
-	if err := protocol.CheckToken("agent", e.Agent); err != nil {
+	if err := checkImport(&e, time.Now().UTC()); err != nil {
 		return false, err
-	}
-	if e.Text == "" {
-		return false, errors.New("text is empty")
-	}
-	if e.Polarity != protocol.PolarityAvoid && e.Polarity != protocol.PolarityPattern {
-		return false, fmt.Errorf("polarity must be avoid or pattern, got %q", e.Polarity)
-	}
-	if e.Tier == "" {
-		e.Tier = protocol.TierTactical
-	}
-	if e.Tier != protocol.TierTactical && e.Tier != protocol.TierStrategic {
-		return false, fmt.Errorf("tier must be tactical or strategic, got %q", e.Tier)
-	}
-	if e.Status == "" {
-		e.Status = memory.StatusActive
-	}
-	if e.ID == "" {
-		e.ID = memory.EntryID(e.Agent, e.Polarity, e.Text)
-	}
-	if e.Source == "" {
-		e.Source = memory.SourceHuman
-	}
-	now := time.Now().UTC()
-	if e.Created.IsZero() {
-		e.Created = now
-	}
-	if e.Updated.IsZero() {
-		e.Updated = now
 	}
 	// Vectors never travel in exports: every entry is embedded with this memoryd's model.
 	vecs, err := s.emb.Embed(ctx, []string{e.Text})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tokenize"
+	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 // Session is what mining needs from one session's trace.
@@ -73,6 +74,9 @@ func ParseSession(session string, events []protocol.Event) Session {
 			if ev.Result == nil || ev.Tool == "" {
 				continue
 			}
+			// Traces written by this version are redacted already; older ones and other
+			// writers may not be, and what is mined here becomes prompt text.
+			trace.Scrub(&ev)
 			s.Calls = append(s.Calls, Call{Tool: ev.Tool, Args: ev.Args, Result: *ev.Result})
 		case protocol.EvRetrieval:
 			for _, g := range ev.Guidelines {

@@ -162,3 +162,18 @@ func TestPatternSkipsBuiltins(t *testing.T) {
 		t.Fatalf("mined %+v, want only the pattern of lookup_customer", got)
 	}
 }
+
+func TestParseSessionRedactsWhatItMines(t *testing.T) {
+	s := ParseSession("s-1", []protocol.Event{{SessionID: "s-1", Type: protocol.EvToolCall, Tool: "fetch",
+		Args:   json.RawMessage(`{"token":"tok-should-not-survive"}`),
+		Result: &protocol.ToolResult{Kind: protocol.ToolErrExit, Error: "auth failed for sk-ant-api03-MINEDKEY0123456", Stderr: "password=hunter2hunter2"}}})
+	if len(s.Calls) != 1 {
+		t.Fatalf("calls: %+v", s.Calls)
+	}
+	c := s.Calls[0]
+	for _, secret := range []string{"tok-should-not-survive", "MINEDKEY", "hunter2hunter2"} {
+		if strings.Contains(string(c.Args)+c.Result.Error+c.Result.Stderr, secret) {
+			t.Errorf("%q survived into the mined call: %+v", secret, c)
+		}
+	}
+}

@@ -6,6 +6,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 skein="$root/bin/skein"
 demo="$(mktemp -d -t skein-demo.XXXXXX)"
 trap 'rm -rf "$demo"' EXIT
+# Run as root, skein runs tools as nobody (docs/security.md): nobody must reach the project.
+chmod 755 "$demo"
 export SKEIN_HOME="$demo/.skein"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }

@@ -101,11 +101,6 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolhost: load tool manifests (tools.manifest_dirs in %s): %w", configName(cfg), err)
 	}
-	for _, t := range loaded {
-		if err := t.CheckExecutable(); err != nil {
-			log.Warn("tool program not found yet; calls will fail with cannot_start until it exists", "tool", t.Name, "err", err)
-		}
-	}
 	specs := make([]protocol.ToolSpec, len(loaded))
 	for i, t := range loaded {
 		specs[i] = t.Spec()
@@ -121,6 +116,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		runner: &tools.Runner{
 			DefaultTimeout: time.Duration(cfg.Tools.TimeoutS * float64(time.Second)),
 			MaxOutput:      cfg.Tools.MaxOutput,
+			Sandbox:        sandboxOf(cfg.Tools.Sandbox),
 		},
 		host: id,
 		log:  log,
@@ -140,6 +136,11 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	if h.watch, err = govern.Watch(d.Conn.NC, d.Names); err != nil {
 		killRunning()
 		return nil, fmt.Errorf("toolhost: %w", err)
+	}
+	for _, t := range loaded {
+		if err := h.runner.Check(t); err != nil {
+			log.Warn("tool cannot start yet; calls will fail with cannot_start until this is fixed", "tool", t.Name, "err", err)
+		}
 	}
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
 		Name:        protocol.ServiceToolhost,
@@ -182,7 +183,13 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	if len(loaded) == 0 && len(cfg.Tools.Agents) == 0 {
 		log.Warn("no tools to serve: tools.manifest_dirs is empty or holds no manifests")
 	}
-	log.Info("toolhost ready", "tools", host.tools, "concurrency", cap(h.slots), "queue", cap(h.waiting))
+	sandbox, err := h.runner.SandboxInfo()
+	if err != nil {
+		host.stop()
+		killRunning()
+		return nil, fmt.Errorf("toolhost: tools cannot run: %w", err)
+	}
+	log.Info("toolhost ready", "tools", host.tools, "concurrency", cap(h.slots), "queue", cap(h.waiting), "sandbox", sandbox)
 	return host, nil
 }
 
@@ -396,4 +403,14 @@ func (h *handler) admit(req protocol.ToolRequest) (context.Context, func(), *pro
 		release = func() { cancel(); rel() }
 	}
 	return ctx, release, nil
+}
+
+// sandboxOf maps tools.sandbox of the config onto the runner's sandbox.
+func sandboxOf(c config.ToolSandbox) tools.Sandbox {
+	return tools.Sandbox{
+		Limits:     tools.Limits{CPUSeconds: c.CPUSeconds, AddressSpaceMB: c.AddressSpaceMB, OpenFiles: c.OpenFiles, Processes: c.Processes},
+		RunAs:      c.RunAs,
+		Cgroup:     c.Cgroup,
+		ScratchDir: c.ScratchDir,
+	}
 }

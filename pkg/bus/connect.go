@@ -11,6 +11,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/skein-mesh/skein/pkg/redact"
 )
 
 // DefaultURL is where a mesh is looked for when no URL is configured.
@@ -79,7 +81,7 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 		if errors.As(err, &ae) {
 			return nil, ae
 		}
-		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `skein up`, or pass --nats URL)", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `skein up`, or pass --nats URL)", redact.URL(url), err)
 	}
 	denials.Store(nc, &denyWatch{})
 	// Trace events are published asynchronously; a lost one must at least be said.
@@ -88,7 +90,7 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 	}))
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("jetstream on %s: %w", url, err)
+		return nil, fmt.Errorf("jetstream on %s: %w", redact.URL(url), err)
 	}
 	return &Conn{NC: nc, JS: js}, nil
 }

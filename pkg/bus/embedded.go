@@ -57,7 +57,7 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 	if o.StoreDir == "" {
 		return nil, fmt.Errorf("embedded nats: no store directory")
 	}
-	if err := os.MkdirAll(o.StoreDir, 0o755); err != nil {
+	if err := os.MkdirAll(o.StoreDir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded nats: create %s: %w", o.StoreDir, err)
 	}
 	dir, err := filepath.Abs(o.StoreDir)

@@ -22,7 +22,8 @@ type Config struct {
 	Mesh     Mesh     `yaml:"mesh"`
 	// Models adds models to the built-in model table (prices, context window, output limit) or
 	// overrides its entries; see pkg/usage/prices.yaml for the fields.
-	Models map[string]usage.Entry `yaml:"models"`
+	Models  map[string]usage.Entry `yaml:"models"`
+	Gateway Gateway                `yaml:"gateway"`
 
 	// Path is the file this configuration was read from ("" for defaults).
 	Path string `yaml:"-"`
@@ -110,6 +111,20 @@ type Tools struct {
 	// stored whole in the object store and the model sees a head-and-tail view and a handle to
 	// page through with read_result (0: no cap).
 	MaxResultTokens int `yaml:"max_result_tokens"`
+	// Sandbox confines every subprocess tool (docs/security.md, "Tools").
+	Sandbox ToolSandbox `yaml:"sandbox"`
+}
+
+// ToolSandbox is `tools.sandbox:`. Limits of 0 take the built-in defaults; a manifest's own
+// `sandbox` overrides them per tool.
+type ToolSandbox struct {
+	CPUSeconds     int    `yaml:"cpu_s"`
+	AddressSpaceMB int    `yaml:"address_space_mb"`
+	OpenFiles      int    `yaml:"open_files"`
+	Processes      int    `yaml:"processes"`
+	RunAs          string `yaml:"run_as"`      // auto | current | a user name or uid
+	Cgroup         string `yaml:"cgroup"`      // auto | off
+	ScratchDir     string `yaml:"scratch_dir"` // "" = the system temp folder
 }
 
 // Retrieval is `tools.retrieval:` (retrieved tool descriptions).
@@ -216,4 +231,13 @@ func DurationOr(s string, def time.Duration) time.Duration {
 		return d
 	}
 	return def
+}
+
+// Gateway is the `gateway:` section (the HTTP API; see docs/security.md).
+type Gateway struct {
+	// HTTPToken is the API's bearer token; prefer $SKEIN_HTTP_TOKEN or the generated
+	// $SKEIN_HOME/http.token, which keep it out of a file people share.
+	HTTPToken string `yaml:"http_token"`
+	// MaxEventStreams caps the event streams one client (remote IP) may hold open at once.
+	MaxEventStreams int `yaml:"max_event_streams"`
 }

@@ -65,6 +65,7 @@ func Default() *Config {
 		Planner: Planner{Mode: "off", MaxItems: 8},
 		Miner:   Miner{Enabled: true},
 		Mesh:    Mesh{Namespace: protocol.DefaultNamespace, Replicas: 1},
+		Gateway: Gateway{MaxEventStreams: 8},
 	}
 }
 
@@ -143,9 +144,9 @@ var (
 
 // section maps Go type names to YAML paths so errors name keys the user wrote.
 var section = map[string]string{
-	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.",
+	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.", "ToolSandbox": "tools.sandbox.",
 	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Toolhost": "toolhost.", "Miner": "miner.", "Mesh": "mesh.",
-	"TLS": "mesh.tls.",
+	"TLS": "mesh.tls.", "Gateway": "gateway.",
 }
 
 func yamlError(path string, data []byte, err error) error {
@@ -230,6 +231,9 @@ func (c *Config) resolvePaths(dir string) {
 	}
 	c.Mesh.CredsFile = abs(c.Mesh.CredsFile)
 	c.Mesh.TLS.CA, c.Mesh.TLS.Cert, c.Mesh.TLS.Key = abs(c.Mesh.TLS.CA), abs(c.Mesh.TLS.Cert), abs(c.Mesh.TLS.Key)
+	if c.Tools.Sandbox.ScratchDir != "" {
+		c.Tools.Sandbox.ScratchDir = abs(c.Tools.Sandbox.ScratchDir)
+	}
 }
 
 // llms returns every model binding in the file, the default first.
@@ -324,6 +328,26 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Tools.TimeoutS <= 0 {
 		bad("tools.timeout_s", "must be positive, got %v", c.Tools.TimeoutS)
+	}
+	if c.Gateway.MaxEventStreams < 1 || c.Gateway.MaxEventStreams > 1024 {
+		bad("gateway.max_event_streams", "must be between 1 and 1024, got %d", c.Gateway.MaxEventStreams)
+	}
+	if t := c.Gateway.HTTPToken; t != "" && len(t) < 16 {
+		bad("gateway.http_token", "is %d characters; use at least 16 random ones (or leave it out: one is generated under $SKEIN_HOME)", len(t))
+	}
+	sb := c.Tools.Sandbox
+	for key, v := range map[string]int{"cpu_s": sb.CPUSeconds, "address_space_mb": sb.AddressSpaceMB, "open_files": sb.OpenFiles, "processes": sb.Processes} {
+		if v < 0 {
+			bad("tools.sandbox."+key, "must not be negative (0 = default), got %d", v)
+		}
+	}
+	switch sb.Cgroup {
+	case "", "auto", "off":
+	default:
+		bad("tools.sandbox.cgroup", "must be auto or off, got %q", sb.Cgroup)
+	}
+	if sb.RunAs != "" && strings.TrimSpace(sb.RunAs) != sb.RunAs {
+		bad("tools.sandbox.run_as", "has surrounding spaces: %q", sb.RunAs)
 	}
 	if c.Memory.SimilarityThreshold <= 0 || c.Memory.SimilarityThreshold > 1 {
 		bad("memory.similarity_threshold", "must be in (0, 1], got %v", c.Memory.SimilarityThreshold)

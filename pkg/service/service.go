@@ -18,6 +18,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/usage"
 )
 
@@ -79,7 +80,31 @@ func Logger(role string) *slog.Logger {
 	if os.Getenv("SKEIN_LOG") == "debug" {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("role", role)
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: redactAttr})).With("role", role)
+}
+
+// redactAttr keeps credentials out of log lines: every string and error value is redacted.
+func redactAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		if s := a.Value.String(); s != "" {
+			a.Value = slog.StringValue(redact.String(s))
+		}
+	case slog.KindAny:
+		switch v := a.Value.Any().(type) {
+		case error:
+			a.Value = slog.StringValue(redact.String(v.Error()))
+		case fmt.Stringer:
+			a.Value = slog.StringValue(redact.String(v.String()))
+		case []string:
+			out := make([]string, len(v))
+			for i, s := range v {
+				out[i] = redact.String(s)
+			}
+			a.Value = slog.AnyValue(out)
+		}
+	}
+	return a
 }
 
 // Main parses the standard flags (--nats, --config), connects, provisions and runs fn until a
@@ -123,7 +148,7 @@ func Main(role string, fn func(Deps) error) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	log.Info("started", "nats", url, "namespace", names.NS, "agent", cfg.Agent.Name)
+	log.Info("started", "nats", redact.URL(url), "namespace", names.NS, "agent", cfg.Agent.Name)
 	err = fn(Deps{Ctx: ctx, Conn: conn, Names: names, Config: cfg, Logger: log, Home: Home()})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped", "err", err)

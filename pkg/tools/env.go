@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // BaseEnv is the only part of the host's environment every tool gets. Anything else, provider
@@ -64,6 +65,67 @@ func lookPath(p string) (string, error) {
 	}
 	if st.Mode().Perm()&0o111 == 0 {
 		return "", fmt.Errorf("program %s is not executable (chmod +x it, or run it through an interpreter in command)", p)
+	}
+	return p, nil
+}
+
+// envValue is name's value in env ("" if absent).
+func envValue(env []string, name string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// reachablePATH keeps the PATH folders uid/gid can search: a tool running as another user than
+// the host (nobody, when the host is root) would fail on the others, e.g. an interpreter shim
+// under root's home, and an interpreter found there would not run for it anyway.
+func reachablePATH(path string, uid, gid int) string {
+	var keep []string
+	for _, d := range filepath.SplitList(path) {
+		if d != "" && filepath.IsAbs(d) && accessibleBy(filepath.Join(d, "."), uid, gid, true) {
+			keep = append(keep, d)
+		}
+	}
+	if len(keep) == 0 {
+		return fallbackPATH
+	}
+	return strings.Join(keep, string(filepath.ListSeparator))
+}
+
+// lookPathAs is lookPath for a tool that runs as uid/gid: the program is searched on the tool's
+// own PATH, and the program and any script named in argv must be readable by that user, so the
+// error says what to fix instead of a bare "permission denied".
+func lookPathAs(argv []string, pathList string, uid, gid int) (string, error) {
+	fix := fmt.Sprintf("tools run as uid %d because the host runs as root: make it and its folders readable by that user, or set tools.sandbox.run_as", uid)
+	p := argv[0]
+	if !filepath.IsAbs(p) {
+		found := ""
+		for _, d := range filepath.SplitList(pathList) {
+			c := filepath.Join(d, p)
+			if st, err := os.Stat(c); err == nil && !st.IsDir() && st.Mode().Perm()&0o111 != 0 && accessibleBy(c, uid, gid, true) {
+				found = c
+				break
+			}
+		}
+		if found == "" {
+			return "", fmt.Errorf("program %q not found on the PATH of uid %d (%s)", p, uid, pathList)
+		}
+		p = found
+	} else if _, err := lookPath(p); err != nil {
+		return "", err
+	} else if !accessibleBy(p, uid, gid, true) {
+		return "", fmt.Errorf("program %s cannot be run by uid %d (%s)", p, uid, fix)
+	}
+	for _, a := range argv[1:] {
+		if !filepath.IsAbs(a) {
+			continue
+		}
+		if st, err := os.Stat(a); err == nil && !st.IsDir() && !accessibleBy(a, uid, gid, false) {
+			return "", fmt.Errorf("%s cannot be read by uid %d (%s)", a, uid, fix)
+		}
 	}
 	return p, nil
 }

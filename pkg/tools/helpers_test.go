@@ -93,3 +93,18 @@ func isZombie(pid int) bool {
 	i := bytes.LastIndexByte(b, ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
+
+// openTempDir is a temp folder every user can write and reach: tools run as nobody when the
+// tests run as root, and t.TempDir() is private to the test's user.
+func openTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "skein-tools-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}

@@ -36,6 +36,8 @@ type Manifest struct {
 	// schema check), for tools that take an idempotency key as an argument. The id is always in
 	// the environment variable SKEIN_CALL_ID as well.
 	CallIDArg string `json:"call_id_arg,omitempty"`
+	// Sandbox overrides the host's resource limits and says where the tool runs (nil: defaults).
+	Sandbox *ManifestSandbox `json:"sandbox,omitempty"`
 }
 
 // Limits on manifest values, so a typo cannot make a call unbounded.
@@ -167,6 +169,11 @@ func LoadFile(path string) (*Tool, error) {
 	if m.MaxOutputBytes < 0 || m.MaxOutputBytes > MaxOutputCeiling {
 		bad("max_output_bytes", "must be between 0 (host default) and %d, got %d", MaxOutputCeiling, m.MaxOutputBytes)
 	}
+	if m.Sandbox != nil {
+		for _, msg := range m.Sandbox.check() {
+			bad("sandbox", "%s", msg)
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -205,7 +212,7 @@ func decodeError(path string, data []byte, err error) error {
 		return &FieldError{File: path, Field: field, Msg: fmt.Sprintf("wrong type: got %s, want %s", typ.Value, jsonTypeName(typ.Type.Kind().String()))}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return &FieldError{File: path, Field: name, Msg: "unknown field (allowed: name, description, command, input_schema, timeout_s, env, max_output_bytes)"}
+		return &FieldError{File: path, Field: name, Msg: "unknown field (allowed: name, description, command, input_schema, timeout_s, env, max_output_bytes, sandbox)"}
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return &FieldError{File: path, Msg: "invalid JSON: unexpected end of file"}
 	}

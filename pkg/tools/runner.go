@@ -38,6 +38,12 @@ type Runner struct {
 	StderrTail int
 	// LookupEnv reads the host environment the scrubbed one is built from (nil: os.LookupEnv).
 	LookupEnv func(string) (string, bool)
+	// Sandbox confines every tool: resource limits, uid, scratch folder, whole-tree kill.
+	Sandbox Sandbox
+
+	sbOnce sync.Once
+	sb     *hostSandbox
+	sbErr  error
 }
 
 func (r *Runner) timeout(t *Tool) time.Duration {
@@ -82,9 +88,9 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 	if err := ctx.Err(); err != nil {
 		return failure(protocol.ToolErrTimeout, fmt.Sprintf("call abandoned before the tool started (%v)", context.Cause(ctx)), "")
 	}
-	path, err := lookPath(t.Argv[0])
+	hs, err := r.hostSandbox()
 	if err != nil {
-		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
+		return failure(protocol.ToolErrStart, "cannot start tool: sandbox: "+err.Error(), "")
 	}
 	lookup := r.LookupEnv
 	if lookup == nil {
@@ -94,7 +100,25 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 	if callID != "" {
 		env = append(env, protocol.EnvCallID+"="+callID)
 	}
-	p, err := r.start(path, t, env)
+	var path string
+	if hs.uid >= 0 {
+		env = setEnv(env, "PATH", reachablePATH(envValue(env, "PATH"), hs.uid, hs.gid))
+		path, err = lookPathAs(t.Argv, envValue(env, "PATH"), hs.uid, hs.gid)
+	} else {
+		path, err = lookPath(t.Argv[0])
+	}
+	if err != nil {
+		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
+	}
+	scratch, dir, home, err := r.callDirs(t, hs.uid, hs.gid)
+	if err != nil {
+		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
+	}
+	defer removeScratch(scratch)
+	if home != "" {
+		env = setEnv(env, "HOME", home)
+	}
+	p, err := r.start(path, t, env, dir)
 	if err != nil {
 		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
 	}
@@ -112,13 +136,18 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 		cancelled = true
 	case <-p.stdout.overflow:
 	}
-	// Killing the group also ends anything the tool left running in the background after a
-	// normal exit: a tool call owns no processes once it has answered.
+	// Killing the group, then the call's cgroup or orphans, also ends anything the tool left
+	// running in the background after a normal exit: a call owns no processes once it answered.
 	p.killGroup()
 	<-p.exited
+	p.conf.killAll()
 	p.drain()
+	p.conf.release()
 
 	tail := p.stderr.String()
+	if p.state != nil && p.state.ExitCode() == trampolineExit && strings.HasPrefix(tail, trampolinePrefix) {
+		return failure(protocol.ToolErrStart, "cannot start tool: "+strings.TrimSpace(strings.TrimPrefix(tail, trampolinePrefix)), "")
+	}
 	switch {
 	case timedOut:
 		return failure(protocol.ToolErrTimeout, fmt.Sprintf("timed out after %s; the tool's process group was killed", timeout), tail)
@@ -132,9 +161,34 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 	return interpret(p.stdout.buf.Bytes(), p.state, tail)
 }
 
+// Check reports whether t can start under this runner's sandbox now: its program found on the
+// tool's PATH and, when tools run as another user, its files reachable by that user. A host
+// logs this at startup, so a permission problem shows before the first call.
+func (r *Runner) Check(t *Tool) error {
+	hs, err := r.hostSandbox()
+	if err != nil {
+		return fmt.Errorf("tool %s: sandbox: %w", t.Name, err)
+	}
+	if hs.uid >= 0 {
+		lookup := r.LookupEnv
+		if lookup == nil {
+			lookup = os.LookupEnv
+		}
+		path := reachablePATH(envValue(scrubbedEnv(lookup, t.Env), "PATH"), hs.uid, hs.gid)
+		_, err = lookPathAs(t.Argv, path, hs.uid, hs.gid)
+	} else {
+		_, err = lookPath(t.Argv[0])
+	}
+	if err != nil {
+		return fmt.Errorf("tool %s (%s): %w", t.Name, t.Path, err)
+	}
+	return nil
+}
+
 // proc is one running tool with its pipes.
 type proc struct {
 	cmd    *exec.Cmd
+	conf   *callConf
 	pgid   int
 	stdin  *os.File
 	outR   *os.File
@@ -146,7 +200,7 @@ type proc struct {
 	reads  sync.WaitGroup
 }
 
-func (r *Runner) start(path string, t *Tool, env []string) (*proc, error) {
+func (r *Runner) start(path string, t *Tool, env []string, dir string) (*proc, error) {
 	// Plain pipes (not io.Writers) so Wait returns when the process exits even if a grandchild
 	// still holds stdout; reading is ours and is ended by killing the group.
 	inR, inW, err := os.Pipe()
@@ -166,22 +220,26 @@ func (r *Runner) start(path string, t *Tool, env []string) (*proc, error) {
 	cmd := &exec.Cmd{
 		Path:   path,
 		Args:   append([]string(nil), t.Argv...),
-		Dir:    t.Dir,
+		Dir:    dir,
 		Env:    env,
 		Stdin:  inR,
 		Stdout: outW,
 		Stderr: errW,
-		// Its own process group, so a timeout kills the tool and everything it spawned.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
-	err = cmd.Start()
+	// Its own process group, parent-death signal, uid, limits and cgroup: see confine.
+	conf, err := r.confine(cmd, t)
+	if err == nil {
+		err = startLocked(cmd)
+	}
 	closeAll(inR, outW, errW) // the child has its copies
 	if err != nil {
 		closeAll(inW, outR, errR)
+		conf.release()
 		return nil, err
 	}
+	conf.started(cmd.Process.Pid)
 	p := &proc{
-		cmd: cmd, pgid: cmd.Process.Pid, stdin: inW, outR: outR, errR: errR,
+		cmd: cmd, conf: conf, pgid: cmd.Process.Pid, stdin: inW, outR: outR, errR: errR,
 		stdout: newCapped(r.maxOutput(t)),
 		stderr: &tailBuf{max: r.stderrTail()},
 		exited: make(chan struct{}),
@@ -417,6 +475,9 @@ func describeExit(st *os.ProcessState) string {
 		return "did not report an exit status"
 	}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		if ws.Signal() == syscall.SIGXCPU {
+			return "was killed by signal " + ws.Signal().String() + ": it used up its CPU-time limit (sandbox cpu_s)"
+		}
 		return "was killed by signal " + ws.Signal().String()
 	}
 	return fmt.Sprintf("exited with status %d", st.ExitCode())

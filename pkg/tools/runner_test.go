@@ -3,6 +3,7 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,11 +54,11 @@ func TestCannotStart(t *testing.T) {
 	wantFail(t, run(t, fixture(t, "noexec"), `{}`), protocol.ToolErrStart, "not executable")
 	tl := fixture(t, "plain")
 	tl.Argv = []string{"skein-no-such-program-anywhere"}
-	wantFail(t, run(t, tl, `{}`), protocol.ToolErrStart, "not found on PATH")
+	wantFail(t, run(t, tl, `{}`), protocol.ToolErrStart, "not found on", "PATH")
 }
 
 func TestTimeoutKillsTheWholeProcessGroup(t *testing.T) {
-	pidfile := filepath.Join(t.TempDir(), "grandchild.pid")
+	pidfile := filepath.Join(openTempDir(t), "grandchild.pid")
 	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
 	tl := fixture(t, "sleeper")
 	tl.TimeoutS = 2 // room for a slow start; the tool would otherwise run 300s
@@ -67,7 +68,7 @@ func TestTimeoutKillsTheWholeProcessGroup(t *testing.T) {
 }
 
 func TestBackgroundProcessesDoNotOutliveTheCall(t *testing.T) {
-	pidfile := filepath.Join(t.TempDir(), "straggler.pid")
+	pidfile := filepath.Join(openTempDir(t), "straggler.pid")
 	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
 	res := run(t, fixture(t, "straggler"), `{}`)
 	if !res.OK || string(res.Result) != `"done"` {
@@ -142,18 +143,32 @@ func TestResultShapes(t *testing.T) {
 	}
 }
 
-func TestArgumentsArriveOnStdinAndToolRunsInItsFolder(t *testing.T) {
+func TestArgumentsArriveOnStdinAndToolRunsInAScratchFolder(t *testing.T) {
 	tl := fixture(t, "stdincopy")
 	res := run(t, tl, `{"n": 7}`)
 	var got struct {
 		Args map[string]int `json:"args"`
 		Cwd  string         `json:"cwd"`
+		Home string         `json:"home"`
 	}
 	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
 		t.Fatalf("got %+v", res)
 	}
-	if got.Args["n"] != 7 || got.Cwd != tl.Dir {
-		t.Errorf("got args %v in %s, want n=7 in %s", got.Args, got.Cwd, tl.Dir)
+	if got.Args["n"] != 7 || got.Cwd == tl.Dir || !strings.Contains(filepath.Base(got.Cwd), "skein-tool-stdincopy-") || got.Home != got.Cwd {
+		t.Errorf("got args %v in %s (HOME %s), want n=7 in a per-call scratch folder that is also HOME", got.Args, got.Cwd, got.Home)
+	}
+	if _, err := os.Stat(got.Cwd); !os.IsNotExist(err) {
+		t.Errorf("scratch folder %s outlived the call (stat: %v)", got.Cwd, err)
+	}
+	// A manifest may ask for its own folder and the host's HOME.
+	tl.Sandbox = &tools.ManifestSandbox{Workdir: "tool", Home: "host"}
+	t.Setenv("HOME", "/nonexistent-home")
+	res = run(t, tl, `{"n": 1}`)
+	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
+		t.Fatalf("got %+v", res)
+	}
+	if got.Cwd != tl.Dir || got.Home != "/nonexistent-home" {
+		t.Errorf("workdir tool, home host: ran in %s with HOME %s, want %s and the host's HOME", got.Cwd, got.Home, tl.Dir)
 	}
 	// No arguments at all count as {}.
 	if res := run(t, tl, ``); !res.OK || !strings.Contains(string(res.Result), `"args":{}`) {
@@ -180,7 +195,7 @@ func TestEnvironmentIsScrubbed(t *testing.T) {
 	if env["SKEIN_TEST_ALLOWED"] != "visible" || env["LANG"] != "C.UTF-8" || env["PATH"] == "" {
 		t.Errorf("allowed variables missing: %v", env)
 	}
-	allowed := map[string]bool{"SKEIN_TEST_ALLOWED": true}
+	allowed := map[string]bool{"SKEIN_TEST_ALLOWED": true, tools.SandboxEnvVar: true}
 	for _, k := range tools.BaseEnv {
 		allowed[k] = true
 	}
@@ -192,7 +207,7 @@ func TestEnvironmentIsScrubbed(t *testing.T) {
 }
 
 func TestCancelledContextKillsTheTool(t *testing.T) {
-	pidfile := filepath.Join(t.TempDir(), "grandchild.pid")
+	pidfile := filepath.Join(openTempDir(t), "grandchild.pid")
 	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
 	tl := fixture(t, "sleeper")
 	tl.TimeoutS = 600

@@ -45,7 +45,12 @@ const mirrorKeepEnded = 1024
 // Run mirrors until ctx ends.
 func (m *Mirror) Run(ctx context.Context) error {
 	for _, d := range []string{"traces", "logs"} {
-		if err := os.MkdirAll(filepath.Join(m.Home, d), 0o755); err != nil {
+		// Traces hold task text and tool output: readable by the mesh's user only.
+		dir := filepath.Join(m.Home, d)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("trace mirror: %w", err)
+		}
+		if err := os.Chmod(dir, 0o700); err != nil {
 			return fmt.Errorf("trace mirror: %w", err)
 		}
 	}
@@ -101,9 +106,12 @@ func (m *Mirror) write(ev protocol.Event) error {
 }
 
 func appendLine(path string, line []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
+	}
+	if st, err := f.Stat(); err == nil && st.Mode().Perm() != 0o600 {
+		_ = f.Chmod(0o600) // a file an older version made 0644
 	}
 	_, werr := f.Write(append(line, '\n'))
 	if cerr := f.Close(); werr == nil {

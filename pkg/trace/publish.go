@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/redact"
 )
 
 // Publisher emits trace events without waiting for each ack; Flush waits for them all, and a
@@ -33,6 +34,7 @@ func (p *Publisher) Emit(ev protocol.Event) error {
 	if ev.Source == "" {
 		ev.Source = p.source
 	}
+	Scrub(&ev)
 	data, err := protocol.Marshal(&ev)
 	if err != nil {
 		return fmt.Errorf("trace %s: %w", ev.Type, err)
@@ -41,6 +43,22 @@ func (p *Publisher) Emit(ev protocol.Event) error {
 		return fmt.Errorf("trace %s: publish: %w", ev.Type, err)
 	}
 	return nil
+}
+
+// Scrub redacts the parts of an event that carry what tools and models said (arguments,
+// results, errors, stderr, text), so no secret enters the trace, its mirror files or the
+// guidelines mined from it. The event's result is copied, not changed in place.
+func Scrub(ev *protocol.Event) {
+	ev.Args = redact.JSON(ev.Args)
+	ev.Text = redact.String(ev.Text)
+	ev.Reason = redact.String(ev.Reason)
+	if ev.Result != nil {
+		r := *ev.Result
+		r.Error = redact.String(r.Error)
+		r.Stderr = redact.String(r.Stderr)
+		r.Result = redact.JSON(r.Result)
+		ev.Result = &r
+	}
 }
 
 // Flush waits until every emitted event is stored.

@@ -159,6 +159,46 @@ func TestMirrorWritesJSONLAndLogAndSignalsTheEnd(t *testing.T) {
 	if matches, _ := filepath.Glob(filepath.Join(home, "traces", "*")); len(matches) != 1 {
 		t.Fatalf("trace files: %v", matches)
 	}
+	// Traces hold task text and tool output: the mesh's user only.
+	for _, p := range []string{trace.JSONLPath(home, "s-9"), trace.LogPath(home, "s-9")} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v %v, want 0600", p, st.Mode().Perm(), err)
+		}
+		if st, err := os.Stat(filepath.Dir(p)); err != nil || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v %v, want 0700", filepath.Dir(p), st.Mode().Perm(), err)
+		}
+	}
+}
+
+// What tools and models said is redacted before it is stored: arguments, results, errors,
+// stderr, text. The caller's result is not changed.
+func TestEmitRedactsSecrets(t *testing.T) {
+	m := bustest.Start(t)
+	key := "sk-ant-api03-TESTKEY0123456789"
+	res := &protocol.ToolResult{OK: false, Kind: protocol.ToolErrExit, Error: "401: bad key " + key,
+		Stderr: "curl -H 'Authorization: Bearer abcdefghijklmnop'\npassword=hunter2hunter2", Result: json.RawMessage(`{"echo":"` + key + `"}`)}
+	publish(t, m, []protocol.Event{
+		{SessionID: "r-1", Type: protocol.EvToolCall, Tool: "http", Args: json.RawMessage(`{"url":"https://bob:pw-secret-1@api.example/x","api_key":"k-123"}`), Result: res},
+		{SessionID: "r-1", Type: protocol.EvFinal, Text: "The key is " + key, Reason: "nats://u:natspass99@h:4222 refused"},
+	})
+	if !strings.Contains(res.Error, key) {
+		t.Fatalf("Emit changed the caller's result: %+v", res)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evs, err := trace.Read(ctx, m.Conn.JS, m.Names, "r-1")
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("%d events, %v", len(evs), err)
+	}
+	stored, _ := json.Marshal(evs)
+	for _, secret := range []string{key, "abcdefghijklmnop", "hunter2hunter2", "pw-secret-1", "k-123", "natspass99"} {
+		if strings.Contains(string(stored), secret) {
+			t.Errorf("%q reached the trace: %s", secret, stored)
+		}
+	}
+	if !json.Valid(evs[0].Args) || !strings.Contains(string(stored), "401: bad key") {
+		t.Errorf("redaction lost the rest: %s", stored)
+	}
 }
 
 func TestLineMarksUnknownCost(t *testing.T) {

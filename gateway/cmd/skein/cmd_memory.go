@@ -230,7 +230,7 @@ func newMemoryCmd() *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				if len(args) == 1 {
-					f, err := os.Create(args[0])
+					f, err := os.OpenFile(args[0], os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600) // memory is private
 					if err != nil {
 						return err
 					}
@@ -363,8 +363,13 @@ func readJSONL(path string) ([]memory.Entry, error) {
 			continue
 		}
 		var e memory.Entry
-		if err := json.Unmarshal([]byte(b), &e); err != nil {
+		dec := json.NewDecoder(strings.NewReader(b))
+		dec.DisallowUnknownFields() // a misspelt field would otherwise be dropped without a word
+		if err := dec.Decode(&e); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		if dec.More() {
+			return nil, fmt.Errorf("%s:%d: more than one JSON value on the line", path, line)
 		}
 		out = append(out, e)
 	}

@@ -165,3 +165,15 @@ func TestIngestTracesAndReplayCommands(t *testing.T) {
 		t.Fatal("ingest-traces of a missing session succeeded")
 	}
 }
+
+func TestImportFileRefusesUnknownFields(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "in.jsonl")
+	body := `{"agent":"demo","text":"ok","polarity":"avoid"}` + "\n" + `{"agent":"demo","text":"x","polarity":"avoid","teir":"strategic"}` + "\n"
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := readJSONL(p)
+	if err == nil || !strings.Contains(err.Error(), ":2:") || !strings.Contains(err.Error(), "teir") {
+		t.Fatalf("want an error naming line 2 and the field, got %v", err)
+	}
+}

@@ -7,7 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/auth"
+	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/service"
 )
 
@@ -37,12 +39,12 @@ func newUpCmd() *cobra.Command {
 			}
 			defer mesh.stop()
 			out, creds := cmd.OutOrStdout(), auth.Dir(service.Home())
-			fmt.Fprintf(out, "skein mesh up: %s (state in %s)\n", mesh.server.URL(), service.Home())
-			fmt.Fprintf(out, "  join more executors: executor --nats %s --config agent.yaml\n", mesh.server.URL())
+			fmt.Fprintf(out, "skein mesh up: %s (state in %s)\n", redact.URL(mesh.server.URL()), service.Home())
+			fmt.Fprintf(out, "  join more executors: executor --nats %s --config agent.yaml\n", redact.URL(mesh.server.URL()))
 			fmt.Fprintf(out, "  credentials: %s (one per role; a process with the same SKEIN_HOME finds its own;\n", creds)
 			fmt.Fprintf(out, "    elsewhere copy the role's file and add --creds FILE, e.g. --creds %s)\n", auth.File(creds, auth.Executor))
 			if httpAddr != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "  HTTP API: http://%s/v1/tasks\n", httpAddr)
+				fmt.Fprintf(cmd.OutOrStdout(), "  HTTP API: http://%s/v1/tasks, %s\n", httpAddr, httpTokenHint(cfg.Gateway.HTTPToken))
 			}
 			<-ctx.Done()
 			return nil
@@ -51,4 +53,17 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "address the embedded NATS server listens on")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the HTTP API on this address (e.g. 127.0.0.1:8080)")
 	return cmd
+}
+
+// httpTokenHint says where the HTTP API's bearer token is, without printing the token itself
+// (this output ends up in terminals' scrollback and in logs).
+func httpTokenHint(configured string) string {
+	_, path, err := gateway.HTTPToken(service.Home(), configured)
+	switch {
+	case err != nil:
+		return "bearer token: " + err.Error()
+	case path == "":
+		return "bearer token from $" + gateway.HTTPTokenEnv + " or gateway.http_token"
+	}
+	return fmt.Sprintf("bearer token in %s:\n    curl -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d '{\"task\": \"...\"}' http://...", path, path)
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/skein-mesh/skein/pkg/redact"
 )
 
 // homeLock keeps a second embedded NATS server off a $SKEIN_HOME whose JetStream files are in
@@ -21,10 +23,10 @@ func lockPath(home string) string { return filepath.Join(home, "mesh.lock") }
 
 // lockHome takes the home's lock without waiting.
 func lockHome(home string) (*homeLock, error) {
-	if err := os.MkdirAll(home, 0o755); err != nil {
+	if err := os.MkdirAll(home, 0o700); err != nil {
 		return nil, fmt.Errorf("state folder %s: %w", home, err)
 	}
-	f, err := os.OpenFile(lockPath(home), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(lockPath(home), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", home, err)
 	}
@@ -43,7 +45,7 @@ func busyHomeError(home string) error {
 	if b, err := os.ReadFile(lockPath(home)); err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), "nats://") {
 		url = strings.TrimSpace(string(b))
 	}
-	return fmt.Errorf("a mesh is already running on %s (skein up?): pass --nats %s or set SKEIN_NATS_URL, or use another SKEIN_HOME", home, url)
+	return fmt.Errorf("a mesh is already running on %s (skein up?): pass --nats %s or set SKEIN_NATS_URL, or use another SKEIN_HOME", home, redact.URL(url))
 }
 
 // setURL records where the mesh holding the lock listens.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skein-mesh/skein/pkg/harden"
 	"github.com/skein-mesh/skein/pkg/service"
 )
 
@@ -25,6 +26,7 @@ func (e *exitError) Error() string { return e.msg }
 const exitTransient = 75
 
 func main() {
+	_ = harden.Process() // provider keys and credentials live in this process: see pkg/harden
 	root := &cobra.Command{
 		Use:           "skein",
 		Short:         "A local-first mesh of LLM agents that learn from their own traces",

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode"
+
+	"github.com/skein-mesh/skein/pkg/redact"
 )
 
 // Guidelines come from model output over tool output, which an attacker can shape (a web page,
@@ -34,6 +36,7 @@ const MaxGuidelineChars = 600
 // Sanitize neutralizes prompt-injection markers in stored guideline text and flattens it to one
 // line without control characters. It is idempotent.
 func Sanitize(text string) string {
+	text = redact.String(text)
 	text = strings.Map(func(r rune) rune {
 		switch {
 		case r == '\n' || r == '\r' || r == '\t':

@@ -5,11 +5,13 @@ import (
 	"flag"
 	"os"
 
+	"github.com/skein-mesh/skein/pkg/harden"
 	"github.com/skein-mesh/skein/pkg/service"
 	"github.com/skein-mesh/skein/toolhost"
 )
 
 func main() {
+	_ = harden.Process() // provider keys and credentials live in this process: see pkg/harden
 	hostID := flag.String("host-id", "", "name of this toolhost in replies and logs (default hostname-pid-random)")
 	conc := flag.Int("concurrency", 0, "tool processes run at once (default toolhost.concurrency, else 4 per CPU, at least 8)")
 	queue := flag.Int("queue", 0, "calls that may wait for a slot before more are refused as busy (default toolhost.queue, else as many as --concurrency; -1: none)")

@@ -1,0 +1,215 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The HTTP API's defaults. Timeouts apply to every request except the event stream, which sets a
+// write deadline per event instead (a stream lives as long as its session).
+const (
+	HTTPTokenFile          = "http.token"
+	HTTPTokenEnv           = "SKEIN_HTTP_TOKEN"
+	DefaultMaxEventStreams = 8
+	minTokenLen            = 16
+)
+
+// httpTimeouts of the API's server (a variable so tests can shorten them).
+var httpTimeouts = struct{ readHeader, read, write, idle time.Duration }{
+	readHeader: 10 * time.Second,
+	read:       30 * time.Second,
+	write:      30 * time.Second,
+	idle:       120 * time.Second,
+}
+
+// HTTPToken returns the bearer token of the HTTP API: $SKEIN_HTTP_TOKEN, else gateway.http_token
+// of the config (configured), else the token in $SKEIN_HOME/http.token, made on first use (0600
+// in a 0700 folder). path is the file's path when the token lives in one.
+func HTTPToken(home, configured string) (token, path string, err error) {
+	if v := os.Getenv(HTTPTokenEnv); v != "" {
+		return checkToken(v, "$"+HTTPTokenEnv)
+	}
+	if configured != "" {
+		return checkToken(configured, "gateway.http_token")
+	}
+	if home == "" {
+		return "", "", fmt.Errorf("HTTP API: no bearer token: set $%s or gateway.http_token, or give the gateway a $SKEIN_HOME to keep %s in", HTTPTokenEnv, HTTPTokenFile)
+	}
+	path = filepath.Join(home, HTTPTokenFile)
+	if b, err := os.ReadFile(path); err == nil {
+		tok, _, err := checkToken(strings.TrimSpace(string(b)), path)
+		return tok, path, err
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", "", fmt.Errorf("HTTP API token: %w", err)
+	}
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return "", "", fmt.Errorf("HTTP API token: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", "", fmt.Errorf("HTTP API token: %w", err)
+	}
+	token = "skh_" + hex.EncodeToString(raw)
+	// O_EXCL: two processes starting at once agree on the first one's token.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return HTTPToken(home, configured)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("HTTP API token: %w", err)
+	}
+	_, werr := f.WriteString(token + "\n")
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = os.Remove(path)
+		return "", "", fmt.Errorf("HTTP API token: %w", werr)
+	}
+	return token, path, nil
+}
+
+func checkToken(tok, where string) (string, string, error) {
+	if len(tok) < minTokenLen {
+		return "", "", fmt.Errorf("HTTP API token from %s is %d characters; use at least %d random ones", where, len(tok), minTokenLen)
+	}
+	return tok, "", nil
+}
+
+// httpError is every rejection of the API: a status, a stable code and a sentence.
+func httpError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg, "code": code})
+}
+
+// guard is the API's front door: cross-site refusal, bearer token, JSON bodies only.
+type guard struct {
+	tokenSum [32]byte // sha256 of the token, so the comparison is constant-time on equal lengths
+	hasToken bool
+	streams  *streamLimiter
+}
+
+func newGuard(token string, maxStreams int) *guard {
+	g := &guard{hasToken: token != "", streams: newStreamLimiter(maxStreams)}
+	if g.hasToken {
+		g.tokenSum = sha256.Sum256([]byte(token))
+	}
+	return g
+}
+
+func (g *guard) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if msg, bad := crossSite(r); bad {
+			httpError(w, http.StatusForbidden, "cross_site", msg)
+			return
+		}
+		if !g.hasToken {
+			httpError(w, http.StatusServiceUnavailable, "no_token", "the HTTP API has no bearer token configured; see docs/security.md")
+			return
+		}
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+		if !ok || subtle.ConstantTimeCompare(sum[:], g.tokenSum[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="skein"`)
+			httpError(w, http.StatusUnauthorized, "unauthorized",
+				"missing or wrong bearer token: send Authorization: Bearer <token> (the token is in $SKEIN_HOME/"+HTTPTokenFile+", or $"+HTTPTokenEnv+")")
+			return
+		}
+		if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
+			mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+			if err != nil || mt != "application/json" {
+				httpError(w, http.StatusUnsupportedMediaType, "unsupported_media_type",
+					fmt.Sprintf("request body must be application/json, got Content-Type %q", r.Header.Get("Content-Type")))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// crossSite refuses requests a browser made on behalf of another site: a page elsewhere must
+// not be able to drive the API with a token it does not know, nor probe it. Non-browser clients
+// send neither header and pass.
+func crossSite(r *http.Request) (string, bool) {
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "", "same-origin", "none":
+	default:
+		return "cross-site browser request refused (Sec-Fetch-Site: " + site + ")", true
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return "", false
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+		return "cross-origin request refused (Origin " + strconv.Quote(origin) + " is not " + strconv.Quote(r.Host) + ")", true
+	}
+	return "", false
+}
+
+// streamLimiter caps open event streams per client (its remote IP: every client holds the same
+// token, so the token does not tell them apart).
+type streamLimiter struct {
+	max  int
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func newStreamLimiter(max int) *streamLimiter {
+	if max <= 0 {
+		max = DefaultMaxEventStreams
+	}
+	return &streamLimiter{max: max, open: map[string]int{}}
+}
+
+// acquire takes a stream slot for r's client; release gives it back.
+func (l *streamLimiter) acquire(r *http.Request) (release func(), ok bool) {
+	client, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		client = r.RemoteAddr
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[client] >= l.max {
+		return nil, false
+	}
+	l.open[client]++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.open[client]--; l.open[client] <= 0 {
+			delete(l.open, client)
+		}
+	}, true
+}
+
+// httpNoRoute answers what no route matched: 405 for a known path with the wrong method, else 404.
+func httpNoRoute(w http.ResponseWriter, r *http.Request) {
+	allow := ""
+	switch parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/"); {
+	case r.URL.Path == "/v1/tasks":
+		allow = http.MethodPost
+	case len(parts) == 3 && parts[0] == "v1" && parts[1] == "sessions",
+		len(parts) == 4 && parts[0] == "v1" && parts[1] == "sessions" && parts[3] == "events":
+		allow = http.MethodGet
+	}
+	if allow != "" {
+		w.Header().Set("Allow", allow)
+		httpError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" "+r.URL.Path+" is not allowed; use "+allow)
+		return
+	}
+	httpError(w, http.StatusNotFound, "not_found", "no such endpoint "+strconv.Quote(r.URL.Path)+"; see POST /v1/tasks, GET /v1/sessions/{id}[/events]")
+}

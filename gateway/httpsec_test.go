@@ -1,0 +1,280 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+const testToken = "skh_test-token-0123456789abcdef"
+
+// bearer adds the test token to every request that has no Authorization header yet.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("Authorization") == "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+var testClient = &http.Client{Transport: bearer{testToken}}
+
+// do sends one raw request (no token added) and decodes a JSON error answer.
+func do(t *testing.T, req *http.Request) (int, map[string]string, http.Header) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]string
+	body, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(body, &out)
+	return resp.StatusCode, out, resp.Header
+}
+
+func TestHTTPRejections(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+
+	req := func(method, path, body string, headers ...string) *http.Request {
+		r, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(headers); i += 2 {
+			r.Header.Set(headers[i], headers[i+1])
+		}
+		return r
+	}
+	auth := "Bearer " + testToken
+	task := `{"task": "Greet Ada"}`
+	cases := []struct {
+		name   string
+		r      *http.Request
+		status int
+		code   string
+	}{
+		{"no token", req("POST", "/v1/tasks", task, "Content-Type", "application/json"), 401, "unauthorized"},
+		{"wrong token", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", "Bearer "+strings.Repeat("x", len(testToken))), 401, "unauthorized"},
+		{"token not bearer", req("GET", "/v1/sessions/x", "", "Authorization", "Basic "+testToken), 401, "unauthorized"},
+		{"no token on reads either", req("GET", "/v1/sessions/x/events", ""), 401, "unauthorized"},
+		{"text body", req("POST", "/v1/tasks", task, "Content-Type", "text/plain", "Authorization", auth), 415, "unsupported_media_type"},
+		{"form body", req("POST", "/v1/tasks", "task=hi", "Content-Type", "application/x-www-form-urlencoded", "Authorization", auth), 415, "unsupported_media_type"},
+		{"no content type", req("POST", "/v1/tasks", task, "Authorization", auth), 415, "unsupported_media_type"},
+		{"cross-site fetch", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", auth, "Sec-Fetch-Site", "cross-site"), 403, "cross_site"},
+		{"same-site is not same-origin", req("GET", "/v1/sessions/x", "", "Authorization", auth, "Sec-Fetch-Site", "same-site"), 403, "cross_site"},
+		{"foreign origin", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", auth, "Origin", "https://evil.example"), 403, "cross_site"},
+		{"foreign origin, no token", req("POST", "/v1/tasks", task, "Content-Type", "text/plain", "Origin", "http://evil.example"), 403, "cross_site"},
+		{"body too large", req("POST", "/v1/tasks", `{"task": "`+strings.Repeat("x", protocol.MaxTaskBytes+8192)+`"}`, "Content-Type", "application/json", "Authorization", auth), 413, "too_large"},
+		{"malformed", req("POST", "/v1/tasks", `{"task": 1}`, "Content-Type", "application/json", "Authorization", auth), 400, "bad_request"},
+		{"rejected", req("POST", "/v1/tasks", `{"task": ""}`, "Content-Type", "application/json", "Authorization", auth), 422, "rejected"},
+		{"wrong method", req("GET", "/v1/tasks", "", "Authorization", auth), 405, "method_not_allowed"},
+		{"wrong method on a session", req("DELETE", "/v1/sessions/x", "", "Authorization", auth), 405, "method_not_allowed"},
+		{"no such route", req("GET", "/v2/anything", "", "Authorization", auth), 404, "not_found"},
+	}
+	for _, c := range cases {
+		status, out, hdr := do(t, c.r)
+		if status != c.status || out["code"] != c.code || out["error"] == "" {
+			t.Errorf("%s: %d %v; want %d with code %q and an error", c.name, status, out, c.status, c.code)
+		}
+		if status == 401 && !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("%s: 401 without a Bearer challenge", c.name)
+		}
+	}
+	// What a same-origin browser page and a plain client send is accepted.
+	for _, headers := range [][]string{
+		{"Origin", "http://" + host, "Sec-Fetch-Site", "same-origin"},
+		{"Sec-Fetch-Site", "none"},
+		{"Content-Type", "application/json; charset=utf-8"},
+	} {
+		h := append([]string{"Content-Type", "application/json", "Authorization", auth}, headers...)
+		if status, out, _ := do(t, req("POST", "/v1/tasks", task, h...)); status != http.StatusAccepted {
+			t.Errorf("headers %v: %d %v; want 202", headers, status, out)
+		}
+	}
+	if n := f.taskCount(t, testAgent); n != 3 {
+		t.Errorf("%d tasks queued; want only the 3 accepted ones", n)
+	}
+}
+
+func TestHTTPWithoutATokenRefusesEverything(t *testing.T) {
+	f := newFixture(t)
+	d := f.deps
+	d.HTTPToken = ""
+	gw, err := New(testCtx(t), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(srv.Close)
+	r, _ := http.NewRequest("GET", srv.URL+"/v1/sessions/x", nil)
+	r.Header.Set("Authorization", "Bearer ")
+	if status, out, _ := do(t, r); status != http.StatusServiceUnavailable || out["code"] != "no_token" {
+		t.Errorf("%d %v; want 503 no_token", status, out)
+	}
+}
+
+func TestHTTPEventStreamsAreCappedPerClient(t *testing.T) {
+	f := newFixture(t)
+	f.deps.Config.Gateway.MaxEventStreams = 2
+	gw, err := New(testCtx(t), f.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(srv.Close)
+	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "cap-1"}`); status != http.StatusAccepted {
+		t.Fatalf("%d %v", status, out)
+	}
+	open := func() (*http.Response, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		r, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/sessions/cap-1/events", nil)
+		resp, err := testClient.Do(r)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		return resp, cancel
+	}
+	var cancels []context.CancelFunc
+	for i := 0; i < 2; i++ {
+		resp, cancel := open()
+		cancels = append(cancels, cancel)
+		t.Cleanup(cancel)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d: %d", i, resp.StatusCode)
+		}
+	}
+	resp, cancel := open()
+	var out map[string]string
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	cancel()
+	if resp.StatusCode != http.StatusTooManyRequests || out["code"] != "too_many_streams" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third stream: %d %v; want 429 too_many_streams with Retry-After", resp.StatusCode, out)
+	}
+	// Closing a stream frees its slot.
+	cancels[0]()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, cancel := open()
+		cancel()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot never freed: %d", resp.StatusCode)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The real server: a client that never finishes its headers is dropped, and an event stream
+// outlives the server's write timeout.
+func TestHTTPServerTimeouts(t *testing.T) {
+	saved := httpTimeouts
+	httpTimeouts.readHeader, httpTimeouts.write = 300*time.Millisecond, 300*time.Millisecond
+	t.Cleanup(func() { httpTimeouts = saved })
+	f := newFixture(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.gw.serveListener(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	base := "http://" + ln.Addr().String()
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /v1/sessions/x HTTP/1.1\r\nHost: x\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(conn); err != nil {
+		t.Fatalf("a half-sent request should be closed by the server, got %v", err)
+	}
+
+	srv := &httptest.Server{URL: base}
+	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "slow-1"}`); status != http.StatusAccepted {
+		t.Fatalf("%d %v", status, out)
+	}
+	resp, err := testClient.Get(base + "/v1/sessions/slow-1/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	time.Sleep(3 * httpTimeouts.write) // well past the write timeout
+	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
+	cost := 0.0
+	for _, ev := range []protocol.Event{
+		{SessionID: "slow-1", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "late"},
+		{SessionID: "slow-1", Type: protocol.EvUsage, Outcome: protocol.OutcomeSuccess, Report: &protocol.UsageReport{CostUSD: &cost}},
+	} {
+		if err := pub.Emit(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if e, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			events = append(events, e)
+		}
+	}
+	if len(events) == 0 || events[len(events)-1] != string(protocol.EvUsage) {
+		t.Fatalf("stream cut before its end: got %v (%v)", events, sc.Err())
+	}
+}
+
+func TestHTTPTokenFile(t *testing.T) {
+	t.Setenv(HTTPTokenEnv, "")
+	home := filepath.Join(t.TempDir(), "home")
+	tok, path, err := HTTPToken(home, "")
+	if err != nil || len(tok) < 32 || path != filepath.Join(home, HTTPTokenFile) {
+		t.Fatalf("%q %q %v", tok, path, err)
+	}
+	for p, want := range map[string]os.FileMode{path: 0o600, home: 0o700} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", p, st.Mode().Perm(), err, want)
+		}
+	}
+	again, _, err := HTTPToken(home, "")
+	if err != nil || again != tok {
+		t.Errorf("second start: %q %v, want the same token", again, err)
+	}
+	if got, _, _ := HTTPToken(home, "configured-token-0123456789"); got != "configured-token-0123456789" {
+		t.Errorf("config token ignored: %q", got)
+	}
+	t.Setenv(HTTPTokenEnv, "env-token-0123456789abcdef")
+	if got, _, _ := HTTPToken(home, "configured-token-0123456789"); got != "env-token-0123456789abcdef" {
+		t.Errorf("env token does not win: %q", got)
+	}
+	t.Setenv(HTTPTokenEnv, "short")
+	if _, _, err := HTTPToken(home, ""); err == nil || !strings.Contains(err.Error(), "at least 16") {
+		t.Errorf("short token: %v", err)
+	}
+}

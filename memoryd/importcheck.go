@@ -1,0 +1,122 @@
+package memoryd
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/memory/retrieve"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/redact"
+)
+
+// Bounds on imported entries: an import writes strategic memory that every later session puts
+// in its prompt, so nothing in it is taken on trust.
+const (
+	maxImportTools    = 64
+	maxImportSessions = 10000
+	maxImportMined    = 10000
+	maxImportCount    = 1 << 30
+	maxMinedKeyLen    = 256
+)
+
+// checkImport validates every field of an imported entry and fills the defaults. The text is
+// redacted and sanitized as mined text is; a text that sanitizing would change beyond spacing
+// is stored sanitized, and one over the guideline length cap is refused (not cut: a cut
+// guideline can say the opposite of the whole).
+func checkImport(e *memory.Entry, now time.Time) error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if err := protocol.CheckToken("agent", e.Agent); err != nil {
+		bad("%v", err)
+	}
+	if len(e.Text) > retrieve.MaxGuidelineChars {
+		bad("text is %d bytes, at most %d", len(e.Text), retrieve.MaxGuidelineChars)
+	} else if e.Text = retrieve.Sanitize(redact.String(e.Text)); e.Text == "" {
+		bad("text is empty")
+	}
+	if e.Polarity != protocol.PolarityAvoid && e.Polarity != protocol.PolarityPattern {
+		bad("polarity must be avoid or pattern, got %q", e.Polarity)
+	}
+	if e.Tier == "" {
+		e.Tier = protocol.TierTactical
+	}
+	if e.Tier != protocol.TierTactical && e.Tier != protocol.TierStrategic {
+		bad("tier must be tactical or strategic, got %q", e.Tier)
+	}
+	if e.ID != "" && !protocol.ValidToken(e.ID) {
+		bad("id %q may hold only letters, digits, '-' and '_'", e.ID)
+	}
+	if len(e.Tools) > maxImportTools {
+		bad("%d tools, at most %d", len(e.Tools), maxImportTools)
+	}
+	for _, t := range e.Tools {
+		if err := protocol.CheckToken("tool", t); err != nil {
+			bad("tools: %v", err)
+			break
+		}
+	}
+	if len(e.Sessions) > maxImportSessions {
+		bad("%d sessions, at most %d", len(e.Sessions), maxImportSessions)
+	}
+	for _, s := range e.Sessions {
+		if !protocol.ValidToken(s) {
+			bad("sessions: bad session id %q", s)
+			break
+		}
+	}
+	if len(e.Mined) > maxImportMined {
+		bad("%d mined keys, at most %d", len(e.Mined), maxImportMined)
+	}
+	for _, m := range e.Mined {
+		if m == "" || len(m) > maxMinedKeyLen {
+			bad("mined: a key is empty or over %d bytes", maxMinedKeyLen)
+			break
+		}
+	}
+	for name, n := range map[string]int{"hits": e.Hits, "helpful": e.Helpful, "harmful": e.Harmful} {
+		if n < 0 || n > maxImportCount {
+			bad("%s must be between 0 and %d, got %d", name, maxImportCount, n)
+		}
+	}
+	switch e.Source {
+	case "":
+		e.Source = memory.SourceHuman
+	case memory.SourceHuman, memory.SourceMiner, memory.SourceSubagent:
+	default:
+		bad("source must be human, miner or subagent, got %q", e.Source)
+	}
+	switch e.Status {
+	case "":
+		e.Status = memory.StatusActive
+	case memory.StatusActive, memory.StatusRetired:
+	case memory.StatusSuperseded:
+		if !protocol.ValidToken(e.SupersededBy) {
+			bad("a superseded entry needs superseded_by (an entry id), got %q", e.SupersededBy)
+		}
+	default:
+		bad("status must be active, superseded or retired, got %q", e.Status)
+	}
+	if e.SupersededBy != "" && e.Status != memory.StatusSuperseded {
+		bad("superseded_by is set on an entry whose status is %q", e.Status)
+	}
+	for name, t := range map[string]time.Time{"created": e.Created, "updated": e.Updated, "last_used": e.LastUsed} {
+		if t.After(now.Add(24 * time.Hour)) {
+			bad("%s is in the future (%s)", name, t.Format(time.RFC3339))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if e.ID == "" {
+		e.ID = memory.EntryID(e.Agent, e.Polarity, e.Text)
+	}
+	if e.Created.IsZero() {
+		e.Created = now
+	}
+	if e.Updated.IsZero() {
+		e.Updated = now
+	}
+	return nil
+}

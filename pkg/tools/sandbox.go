@@ -1,0 +1,170 @@
+package tools
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Limits are the resource limits one tool call runs under. Zero means "the host's default" in a
+// manifest and "no limit" nowhere: every call has all four.
+type Limits struct {
+	// CPUSeconds is RLIMIT_CPU: CPU time, not wall time (timeout_s bounds that).
+	CPUSeconds int `json:"cpu_s,omitempty"`
+	// AddressSpaceMB is RLIMIT_AS in MiB. Runtimes that reserve much virtual memory (V8, the JVM)
+	// need a few GiB even when they use little.
+	AddressSpaceMB int `json:"address_space_mb,omitempty"`
+	// OpenFiles is RLIMIT_NOFILE.
+	OpenFiles int `json:"open_files,omitempty"`
+	// Processes bounds the processes (and threads) a call may add: pids.max of the call's cgroup
+	// where the pids controller is delegated, and RLIMIT_NPROC of the tool's uid always.
+	Processes int `json:"processes,omitempty"`
+}
+
+// DefaultLimits apply where neither config (tools.sandbox) nor manifest (sandbox) sets a limit.
+var DefaultLimits = Limits{CPUSeconds: 300, AddressSpaceMB: 8192, OpenFiles: 1024, Processes: 256}
+
+// Ceilings of the values a manifest or config may ask for, so a typo cannot unbound a call.
+var limitCeiling = Limits{CPUSeconds: 24 * 3600, AddressSpaceMB: 1 << 20, OpenFiles: 1 << 20, Processes: 1 << 16}
+
+// over returns l with every non-zero field of o.
+func (l Limits) over(o Limits) Limits {
+	if o.CPUSeconds > 0 {
+		l.CPUSeconds = o.CPUSeconds
+	}
+	if o.AddressSpaceMB > 0 {
+		l.AddressSpaceMB = o.AddressSpaceMB
+	}
+	if o.OpenFiles > 0 {
+		l.OpenFiles = o.OpenFiles
+	}
+	if o.Processes > 0 {
+		l.Processes = o.Processes
+	}
+	return l
+}
+
+// Check reports the first limit outside [0, ceiling]; prefix names where it was set.
+func (l Limits) Check(prefix string) []string {
+	var bad []string
+	check := func(key string, v, max int) {
+		if v < 0 || v > max {
+			bad = append(bad, fmt.Sprintf("%s%s must be between 0 (default) and %d, got %d", prefix, key, max, v))
+		}
+	}
+	check("cpu_s", l.CPUSeconds, limitCeiling.CPUSeconds)
+	check("address_space_mb", l.AddressSpaceMB, limitCeiling.AddressSpaceMB)
+	check("open_files", l.OpenFiles, limitCeiling.OpenFiles)
+	check("processes", l.Processes, limitCeiling.Processes)
+	return bad
+}
+
+// ManifestSandbox is a manifest's `sandbox` object: limit overrides and where the tool runs.
+type ManifestSandbox struct {
+	Limits
+	// Workdir is "scratch" (default: a fresh folder per call, removed after it) or "tool" (the
+	// manifest's folder, for tools that read files beside them by relative path).
+	Workdir string `json:"workdir,omitempty"`
+	// Home is "scratch" (default: HOME is the call's scratch folder) or "host" (the host's HOME,
+	// for tools that need their user's configuration).
+	Home string `json:"home,omitempty"`
+}
+
+func (s *ManifestSandbox) check() []string {
+	bad := s.Limits.Check("")
+	switch s.Workdir {
+	case "", "scratch", "tool":
+	default:
+		bad = append(bad, fmt.Sprintf("workdir must be scratch or tool, got %q", s.Workdir))
+	}
+	switch s.Home {
+	case "", "scratch", "host":
+	default:
+		bad = append(bad, fmt.Sprintf("home must be scratch or host, got %q", s.Home))
+	}
+	return bad
+}
+
+// Sandbox is how a Runner confines tools. The zero value is the secure default.
+type Sandbox struct {
+	// Limits are the host's defaults; a manifest's sandbox overrides them field by field.
+	Limits Limits
+	// RunAs is "auto" or "" (tools run as nobody when the host runs as root, else as the host's
+	// user), "current" (always the host's user), or a user name or numeric uid.
+	RunAs string
+	// Cgroup is "auto" or "" (a cgroup v2 per call where one can be created, else a child
+	// subreaper) or "off" (always the subreaper).
+	Cgroup string
+	// ScratchDir is where per-call scratch folders are made ("": the system temp folder).
+	ScratchDir string
+}
+
+// The trampoline (see sandbox_linux.go) reports a failure to start the tool with this exit code
+// and a stderr line with this prefix (the values of internal/trampoline, which builds on Linux
+// only).
+const (
+	trampolineExit   = 127
+	trampolinePrefix = "skein-sandbox: "
+)
+
+// SandboxEnvVar names the variable every tool gets with an id unique to its call: the runner
+// finds the call's orphaned processes by it when no cgroup is available.
+const SandboxEnvVar = "SKEIN_SANDBOX_ID"
+
+// callDirs makes the call's scratch folder (owned by uid/gid when those differ from ours) and
+// picks the working directory and HOME.
+func (r *Runner) callDirs(t *Tool, uid, gid int) (scratch, dir, home string, err error) {
+	parent := r.Sandbox.ScratchDir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	scratch, err = os.MkdirTemp(parent, "skein-tool-"+t.Name+"-")
+	if err != nil {
+		return "", "", "", fmt.Errorf("scratch folder (tools.sandbox.scratch_dir): %w", err)
+	}
+	if uid >= 0 && uid != os.Getuid() {
+		if err := os.Chown(scratch, uid, gid); err != nil {
+			_ = os.RemoveAll(scratch)
+			return "", "", "", fmt.Errorf("scratch folder for uid %d: %w", uid, err)
+		}
+	}
+	dir, home = scratch, scratch
+	if s := t.Sandbox; s != nil {
+		if s.Workdir == "tool" {
+			dir = t.Dir
+		}
+		if s.Home == "host" {
+			home = ""
+		}
+	}
+	return scratch, dir, home, nil
+}
+
+// setEnv replaces or adds name=value in env.
+func setEnv(env []string, name, value string) []string {
+	for i, kv := range env {
+		if strings.HasPrefix(kv, name+"=") {
+			env[i] = name + "=" + value
+			return env
+		}
+	}
+	return append(env, name+"="+value)
+}
+
+// removeScratch deletes a call's scratch folder even if the tool made parts of it read-only.
+func removeScratch(dir string) {
+	if dir == "" {
+		return
+	}
+	if os.RemoveAll(dir) == nil {
+		return
+	}
+	_ = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	_ = os.RemoveAll(dir)
+}

@@ -1,0 +1,374 @@
+//go:build linux
+
+package tools_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/skein-mesh/skein/pkg/harden"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
+)
+
+// The key holder is this test binary started again with a fake provider key in its initial
+// environment (what /proc/<pid>/environ shows) and in its memory, like a role process that read
+// its key. It runs one fixture tool through a Runner and prints the result.
+const keyholderEnv = "SKEIN_TEST_KEYHOLDER"
+
+func TestMain(m *testing.M) {
+	if tool := os.Getenv(keyholderEnv); tool != "" {
+		os.Exit(keyholder(tool))
+	}
+	os.Exit(m.Run())
+}
+
+func keyholder(tool string) int {
+	if os.Getenv("SKEIN_TEST_DUMPABLE") != "1" {
+		if err := harden.Process(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
+	ts, err := tools.LoadDir(os.Getenv("SKEIN_TEST_FIXTURES"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	r := tools.Runner{Sandbox: tools.Sandbox{RunAs: os.Getenv("SKEIN_TEST_RUN_AS")}}
+	for _, tl := range ts {
+		if tl.Name == tool {
+			if v, err := strconv.ParseFloat(os.Getenv("SKEIN_TEST_TIMEOUT"), 64); err == nil {
+				tl.TimeoutS = v
+			}
+			res := r.Run(context.Background(), tl, json.RawMessage(`{}`))
+			_ = json.NewEncoder(os.Stdout).Encode(res)
+			return 0
+		}
+	}
+	fmt.Fprintln(os.Stderr, "no tool", tool)
+	return 2
+}
+
+// startKeyholder starts the key holder as uid (-1: ours) running tool.
+func startKeyholder(t *testing.T, uid int, tool string, env ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	fixtures, _ := filepath.Abs("testdata/tools")
+	cmd := exec.Command("/proc/self/exe") // readable by another uid even in a private build folder
+	cmd.Env = append([]string{
+		keyholderEnv + "=" + tool,
+		"ANTHROPIC_API_KEY=sk-ant-api03-FAKEKEY-" + strconv.Itoa(os.Getpid()),
+		"SKEIN_TEST_FIXTURES=" + fixtures,
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=/",
+	}, env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if uid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start key holder: %v", err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("key holder stderr: %s", errb.String())
+		}
+	})
+	return cmd, &out
+}
+
+type grepReport struct {
+	Found []struct {
+		PID   int    `json:"pid"`
+		Where string `json:"where"`
+	} `json:"found"`
+	EnvironsRead int    `json:"environs_read"`
+	OwnEnviron   bool   `json:"own_environ"`
+	MemError     string `json:"mem_error"`
+	MemBytes     int    `json:"mem_bytes"`
+	UID          int    `json:"uid"`
+}
+
+func secretHunt(t *testing.T, holderUID int, env ...string) (grepReport, int) {
+	t.Helper()
+	cmd, out := startKeyholder(t, holderUID, "secretgrep", env...)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("key holder: %v", err)
+	}
+	var res protocol.ToolResult
+	var rep grepReport
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil || !res.OK || json.Unmarshal(res.Result, &rep) != nil {
+		t.Fatalf("secretgrep did not run: %v %+v", err, res)
+	}
+	if !rep.OwnEnviron {
+		t.Fatalf("the tool could not even read its own environ: the hunt proves nothing (%+v)", rep)
+	}
+	return rep, cmd.Process.Pid
+}
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start the key holder as another user; run as root (as CI does)")
+	}
+}
+
+func TestToolCannotReadTheKeyOfTheProcessThatStartedIt(t *testing.T) {
+	devtestPython(t)
+	needRoot(t)
+	t.Run("mesh as root, tools as nobody", func(t *testing.T) {
+		rep, _ := secretHunt(t, -1)
+		if len(rep.Found) > 0 || rep.UID != 65534 || rep.MemError == "" {
+			t.Errorf("tool as uid %d found the key at %+v (mem error %q)", rep.UID, rep.Found, rep.MemError)
+		}
+	})
+	t.Run("same uid, key holder non-dumpable", func(t *testing.T) {
+		rep, _ := secretHunt(t, 65534, "SKEIN_TEST_RUN_AS=current")
+		if len(rep.Found) > 0 || rep.UID != 65534 || rep.MemError == "" {
+			t.Errorf("tool found the key at %+v (mem error %q)", rep.Found, rep.MemError)
+		}
+	})
+	// The controls: without the protections the same hunt succeeds, so the test can fail.
+	t.Run("control: same uid, key holder dumpable", func(t *testing.T) {
+		rep, holder := secretHunt(t, 65534, "SKEIN_TEST_RUN_AS=current", "SKEIN_TEST_DUMPABLE=1")
+		where := map[string]bool{}
+		for _, f := range rep.Found {
+			if f.PID == holder {
+				where[f.Where] = true
+			}
+		}
+		if !where["environ"] || !where["mem"] {
+			t.Errorf("the unprotected key holder's key was not found in both environ and mem: %+v (mem error %q, %d bytes read)", rep.Found, rep.MemError, rep.MemBytes)
+		}
+	})
+	t.Run("control: root defeats non-dumpable", func(t *testing.T) {
+		rep, holder := secretHunt(t, -1, "SKEIN_TEST_RUN_AS=current")
+		hit := false
+		for _, f := range rep.Found {
+			hit = hit || f.PID == holder
+		}
+		if !hit {
+			t.Errorf("a root tool did not find the key of a non-dumpable root process: %+v", rep.Found)
+		}
+	})
+}
+
+func TestToolDiesWithItsHost(t *testing.T) {
+	devtestPython(t)
+	pidfile := filepath.Join(openTempDir(t), "tool.pid")
+	holder, _ := startKeyholder(t, -1, "sleeper", "SKEIN_TEST_PIDFILE="+pidfile, "SKEIN_TEST_TIMEOUT=600")
+	child := readPID(t, pidfile) // the sleeper's own background child; its parent is the tool
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	toolPID := parentOf(t, child)
+	if err := holder.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+	assertGone(t, toolPID)
+}
+
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("stat of %d: %v", pid, err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// Both ways of killing a call's whole tree: the cgroup where this machine lets us make one, and
+// the subreaper everywhere.
+func treeKillModes(t *testing.T) []string {
+	modes := []string{"off"}
+	var r tools.Runner
+	if info, err := r.SandboxInfo(); err == nil && strings.Contains(info, "cgroup v2") {
+		modes = append(modes, "auto")
+	} else {
+		t.Logf("cgroup v2 mode not tested here: %s %v", info, err)
+	}
+	return modes
+}
+
+func TestSetsidDoubleForkEscapeeIsKilled(t *testing.T) {
+	for _, mode := range treeKillModes(t) {
+		for _, hang := range []bool{true, false} {
+			t.Run(fmt.Sprintf("cgroup=%s/hang=%v", mode, hang), func(t *testing.T) {
+				pidfile := filepath.Join(openTempDir(t), "escapee.pid")
+				t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
+				tl := fixture(t, "escapee")
+				if hang {
+					t.Setenv("SKEIN_TEST_HANG", "1")
+					tl.TimeoutS = 3
+				} else {
+					t.Setenv("SKEIN_TEST_HANG", "0")
+				}
+				r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode}}
+				res := r.Run(context.Background(), tl, json.RawMessage(`{}`))
+				if hang {
+					wantFail(t, res, protocol.ToolErrTimeout, "timed out")
+				} else if !res.OK {
+					t.Fatalf("want ok, got %+v", res)
+				}
+				pid := readPID(t, pidfile)
+				if sid, _ := unix.Getsid(pid); sid == unix.Getpgrp() {
+					t.Fatalf("the escapee did not leave the session")
+				}
+				assertGone(t, pid)
+			})
+		}
+	}
+}
+
+func TestForkBombIsBoundedByTheProcessLimit(t *testing.T) {
+	devtestPython(t)
+	if os.Geteuid() == 0 {
+		var r tools.Runner
+		if info, _ := r.SandboxInfo(); !strings.Contains(info, "uid 65534") && !strings.Contains(info, "pids.max") {
+			t.Skipf("root is exempt from RLIMIT_NPROC and tools do not run as another uid here: %s", info)
+		}
+	}
+	var r tools.Runner
+	res := r.Run(context.Background(), fixture(t, "forkcount"), json.RawMessage(`{}`))
+	var got struct {
+		Started int    `json:"started"`
+		PIDs    []int  `json:"pids"`
+		Error   string `json:"error"`
+	}
+	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
+		t.Fatalf("got %+v", res)
+	}
+	if got.Started == 0 || got.Started > 20 || got.Error == "" {
+		t.Fatalf("a tool limited to 20 processes started %d children (fork error %q), want 1..20 and a refusal", got.Started, got.Error)
+	}
+	for _, pid := range got.PIDs {
+		assertGone(t, pid)
+	}
+	// The real thing: a recursive fork bomb ends at its timeout with nothing left running.
+	before := sandboxProcs(t)
+	res = r.Run(context.Background(), fixture(t, "forkbomb"), json.RawMessage(`{}`))
+	// It ends at its timeout, or earlier when the limit leaves its own shell unable to fork.
+	if res.OK || (res.Kind != protocol.ToolErrTimeout && !strings.Contains(res.Error+res.Stderr, "fork")) {
+		t.Fatalf("fork bomb: %+v", res)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := sandboxProcs(t)
+		if left <= before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sandboxed processes left after the fork bomb's call (%d before)", left, before)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sandboxProcs counts live (not zombie) processes that carry a tool call's marker.
+func sandboxProcs(t *testing.T) int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(e.Name())
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err == nil && bytes.Contains(env, []byte(tools.SandboxEnvVar+"=")) && !isZombie(pid) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestResourceLimitsApply(t *testing.T) {
+	devtestPython(t)
+	var r tools.Runner
+	res := r.Run(context.Background(), fixture(t, "limits"), json.RawMessage(`{}`))
+	var got map[string]any
+	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
+		t.Fatalf("got %+v", res)
+	}
+	want := map[string]any{
+		"RLIMIT_CPU": 7.0, "RLIMIT_AS": float64(256 << 20), "RLIMIT_NOFILE": 32.0,
+		"alloc_512mb": "MemoryError", "open_100": "Too many open files",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if n, _ := got["RLIMIT_NPROC"].(float64); n < 50 {
+		t.Errorf("RLIMIT_NPROC = %v, want the uid's tasks + 50", got["RLIMIT_NPROC"])
+	}
+	// Config defaults apply where the manifest says nothing.
+	r2 := tools.Runner{Sandbox: tools.Sandbox{Limits: tools.Limits{OpenFiles: 64}}}
+	tl := fixture(t, "limits")
+	tl.Sandbox = nil
+	res = r2.Run(context.Background(), tl, json.RawMessage(`{}`))
+	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
+		t.Fatalf("got %+v", res)
+	}
+	if got["RLIMIT_NOFILE"] != 64.0 || got["RLIMIT_CPU"] != float64(tools.DefaultLimits.CPUSeconds) {
+		t.Errorf("host defaults not applied: %v", got)
+	}
+	// CPU time: the tool is stopped by SIGXCPU long before its 60 s timeout, and told why.
+	wantFail(t, r.Run(context.Background(), fixture(t, "cpuburn"), json.RawMessage(`{}`)), protocol.ToolErrExit, "CPU-time limit")
+}
+
+func TestSandboxStartErrorsAreClear(t *testing.T) {
+	needRoot(t)
+	// A program in a folder only root can enter cannot run as nobody: say so before starting.
+	dir := t.TempDir() // 0700, root's
+	prog := filepath.Join(dir, "tool.sh")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tl := fixture(t, "plain")
+	tl.Argv = []string{prog}
+	var r tools.Runner
+	wantFail(t, r.Run(context.Background(), tl, json.RawMessage(`{}`)), protocol.ToolErrStart, "uid 65534", "tools.sandbox.run_as")
+	bad := tools.Runner{Sandbox: tools.Sandbox{RunAs: "no-such-user-skein"}}
+	wantFail(t, bad.Run(context.Background(), fixture(t, "plain"), json.RawMessage(`{}`)), protocol.ToolErrStart, "tools.sandbox.run_as")
+}
+
+func devtestPython(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed")
+	}
+}
+
+// BenchmarkRunSandboxed is the cost of one call of a trivial tool (sh printing a JSON value)
+// under each tree-kill mechanism: trampoline exec, limits, scratch folder, uid, kill.
+func BenchmarkRunSandboxed(b *testing.B) {
+	t := &testing.T{}
+	tl := fixture(t, "plain")
+	for _, mode := range []string{"auto", "off"} {
+		b.Run("cgroup="+mode, func(b *testing.B) {
+			r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode}}
+			for i := 0; i < b.N; i++ {
+				if res := r.Run(context.Background(), tl, json.RawMessage(`{}`)); !res.OK {
+					b.Fatalf("%+v", res)
+				}
+			}
+		})
+	}
+}

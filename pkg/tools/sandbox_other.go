@@ -1,0 +1,40 @@
+//go:build !linux
+
+package tools
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// Outside Linux a tool runs in its own process group only: no rlimits, no uid change, no
+// cgroup or subreaper. skein's supported platform for running tools is Linux.
+type hostSandbox struct {
+	uid, gid int
+	info     string
+}
+
+func (r *Runner) hostSandbox() (*hostSandbox, error) {
+	return &hostSandbox{uid: -1, gid: -1, info: "tools run as the host's user in their own process group (no sandbox outside Linux)"}, nil
+}
+
+// SandboxInfo says in one line how tools are confined.
+func (r *Runner) SandboxInfo() (string, error) {
+	hs, _ := r.hostSandbox()
+	return hs.info, nil
+}
+
+type callConf struct{}
+
+func (r *Runner) confine(cmd *exec.Cmd, t *Tool) (*callConf, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return &callConf{}, nil
+}
+
+func (c *callConf) started(pid int) {}
+func (c *callConf) killAll()        {}
+func (c *callConf) release()        {}
+
+func startLocked(cmd *exec.Cmd) error { return cmd.Start() }
+
+func accessibleBy(path string, uid, gid int, exec bool) bool { return true }
