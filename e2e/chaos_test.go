@@ -144,7 +144,7 @@ func TestChaos(t *testing.T) {
 
 	tools := filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")
 	cfg := writeProject(t, strings.NewReplacer("$FAULT_TOOLS", tools, "$NATS_URLS", `"`+url+`"`).Replace(chaosAgent), chaosScript)
-	effects := filepath.Join(t.TempDir(), "effects.jsonl")
+	effects := filepath.Join(writableTempDir(t), "effects.jsonl")
 	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effects}
 	args := []string{"--nats", url, "--config", cfg}
 	roles := map[string]*proc{}

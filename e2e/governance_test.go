@@ -109,9 +109,13 @@ type govMesh struct {
 func startGovMesh(t *testing.T) *govMesh {
 	t.Helper()
 	root := devtest.RepoRoot(t)
-	dir := t.TempDir()
+	dir := reachableTempDir(t)
 	pids := filepath.Join(dir, "pids")
+	// The tools write their pids here, and run as nobody when the tests run as root.
 	if err := os.MkdirAll(pids, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(pids, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	repl := strings.NewReplacer("$TOOLS", filepath.Join(root, "examples", "tools"),

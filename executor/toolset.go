@@ -195,21 +195,22 @@ func (r *run) offerTools(ctx context.Context, specs []protocol.ToolSpec, guides 
 }
 
 // defs are the tool definitions sent to the model: the offered tools by name, then the
-// built-ins, so the block is the same for the same set.
+// built-ins (finish, then find_tools and read_result once offered), so the block is the same for the same set.
 func (ts *toolset) defs() []llm.ToolDef {
 	out := make([]llm.ToolDef, 0, len(ts.offered)+3)
 	for _, n := range ts.offered {
 		s := ts.byName[n]
 		out = append(out, llm.ToolDef{Name: s.Name, Description: s.Description, InputSchema: s.InputSchema})
 	}
+	// finish is always offered: every step ends by reporting whether its task was accomplished.
+	out = append(out, finishDef)
 	if ts.find {
 		out = append(out, findToolsDef)
 	}
 	if ts.read {
 		out = append(out, readResultDef)
 	}
-	// finish is always offered: every step ends by reporting whether its task was accomplished.
-	return append(out, finishDef)
+	return out
 }
 
 func (ts *toolset) isOffered(name string) bool {

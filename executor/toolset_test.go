@@ -83,7 +83,8 @@ func TestRetrievalOffersTopKTools(t *testing.T) {
 		req := rec.requests()[i]
 		names := toolNamesOf(req)
 		sets = append(sets, names)
-		if len(names) != cfg.Tools.Retrieval.TopK+1 || names[len(names)-1] != protocol.ToolFindTools {
+		// The top_k tools, then the built-ins finish and find_tools.
+		if len(names) != cfg.Tools.Retrieval.TopK+2 || names[len(names)-1] != protocol.ToolFindTools {
 			t.Fatalf("offered %v, want %d tools and find_tools last", names, cfg.Tools.Retrieval.TopK)
 		}
 		for _, need := range []string{"list_pods", "get_pod_logs"} {
@@ -134,7 +135,7 @@ func TestFindToolsWidensTheSet(t *testing.T) {
 		t.Fatalf("first set %v already holds lookup_customer; the test needs a task where it does not", first)
 	}
 	second := toolNamesOf(reqs[1])
-	if !slices.Contains(second, "lookup_customer") || len(second) > cfg.Tools.Retrieval.TopK+1+findToolsLimit {
+	if !slices.Contains(second, "lookup_customer") || len(second) > cfg.Tools.Retrieval.TopK+2+findToolsLimit {
 		t.Fatalf("second set %v: want lookup_customer added, at most %d more tools", second, findToolsLimit)
 	}
 	if !slices.Equal(toolNamesOf(reqs[1]), toolNamesOf(reqs[2])) {

@@ -61,7 +61,7 @@ func TestFollowUpStartsTheNextTurn(t *testing.T) {
 	srv := httptest.NewServer(f.gw.Handler())
 	t.Cleanup(srv.Close)
 	post := func(body string) (int, map[string]any) {
-		resp, err := http.Post(srv.URL+"/v1/sessions/c/messages", "application/json", bytes.NewBufferString(body))
+		resp, err := testClient.Post(srv.URL+"/v1/sessions/c/messages", "application/json", bytes.NewBufferString(body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -108,7 +108,7 @@ func TestHTTPCancel(t *testing.T) {
 		t.Fatalf("HTTP budget not applied: %+v", s.Budget)
 	}
 	post := func(path, body string) (int, map[string]any) {
-		resp, err := http.Post(srv.URL+path, "application/json", bytes.NewBufferString(body))
+		resp, err := testClient.Post(srv.URL+path, "application/json", bytes.NewBufferString(body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -222,7 +222,7 @@ func TestHTTPEventsEndWithTheMinersUsage(t *testing.T) {
 	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "sse-2"}`); status != http.StatusAccepted {
 		t.Fatalf("status %d %v", status, out)
 	}
-	resp, err := http.Get(srv.URL + "/v1/sessions/sse-2/events")
+	resp, err := testClient.Get(srv.URL + "/v1/sessions/sse-2/events")
 	if err != nil {
 		t.Fatal(err)
 	}

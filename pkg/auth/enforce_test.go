@@ -286,8 +286,16 @@ func TestMatrixIsEnforced(t *testing.T) {
 			switch r.Kind {
 			case auth.KindSubject:
 				s := r.Subject(m.names)
-				if strings.HasPrefix(s, "$JS.EVENT") {
+				// Advisories and broadcasts (cancel notices) are subscribed to, not served.
+				broadcast := false
+				for _, g := range r.Grants {
+					broadcast = broadcast || g&auth.Subscribe != 0
+				}
+				if strings.HasPrefix(s, "$JS.EVENT") || broadcast {
 					run(row, func(t *testing.T) { m.check(t, id, "subscribe "+s, admin || a&auth.Subscribe != 0, subscribe(s)) })
+					if !strings.HasPrefix(s, "$JS.EVENT") {
+						run(row, func(t *testing.T) { m.check(t, id, "publish "+s, admin || a&auth.Call != 0, call(s)) })
+					}
 					continue
 				}
 				run(row, func(t *testing.T) { m.check(t, id, "call "+s, admin || a&auth.Call != 0, call(s)) })
