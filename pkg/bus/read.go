@@ -2,14 +2,15 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // ReadFrom is where ReadStream starts: a stream sequence, else the first message stored at or
@@ -34,56 +35,111 @@ const readRequestTimeout = 10 * time.Second
 // that it deletes before returning. Either way every request is bounded by ctx.
 func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter string, from ReadFrom, fn func(*jetstream.RawStreamMsg) bool) error {
 	err := readDirect(ctx, js, stream, filter, from, fn)
-	// No responder on the direct-get subject: the stream does not allow direct gets.
-	if errors.Is(err, jetstreamext.ErrBatchUnsupported) || errors.Is(err, nats.ErrNoResponders) {
+	if errors.Is(err, errNoDirect) {
 		return readConsumer(ctx, js, stream, filter, from, fn)
 	}
 	return err
 }
 
+// errNoDirect: nothing answers direct gets on the stream (allow_direct is off).
+var errNoDirect = errors.New("stream does not allow direct gets")
+
+// directRequest is JetStream's batched direct-get request (server 2.11+).
+type directRequest struct {
+	Seq       uint64     `json:"seq,omitempty"`
+	NextFor   string     `json:"next_by_subj,omitempty"`
+	Batch     int        `json:"batch,omitempty"`
+	StartTime *time.Time `json:"start_time,omitempty"`
+}
+
+// readDirect reads with batched direct gets. It subscribes with a channel sized to one batch
+// (the server sends at most a batch and its end marker per request) rather than through a
+// synchronous subscription, whose default 64k-slot channel would cost half a megabyte per read.
 func readDirect(ctx context.Context, js jetstream.JetStream, stream, filter string, from ReadFrom, fn func(*jetstream.RawStreamMsg) bool) error {
-	seq, start := from.Seq, from.Time
-	for {
-		opts := []jetstreamext.GetBatchOpt{jetstreamext.GetBatchSubject(filter)}
-		switch {
-		case seq > 0:
-			opts = append(opts, jetstreamext.GetBatchSeq(seq))
-		case !start.IsZero():
-			opts = append(opts, jetstreamext.GetBatchStartTime(start))
+	nc := js.Conn()
+	subject := apiPrefix(js.Options()) + "DIRECT.GET." + stream
+	req := directRequest{Seq: from.Seq, NextFor: filter, Batch: readBatch}
+	if req.Seq == 0 {
+		if from.Time.IsZero() {
+			req.Seq = 1
+		} else {
+			t := from.Time
+			req.StartTime = &t
 		}
-		rctx, cancel := context.WithTimeout(ctx, readRequestTimeout)
-		msgs, err := jetstreamext.GetBatch(rctx, js, stream, readBatch, opts...)
+	}
+	for {
+		body, err := json.Marshal(req)
 		if err != nil {
-			cancel()
+			return err
+		}
+		n, last, more, stopped, err := directBatch(ctx, nc, subject, body, fn)
+		if err != nil {
 			return fmt.Errorf("read %s: %w", stream, err)
 		}
-		n, pending := 0, uint64(0)
-		var last uint64
-		stopped := false
-		for m, err := range msgs {
-			if err != nil {
-				if errors.Is(err, jetstreamext.ErrNoMessages) {
-					break
-				}
-				cancel()
-				return fmt.Errorf("read %s: %w", stream, err)
-			}
-			n++
-			last = m.Sequence
-			pending, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-			if !fn(m) {
-				stopped = true
-				break
-			}
+		if stopped || n == 0 || !more {
+			return nil
 		}
-		cancel()
-		if stopped || n == 0 || pending == 0 {
-			return ctx.Err()
-		}
-		// More than one batch, or the batch was cut short (max bytes, deadline): go on after the
-		// last message seen.
-		seq = last + 1
+		// More than one batch, or the batch was cut short by the server's byte limit: go on
+		// after the last message seen.
+		req.Seq, req.StartTime = last+1, nil
 	}
+}
+
+// directBatch sends one request and hands its messages to fn. more reports that the server
+// said messages are pending past this batch.
+func directBatch(ctx context.Context, nc *nats.Conn, subject string, body []byte, fn func(*jetstream.RawStreamMsg) bool) (n int, last uint64, more, stopped bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, readRequestTimeout)
+	defer cancel()
+	ch := make(chan *nats.Msg, readBatch+2)
+	inbox := nc.NewInbox()
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return 0, 0, false, false, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(subject, inbox, body); err != nil {
+		return 0, 0, false, false, err
+	}
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-rctx.Done():
+			return n, last, false, false, rctx.Err()
+		}
+		if status := m.Header.Get("Status"); status != "" && len(m.Data) == 0 {
+			switch status {
+			case "204": // end of batch
+				pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				return n, last, pending > 0, false, nil
+			case "404":
+				return n, last, false, false, nil
+			case "503":
+				return n, last, false, false, errNoDirect
+			}
+			return n, last, false, false, fmt.Errorf("direct get: status %s %s", status, m.Header.Get("Description"))
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return n, last, false, false, fmt.Errorf("direct get: bad sequence header %q", m.Header.Get(jetstream.SequenceHeader))
+		}
+		ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		n, last = n+1, seq
+		if !fn(&jetstream.RawStreamMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data, Time: ts}) {
+			return n, last, false, true, nil
+		}
+	}
+}
+
+// apiPrefix is the JetStream API prefix of js (a domain or a custom prefix changes it).
+func apiPrefix(o jetstream.JetStreamOptions) string {
+	switch {
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	}
+	return "$JS.API."
 }
 
 // readConsumer is the fallback for a stream that does not allow direct gets.
