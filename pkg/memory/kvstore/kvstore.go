@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,10 @@ import (
 // metaKey holds the store's embedding model id and dimension. Entry ids are hex, so a key with an
 // underscore never collides with one.
 const metaKey = "_model"
+
+// milvusKeys is where the Milvus store keeps its entry records in the same bucket
+// (milvusstore.KeyPrefix); they are not this store's entries.
+const milvusKeys = "mv."
 
 // recordVersion is the schema version of the values this package writes.
 const recordVersion = 1
@@ -196,6 +201,9 @@ func (s *Store) follow() {
 func (s *Store) apply(upd jetstream.KeyValueEntry) {
 	defer s.applied.Store(upd.Revision())
 	key := upd.Key()
+	if strings.HasPrefix(key, milvusKeys) {
+		return
+	}
 	if key == metaKey {
 		if m, err := decodeMeta(upd.Value()); err == nil && upd.Operation() == jetstream.KeyValuePut {
 			s.mu.Lock()
