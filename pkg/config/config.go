@@ -98,11 +98,12 @@ type Memory struct {
 	EvictEvery          string  `yaml:"evict_every"`
 	Store               string  `yaml:"store"` // kv | milvus
 	MilvusAddr          string  `yaml:"milvus_addr"`
+	Embedder            string  `yaml:"embedder"` // minilm | ollama | openai
+	EmbedURL            string  `yaml:"embed_url"`
+	EmbedModel          string  `yaml:"embed_model"`
+
 	// MilvusConsistency of Milvus searches and lists: session (default), bounded, strong, eventually.
 	MilvusConsistency string `yaml:"milvus_consistency"`
-	Embedder          string `yaml:"embedder"` // minilm | ollama | openai
-	EmbedURL          string `yaml:"embed_url"`
-	EmbedModel        string `yaml:"embed_model"`
 }
 
 // Miner is the `miner:` section.
