@@ -104,6 +104,9 @@ type Memory struct {
 
 	// MilvusConsistency of Milvus searches and lists: session (default), bounded, strong, eventually.
 	MilvusConsistency string `yaml:"milvus_consistency"`
+	// EmbedCache bounds the vectors kept per (text, model) so repeated texts embed once
+	// (0: 4096; negative: no cache).
+	EmbedCache int `yaml:"embed_cache"`
 }
 
 // Miner is the `miner:` section.

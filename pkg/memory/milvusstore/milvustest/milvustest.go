@@ -148,5 +148,8 @@ func (s *Server) Stop() {
 	}
 }
 
+// PGID is the server's process group.
+func (s *Server) PGID() int { return s.cmd.Process.Pid }
+
 // Log is the server's output so far.
 func (s *Server) Log() string { return s.out.String() }

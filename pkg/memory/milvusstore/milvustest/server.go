@@ -50,6 +50,8 @@ const startTimeout = 180 * time.Second
 // Shared is what a test needs of the shared server.
 type Shared struct {
 	Addr string
+	// PGID is the server's process group (0 when it runs elsewhere), for memory figures.
+	PGID int
 	// Lite is true when the quick milvus-lite mode runs instead of the real server.
 	Lite bool
 	log  func() string
@@ -163,7 +165,7 @@ func acquire() (*Shared, error) {
 			return nil, fmt.Errorf("start milvus-lite: %w", err)
 		}
 		liteSrv = s
-		return &Shared{Addr: s.Addr, Lite: true, log: s.Log}, nil
+		return &Shared{Addr: s.Addr, Lite: true, PGID: s.cmd.Process.Pid, log: s.Log}, nil
 	}
 	exe, err := RealExecutable()
 	if err != nil {
@@ -188,7 +190,7 @@ func acquire() (*Shared, error) {
 			return nil, err
 		}
 		leased = dir
-		return &Shared{Addr: st.Addr, log: logf}, nil
+		return &Shared{Addr: st.Addr, PGID: st.PID, log: logf}, nil
 	}
 	if ok && alive(st.PID) {
 		stopGroup(st.PID) // recorded but not answering: start over
@@ -205,7 +207,7 @@ func acquire() (*Shared, error) {
 		return nil, err
 	}
 	leased = dir
-	return &Shared{Addr: st.Addr, log: logf}, nil
+	return &Shared{Addr: st.Addr, PGID: st.PID, log: logf}, nil
 }
 
 func release(dir string) error {

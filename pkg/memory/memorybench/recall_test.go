@@ -1,0 +1,40 @@
+package memorybench_test
+
+import (
+	"testing"
+
+	"github.com/skein-mesh/skein/pkg/memory/milvusstore"
+	"github.com/skein-mesh/skein/pkg/memory/milvusstore/milvustest"
+)
+
+// RecallN is the corpus size the recall guard runs at: big enough for HNSW to be approximate,
+// small enough for `make test` (its vectors are embedded once and cached).
+const RecallN = 10_000
+
+// Recorded recall@10 at RecallN (docs/benchmarks.md, make memory-bench). A change that lowers
+// recall below these fails here; raise them when a change improves it.
+const (
+	recordedRecallKV     = 1.000 // exact scan
+	recordedRecallMilvus = 0.990 // HNSW M=16 efConstruction=200 ef=64, measured 0.99x
+)
+
+func TestRecallAtLeastRecorded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("embeds and loads a 10k corpus")
+	}
+	vecs, qs, model := corpus(t, RecallN)
+	tr := truth(vecs, qs)
+	t.Run("kv", func(t *testing.T) {
+		r := benchKV(t, vecs, qs, tr, model)
+		if r.Recall < recordedRecallKV {
+			t.Fatalf("embedded KV store recall@10 at %d entries: %.3f, recorded %.3f", RecallN, r.Recall, recordedRecallKV)
+		}
+	})
+	t.Run("milvus", func(t *testing.T) {
+		r := benchMilvus(t, "Milvus 2.3.5 server", milvustest.ServerFor(t), vecs, qs, tr, model, milvusstore.ConsistencySession)
+		t.Logf("recall@10 %.4f", r.Recall)
+		if r.Recall < recordedRecallMilvus {
+			t.Fatalf("Milvus server recall@10 at %d entries: %.3f, recorded %.3f", RecallN, r.Recall, recordedRecallMilvus)
+		}
+	})
+}
