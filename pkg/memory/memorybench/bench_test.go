@@ -67,7 +67,6 @@ func heapMiB() float64 {
 	return float64(ms.HeapInuse) / (1 << 20)
 }
 
-
 // benchKV fills the embedded store, measures it, and records how long a reopen (index rebuilt
 // from the bucket) takes.
 func benchKV(t *testing.T, vecs, qs [][]float32, tr [][]string, model string) memorybench.Result {
@@ -194,4 +193,3 @@ func TestMemoryBench(t *testing.T) {
 	fmt.Printf("\n%d queries of %d, top-%d, filtered on one agent; real all-MiniLM-L6-v2 vectors of generated sentences\n\n%s\n",
 		queries, queries, memorybench.K, memorybench.Table(results))
 }
-

@@ -175,7 +175,7 @@ func Table(rs []Result) string {
 		if r.InsertPer > 0 {
 			ins = fmt.Sprintf("%.0f", r.InsertPer)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %.3f | %s | %s | %s |\n", r.Store, r.N,
+		fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %.4f | %s | %s | %s |\n", r.Store, r.N,
 			float64(r.P50)/1e6, float64(r.P99)/1e6, r.Recall, ins, r.Memory, r.Note)
 	}
 	return b.String()
