@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/viterin/vek/vek32"
+
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -51,14 +53,11 @@ func (h *minHeap) Push(x any)        { *h = append(*h, x.(scored)) }
 func (h *minHeap) Pop() any          { o := *h; x := o[len(o)-1]; *h = o[:len(o)-1]; return x }
 
 // Exact is the brute-force baseline: the ids of the k vectors with the highest dot product with
-// q (cosine, the vectors being unit length), best first.
+// q (cosine, the vectors being unit length), best first, by a SIMD scan over every vector.
 func Exact(vecs [][]float32, q []float32, k int) []string {
 	h := make(minHeap, 0, k+1)
 	for i, v := range vecs {
-		var d float32
-		for j, x := range v {
-			d += x * q[j]
-		}
+		d := vek32.Dot(v, q)
 		if len(h) < k {
 			heap.Push(&h, scored{i, d})
 		} else if d > h[0].s {
