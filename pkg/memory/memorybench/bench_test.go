@@ -177,6 +177,8 @@ func TestMemoryBench(t *testing.T) {
 				r = benchKV(t, vecs, qs, tr, model)
 			case "milvus":
 				r = benchMilvus(t, "Milvus 2.3.5 server", milvustest.ServerFor(t), vecs, qs, tr, model, milvusstore.ConsistencySession)
+			case "milvus-strong":
+				r = benchMilvus(t, "Milvus 2.3.5 server", milvustest.ServerFor(t), vecs, qs, tr, model, milvusstore.ConsistencyStrong)
 			case "milvus-bounded":
 				r = benchMilvus(t, "Milvus 2.3.5 server", milvustest.ServerFor(t), vecs, qs, tr, model, milvusstore.ConsistencyBounded)
 			case "lite":

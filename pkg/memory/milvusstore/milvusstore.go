@@ -295,8 +295,11 @@ func (s *Store) ensureCollection(ctx context.Context, dim int) error {
 		if slices.ContainsFunc(have, func(x *entity.Partition) bool { return x.Name == p }) {
 			continue
 		}
-		if err := s.c.CreatePartition(ctx, name, p); err != nil && !strings.Contains(err.Error(), "already exist") {
-			return fmt.Errorf("milvus: create partition %s of %s: %w", p, name, err)
+		if err := s.c.CreatePartition(ctx, name, p); err != nil {
+			// Another replica may have created it meanwhile (servers word that differently).
+			if ok, herr := s.c.HasPartition(ctx, name, p); herr != nil || !ok {
+				return fmt.Errorf("milvus: create partition %s of %s: %w", p, name, err)
+			}
 		}
 	}
 	if err := s.ensureIndex(ctx, name); err != nil {
