@@ -47,7 +47,7 @@ func corpus(t *testing.T, n int) (vecs, qs [][]float32, model string) {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > time.Second {
-		t.Logf("embedded the missing part of the %d-sentence corpus in %s (cached under %s)", n, d.Round(time.Second), benchcorpus.Dir())
+		t.Logf("corpus of %d sentences ready in %s (read from, or embedded into, the cache in %s)", n, d.Round(time.Second), benchcorpus.Dir())
 	}
 	return vecs, qs, e.Model()
 }
