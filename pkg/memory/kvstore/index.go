@@ -25,6 +25,13 @@ type vindex struct {
 	flags   []uint8
 
 	agents map[string]int32
+
+	// annMin is the entry count from which searches go through ivf (0: always exact);
+	// nprobeShare the share of its cells a search scans.
+	annMin      int
+	nprobeShare float64
+	ivf         *ivf
+	annTried    int
 }
 
 const (
@@ -93,6 +100,23 @@ func (x *vindex) put(e memory.Entry) {
 	x.agent[i] = x.internAgent(e.Agent)
 	x.flags[i] = flagsOf(&e)
 	x.setVec(i)
+	x.annUpdate(i)
+}
+
+// annUpdate files slot i in the ANN index, building or rebuilding that index when the entries
+// reach annMin or double since it was trained.
+func (x *vindex) annUpdate(i int) {
+	if x.annMin <= 0 {
+		return
+	}
+	n := len(x.entries)
+	switch {
+	case x.ivf == nil && n >= max(x.annMin, 2*x.annTried), x.ivf != nil && n >= 2*x.ivf.trained:
+		x.annTried = n // too few usable vectors to train: try again when the entries double
+		x.ivf = trainIVF(x, x.nprobeShare)
+	case x.ivf != nil:
+		x.ivf.file(x, i)
+	}
 }
 
 func (x *vindex) setVec(i int) {
@@ -116,6 +140,14 @@ func (x *vindex) del(id string) {
 		return
 	}
 	last := len(x.entries) - 1
+	if x.ivf != nil {
+		if i != last {
+			x.ivf.moved(last, i)
+		} else {
+			x.ivf.unfile(i)
+			x.ivf.cell = x.ivf.cell[:last]
+		}
+	}
 	if i != last {
 		x.entries[i] = x.entries[last]
 		copy(x.vecs[i*x.dim:(i+1)*x.dim], x.vecs[last*x.dim:(last+1)*x.dim])
@@ -135,6 +167,7 @@ func (x *vindex) setModel(model string, dim int) {
 		return
 	}
 	x.model, x.dim = model, dim
+	x.ivf, x.annTried = nil, 0 // other vectors: trained again on the next write
 	x.vecs = make([]float32, len(x.entries)*dim)
 	for i := range x.entries {
 		x.setVec(i)
@@ -212,6 +245,22 @@ func (x *vindex) search(q []float32, k int, f *memory.Filter) []cand {
 	}
 	top := newTopK(k)
 	d := x.dim
+	if x.ivf != nil && len(q) == d {
+		for _, c := range x.ivf.probe(q) {
+			for _, s := range x.ivf.members[c] {
+				i := int(s)
+				if x.match(&m, i) {
+					top.offer(i, dot(q, x.vecs[i*d:(i+1)*d]))
+				}
+			}
+		}
+		// A selective filter (the small strategic tier, one tool) may have most of its
+		// matches outside the probed cells: fewer than k found means scan them all.
+		if len(top.h) == k {
+			return top.sorted(x)
+		}
+		top = newTopK(k)
+	}
 	for i := range x.entries {
 		if !x.usable[i] || !x.match(&m, i) {
 			continue

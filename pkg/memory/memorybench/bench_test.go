@@ -70,10 +70,15 @@ func heapMiB() float64 {
 // benchKV fills the embedded store, measures it, and records how long a reopen (index rebuilt
 // from the bucket) takes.
 func benchKV(t *testing.T, vecs, qs [][]float32, tr [][]string, model string) memorybench.Result {
+	return benchKVWith(t, "embedded KV, exact scan", kvstore.Options{ANNMin: -1}, vecs, qs, tr, model)
+}
+
+func benchKVWith(t *testing.T, name string, kopt kvstore.Options, vecs, qs [][]float32, tr [][]string, model string) memorybench.Result {
 	ctx := context.Background()
 	m := bustest.Start(t)
 	before := heapMiB()
-	s, err := kvstore.Open(ctx, m.Conn.JS, m.Names, kvstore.Options{Model: model, Dim: len(vecs[0])})
+	kopt.Model, kopt.Dim = model, len(vecs[0])
+	s, err := kvstore.Open(ctx, m.Conn.JS, m.Names, kopt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +91,10 @@ func benchKV(t *testing.T, vecs, qs [][]float32, tr [][]string, model string) me
 		t.Fatal(err)
 	}
 	mem := heapMiB() - before
+	cells := s.ANNCells()
 	s.Close()
 	t1 := time.Now()
-	s2, err := kvstore.Open(ctx, m.Conn.JS, m.Names, kvstore.Options{Model: model, Dim: len(vecs[0])})
+	s2, err := kvstore.Open(ctx, m.Conn.JS, m.Names, kopt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +103,8 @@ func benchKV(t *testing.T, vecs, qs [][]float32, tr [][]string, model string) me
 		t.Fatalf("reopened index holds %d of %d entries", s2.Len(), len(es))
 	}
 	s2.Close()
-	return memorybench.Result{Store: "embedded KV (exact scan)", N: len(vecs), P50: p50, P99: p99, Recall: rec, InsertPer: ins,
-		Memory: fmt.Sprintf("%.0f MiB Go heap (with in-process NATS)", mem), Note: fmt.Sprintf("start-up (index rebuilt from the bucket) %.2f s", reopen.Seconds())}
+	return memorybench.Result{Store: name, N: len(vecs), P50: p50, P99: p99, Recall: rec, InsertPer: ins,
+		Memory: fmt.Sprintf("%.0f MiB Go heap (with in-process NATS)", mem), Note: fmt.Sprintf("start-up (index rebuilt from the bucket) %.2f s; %s", reopen.Seconds(), index(cells, kopt))}
 }
 
 // benchMilvus bulk-loads a Milvus store (records in a NATS bucket, rows in Milvus), waits for the
@@ -143,7 +149,7 @@ func benchMilvus(t *testing.T, name string, srv *milvustest.Shared, vecs, qs [][
 
 // TestMemoryBench prints the side-by-side table (make memory-bench). Sizes and stores come from
 // SKEIN_MEMORY_BENCH (e.g. "1000,10000,100000") and SKEIN_MEMORY_BENCH_STORES (default
-// "brute,kv,milvus,lite").
+// "brute,kv,kv-exact,milvus,lite").
 func TestMemoryBench(t *testing.T) {
 	spec := os.Getenv("SKEIN_MEMORY_BENCH")
 	if spec == "" {
@@ -151,7 +157,7 @@ func TestMemoryBench(t *testing.T) {
 	}
 	stores := os.Getenv("SKEIN_MEMORY_BENCH_STORES")
 	if stores == "" {
-		stores = "brute,kv,milvus,lite"
+		stores = "brute,kv,kv-exact,milvus,lite"
 	}
 	var sizes []int
 	for _, f := range strings.Split(spec, ",") {
@@ -174,7 +180,12 @@ func TestMemoryBench(t *testing.T) {
 				}, qs, tr)
 				r = memorybench.Result{Store: "brute force (Go scan, same run)", N: n, P50: p50, P99: p99, Recall: rec, Memory: fmt.Sprintf("%.0f MiB vectors", float64(n*len(vecs[0])*4)/(1<<20))}
 			case "kv":
+				r = benchKVWith(t, "embedded KV, defaults", kvstore.Options{}, vecs, qs, tr, model)
+			case "kv-exact":
 				r = benchKV(t, vecs, qs, tr, model)
+			case "kv-ivf":
+				np, _ := strconv.ParseFloat(os.Getenv("SKEIN_MEMORY_BENCH_NPROBE"), 64)
+				r = benchKVWith(t, "embedded KV, IVF from 1k", kvstore.Options{ANNMin: 1000, NProbe: np}, vecs, qs, tr, model)
 			case "milvus":
 				r = benchMilvus(t, "Milvus 2.3.5 server", milvustest.ServerFor(t), vecs, qs, tr, model, milvusstore.ConsistencySession)
 			case "milvus-strong":
@@ -194,4 +205,15 @@ func TestMemoryBench(t *testing.T) {
 	}
 	fmt.Printf("\n%d queries of %d, top-%d, filtered on one agent; real all-MiniLM-L6-v2 vectors of generated sentences\n\n%s\n",
 		queries, queries, memorybench.K, memorybench.Table(results))
+}
+
+func index(cells int, o kvstore.Options) string {
+	if cells == 0 {
+		return "exact scan"
+	}
+	np := o.NProbe
+	if np <= 0 {
+		np = kvstore.DefaultNProbe
+	}
+	return fmt.Sprintf("IVF, %d cells, %.0f%% probed", cells, np*100)
 }

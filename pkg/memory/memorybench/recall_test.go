@@ -1,6 +1,7 @@
 package memorybench_test
 
 import (
+	"github.com/skein-mesh/skein/pkg/memory/kvstore"
 	"testing"
 
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore"
@@ -18,6 +19,7 @@ const RecallN = 10_000
 // is built on several threads and differs a little between runs (measured 0.9935).
 const (
 	recordedRecallKV     = 0.995
+	recordedRecallKVIVF  = 0.950
 	recordedRecallMilvus = 0.990
 )
 
@@ -31,6 +33,13 @@ func TestRecallAtLeastRecorded(t *testing.T) {
 		r := benchKV(t, vecs, qs, tr, model)
 		if r.Recall < recordedRecallKV {
 			t.Fatalf("embedded KV store recall@10 at %d entries: %.4f, recorded %.3f", RecallN, r.Recall, recordedRecallKV)
+		}
+	})
+	t.Run("kv-ivf", func(t *testing.T) {
+		r := benchKVWith(t, "embedded KV, IVF from 1k", kvstore.Options{ANNMin: 1000}, vecs, qs, tr, model)
+		t.Logf("recall@10 %.4f", r.Recall)
+		if r.Recall < recordedRecallKVIVF {
+			t.Fatalf("embedded KV store with its IVF index, recall@10 at %d entries: %.4f, recorded %.3f", RecallN, r.Recall, recordedRecallKVIVF)
 		}
 	})
 	t.Run("milvus", func(t *testing.T) {
