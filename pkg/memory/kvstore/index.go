@@ -32,6 +32,18 @@ type vindex struct {
 	nprobeShare float64
 	ivf         *ivf
 	annTried    int
+	// annDeferred holds training back while the bucket is replayed on open: one training at
+	// the end instead of one per doubling.
+	annDeferred bool
+}
+
+// annResume ends the replay: train once if the entries call for it.
+func (x *vindex) annResume() {
+	x.annDeferred = false
+	if x.annMin > 0 && x.ivf == nil && len(x.entries) >= x.annMin {
+		x.annTried = len(x.entries)
+		x.ivf = trainIVF(x, x.nprobeShare)
+	}
 }
 
 const (
@@ -106,7 +118,7 @@ func (x *vindex) put(e memory.Entry) {
 // annUpdate files slot i in the ANN index, building or rebuilding that index when the entries
 // reach annMin or double since it was trained.
 func (x *vindex) annUpdate(i int) {
-	if x.annMin <= 0 {
+	if x.annMin <= 0 || x.annDeferred {
 		return
 	}
 	n := len(x.entries)

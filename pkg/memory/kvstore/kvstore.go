@@ -120,6 +120,7 @@ func Open(ctx context.Context, js jetstream.JetStream, names protocol.Names, opt
 	if s.idx.nprobeShare <= 0 {
 		s.idx.nprobeShare = DefaultNProbe
 	}
+	s.idx.annDeferred = true
 	if !opt.AnyModel {
 		s.want = opt.Model
 	}
@@ -196,6 +197,9 @@ func (s *Store) startWatch(ctx context.Context) error {
 				return fmt.Errorf("watch memory bucket %s: closed during initial load", s.bucket)
 			}
 			if upd == nil {
+				s.mu.Lock()
+				s.idx.annResume()
+				s.mu.Unlock()
 				go s.follow()
 				return nil
 			}
