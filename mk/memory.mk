@@ -40,7 +40,7 @@ $(MEM_DIR)/.ok: $(VENV)/.ok mk/memory.mk $(MEM_SCRIPTS)/export_onnx.py $(MEM_SCR
 # corpus at each size of MEMORY_BENCH_SIZES. Slow: the corpus is embedded once (100k sentences
 # take the better part of an hour on 2 cores) and cached under $(MEM_DIR)/benchcorpus.
 MEMORY_BENCH_SIZES  ?= 1000,10000,100000
-MEMORY_BENCH_STORES ?= brute,kv,milvus,lite
+MEMORY_BENCH_STORES ?= brute,kv,kv-exact,milvus,lite
 .PHONY: memory-bench
 memory-bench: memory-setup
 	cd pkg && $(GO) test -run='^$$' -bench=Embed -benchtime=5s -count=1 ./embed/minilm/
