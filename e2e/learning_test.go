@@ -10,10 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/milvus-io/milvus-sdk-go/v2/client"
+	"github.com/milvus-io/milvus-sdk-go/v2/entity"
+
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/memory/milvusstore"
+	"github.com/skein-mesh/skein/pkg/memory/milvusstore/milvustest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -24,6 +29,50 @@ import (
 // the system prompt, the scripted model (whose rule is conditioned on it) calls the tool right
 // first time, and the session ends success.
 func TestLearningLoopAcrossProcesses(t *testing.T) {
+	learningLoop(t, nil)
+}
+
+// TestLearningLoopOnMilvus is the same loop with memory.store: milvus, against the real Milvus
+// server the test run shares (milvustest), entry records in the mesh's memory bucket.
+func TestLearningLoopOnMilvus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	srv := milvustest.ServerFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mc, err := client.NewClient(ctx, client.Config{Address: srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	// The mesh uses the default namespace, so its collection name is fixed: start from none
+	// (the server may have served an earlier test); the records live in this test's NATS.
+	coll := milvusstore.PrefixFor(protocol.NewNames("")) + "_entries"
+	if ok, err := mc.HasCollection(ctx, coll); err != nil {
+		t.Fatal(err)
+	} else if ok {
+		if err := mc.DropCollection(ctx, coll); err != nil {
+			t.Fatal(err)
+		}
+	}
+	learningLoop(t, func(cfg string) string {
+		return strings.Replace(cfg, "\nmemory:\n", "\nmemory:\n  store: milvus\n  milvus_addr: "+srv.Addr+"\n", 1)
+	})
+	// The failure guideline the loop learned is a row of the Milvus collection.
+	qctx, qcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer qcancel()
+	rs, err := mc.Query(qctx, coll, nil, `tier == "strategic" && polarity == "avoid"`, []string{"id"}, client.WithSearchQueryConsistencyLevel(entity.ClStrong))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rs.GetColumn("id"); c == nil || c.Len() != 1 {
+		t.Fatalf("milvus collection %s does not hold the one strategic failure guideline: %v", coll, c)
+	}
+}
+
+// learningLoop runs the loop on the scaffolded offline project, its config passed through edit.
+func learningLoop(t *testing.T, edit func(string) string) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
@@ -36,6 +85,19 @@ func TestLearningLoopAcrossProcesses(t *testing.T) {
 		t.Fatalf("skein init: %v\n%s", err, out)
 	}
 	cfg := filepath.Join(project, "agent.offline.yaml")
+	if edit != nil {
+		b, err := os.ReadFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		edited := edit(string(b))
+		if edited == string(b) {
+			t.Fatal("config edit changed nothing")
+		}
+		if err := os.WriteFile(cfg, []byte(edited), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	url := natsServer(t)
 	c := connect(t, url)
 	env := []string{"SKEIN_HOME=" + filepath.Join(project, ".skein")}

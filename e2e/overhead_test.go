@@ -24,12 +24,6 @@ const echoEnv = "SKEIN_E2E_ECHO_NATS"
 
 const echoSubject = "bench.echo"
 
-func TestMain(m *testing.M) {
-	if url := os.Getenv(echoEnv); url != "" {
-		os.Exit(echoResponder(url))
-	}
-	os.Exit(m.Run())
-}
 
 // echoResponder answers every request on echoSubject with its own payload until stdin closes.
 func echoResponder(url string) int {

@@ -154,6 +154,12 @@ type Memory struct {
 	Embedder            string  `yaml:"embedder"` // minilm | ollama | openai
 	EmbedURL            string  `yaml:"embed_url"`
 	EmbedModel          string  `yaml:"embed_model"`
+
+	// MilvusConsistency of Milvus searches and lists: session (default), bounded, strong, eventually.
+	MilvusConsistency string `yaml:"milvus_consistency"`
+	// EmbedCache bounds the vectors kept per (text, model) so repeated texts embed once
+	// (0: 4096; negative: no cache).
+	EmbedCache int `yaml:"embed_cache"`
 }
 
 // Miner is the `miner:` section.

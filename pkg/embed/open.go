@@ -16,7 +16,16 @@ const EnvAPIKey = "SKEIN_EMBED_API_KEY"
 
 // Open returns the embedder the memory section configures: minilm (default, in process),
 // ollama, or openai (any OpenAI-compatible /v1/embeddings server).
+// The embedder is wrapped in a cache of memory.embed_cache vectors (Cached).
 func Open(ctx context.Context, m config.Memory) (Embedder, error) {
+	e, err := open(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	return NewCached(e, m.EmbedCache), nil
+}
+
+func open(ctx context.Context, m config.Memory) (Embedder, error) {
 	switch m.Embedder {
 	case "", "minilm":
 		e, err := minilm.Open(minilm.Options{ModelDir: os.Getenv(minilm.EnvModelDir), LibPath: os.Getenv(minilm.EnvORTLib)})

@@ -98,6 +98,9 @@ const StatusAny Status = "*"
 
 // Hit is a search result.
 type Hit struct {
+	// Entry as the search saw it. Its Embedding may be nil (a server store leaves vectors out
+	// of search results) and its Revision may trail a concurrent write: Get the entry before
+	// changing it.
 	Entry Entry
 	Score float64 // cosine similarity
 }

@@ -175,6 +175,13 @@ func Open(opt Options) (*Embedder, error) {
 		releaseEnv()
 		return nil, fmt.Errorf("onnx session options: %w", err)
 	}
+	// Every graph optimisation (constant folding, GELU/LayerNorm/MatMul+Add fusions, layout
+	// changes), as Python onnxruntime applies by default; said explicitly so a runtime with
+	// another default does not run the graph unfused.
+	if err := so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelEnableAll); err != nil {
+		releaseEnv()
+		return nil, fmt.Errorf("onnx session options: %w", err)
+	}
 	sess, err := ort.NewDynamicAdvancedSession(onnxPath,
 		[]string{"input_ids", "attention_mask", "token_type_ids"}, []string{"last_hidden_state"}, so)
 	if err != nil {

@@ -11,7 +11,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/embed"
@@ -206,28 +208,59 @@ func TestMissingInstallIsExplained(t *testing.T) {
 	}
 }
 
-func BenchmarkEmbedSingle(b *testing.B) {
-	e := open(b)
-	ctx := context.Background()
-	text := []string{"The tool failed with permission denied while writing to /var/log; run it with a writable log dir."}
-	for b.Loop() {
-		if _, err := e.Embed(ctx, text); err != nil {
-			b.Fatal(err)
+// Texts of the embedder benchmarks; scripts/ortbench.py runs Python onnxruntime on the same ones.
+var (
+	benchOne = []string{"The tool failed with permission denied while writing to /var/log; run it with a writable log dir."}
+	benchB32 = func() []string {
+		texts := make([]string, 32)
+		for i := range texts {
+			texts[i] = fmt.Sprintf("Guideline %d: check the exit status of step %d and retry transient network errors with backoff.", i, i*7)
 		}
-	}
+		return texts
+	}()
+)
+
+// cpuTime is this process's user+system CPU time: on a shared machine it is a steadier cost
+// than wall time, and comparable with Python's time.process_time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func BenchmarkEmbedBatch32(b *testing.B) {
-	e := open(b)
+func benchEmbed(b *testing.B, e *minilm.Embedder, texts []string) {
 	ctx := context.Background()
-	texts := make([]string, 32)
-	for i := range texts {
-		texts[i] = fmt.Sprintf("Guideline %d: check the exit status of step %d and retry transient network errors with backoff.", i, i*7)
-	}
+	c0 := cpuTime()
 	for b.Loop() {
 		if _, err := e.Embed(ctx, texts); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(cpuTime()-c0)/1e6/float64(b.N), "cpu-ms/op")
 	b.ReportMetric(float64(b.N*len(texts))/b.Elapsed().Seconds(), "texts/s")
+}
+
+func BenchmarkEmbedSingle(b *testing.B) { benchEmbed(b, open(b), benchOne) }
+
+func BenchmarkEmbedBatch32(b *testing.B) { benchEmbed(b, open(b), benchB32) }
+
+// One intra-op thread: the per-text cost without thread hand-offs, and the fair comparison with
+// scripts/ortbench.py --threads 1 on a busy machine.
+func BenchmarkEmbedSingle1Thread(b *testing.B) { benchEmbed(b, open1(b), benchOne) }
+
+func BenchmarkEmbedBatch32_1Thread(b *testing.B) { benchEmbed(b, open1(b), benchB32) }
+
+var (
+	oneOnce sync.Once
+	one     *minilm.Embedder
+	oneErr  error
+)
+
+func open1(tb testing.TB) *minilm.Embedder {
+	open(tb) // skips or fails like the shared one
+	oneOnce.Do(func() { one, oneErr = minilm.Open(minilm.Options{Threads: 1}) })
+	if oneErr != nil {
+		tb.Fatal(oneErr)
+	}
+	return one
 }

@@ -236,7 +236,14 @@ func (e *Engine) ingestOnce(ctx context.Context, agent, session, key string, c p
 			if v, _ := (RuleJudge{}).Judge(ctx, memory.Entry{Text: c.Text, Polarity: c.Polarity}, h.Entry, h.Score); v.Relation == Contradiction {
 				continue
 			}
-			t := h.Entry
+			// A hit may lack its vector and trail a concurrent write; change the stored entry.
+			t, err := e.store.Get(ctx, h.Entry.ID)
+			if errors.Is(err, memory.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return protocol.IngestAction{}, fmt.Errorf("get %s: %w", h.Entry.ID, err)
+			}
 			target = &t
 			break
 		}
@@ -299,9 +306,18 @@ func (e *Engine) promote(ctx context.Context, ent memory.Entry, key string) (pro
 	var writes []memory.Entry
 	var notes []string
 	for _, h := range hits {
-		old := h.Entry
-		if old.ID == ent.ID || h.Score < e.opt.RelatedFloor {
+		if h.Entry.ID == ent.ID || h.Score < e.opt.RelatedFloor {
 			continue
+		}
+		old, err := e.store.Get(ctx, h.Entry.ID) // the hit may lack its vector or trail a write
+		if errors.Is(err, memory.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return protocol.IngestAction{}, fmt.Errorf("get strategic %s: %w", h.Entry.ID, err)
+		}
+		if old.Status != memory.StatusActive || old.Tier != protocol.TierStrategic {
+			continue // changed since the search saw it
 		}
 		v, err := e.opt.Judge.Judge(ctx, ent, old, h.Score)
 		if err != nil {

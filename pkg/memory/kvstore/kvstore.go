@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,10 @@ import (
 // underscore never collides with one.
 const metaKey = "_model"
 
+// milvusKeys is where the Milvus store keeps its entry records in the same bucket
+// (milvusstore.KeyPrefix); they are not this store's entries.
+const milvusKeys = "mv."
+
 // recordVersion is the schema version of the values this package writes.
 const recordVersion = 1
 
@@ -37,7 +42,19 @@ type Options struct {
 	// AnyModel opens a store written by another model instead of refusing; only migration does
 	// this, and it must re-embed before it searches.
 	AnyModel bool
+	// ANNMin is the entry count from which searches use the inverted-file index (k-means
+	// cells, only the nearest cells scanned) instead of an exact scan: 0 means DefaultANNMin,
+	// negative never.
+	ANNMin int
+	// NProbe is the share of cells a search scans (0: DefaultNProbe).
+	NProbe float64
 }
+
+// Defaults of Options.ANNMin and Options.NProbe.
+const (
+	DefaultANNMin = 20_000
+	DefaultNProbe = 0.05
+)
 
 type record struct {
 	V            int `msgpack:"v"`
@@ -96,6 +113,14 @@ func Open(ctx context.Context, js jetstream.JetStream, names protocol.Names, opt
 		return nil, err
 	}
 	s.idx = newIndex(s.model, s.dim)
+	s.idx.annMin, s.idx.nprobeShare = opt.ANNMin, opt.NProbe
+	if s.idx.annMin == 0 {
+		s.idx.annMin = DefaultANNMin
+	}
+	if s.idx.nprobeShare <= 0 {
+		s.idx.nprobeShare = DefaultNProbe
+	}
+	s.idx.annDeferred = true
 	if !opt.AnyModel {
 		s.want = opt.Model
 	}
@@ -172,6 +197,9 @@ func (s *Store) startWatch(ctx context.Context) error {
 				return fmt.Errorf("watch memory bucket %s: closed during initial load", s.bucket)
 			}
 			if upd == nil {
+				s.mu.Lock()
+				s.idx.annResume()
+				s.mu.Unlock()
 				go s.follow()
 				return nil
 			}
@@ -196,6 +224,9 @@ func (s *Store) follow() {
 func (s *Store) apply(upd jetstream.KeyValueEntry) {
 	defer s.applied.Store(upd.Revision())
 	key := upd.Key()
+	if strings.HasPrefix(key, milvusKeys) {
+		return
+	}
 	if key == metaKey {
 		if m, err := decodeMeta(upd.Value()); err == nil && upd.Operation() == jetstream.KeyValuePut {
 			s.mu.Lock()
@@ -415,7 +446,9 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// Search implements memory.Store by an exact scan of the local index.
+// Search implements memory.Store from the local index: an exact scan, or from ANNMin entries
+// on, the nearest NProbe share of the inverted-file cells (exact again when a filter leaves
+// fewer than k matches there).
 func (s *Store) Search(ctx context.Context, vec []float32, k int, f memory.Filter) ([]memory.Hit, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -494,4 +527,15 @@ func (s *Store) Close() error {
 		<-s.done
 	})
 	return nil
+}
+
+// ANNCells is how many inverted-file cells the local index searches through (0: it scans
+// exactly, below Options.ANNMin entries).
+func (s *Store) ANNCells() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.idx.ivf == nil {
+		return 0
+	}
+	return s.idx.ivf.nlist
 }

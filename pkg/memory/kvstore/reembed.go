@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
@@ -27,7 +28,7 @@ func (s *Store) Reembed(ctx context.Context, model string, dim int, embed func(c
 	var keys []string
 	if lister != nil {
 		for k := range lister.Keys() {
-			if k != metaKey {
+			if k != metaKey && !strings.HasPrefix(k, milvusKeys) {
 				keys = append(keys, k)
 			}
 		}

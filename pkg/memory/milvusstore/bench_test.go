@@ -7,16 +7,15 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore"
-	"github.com/skein-mesh/skein/pkg/memory/milvusstore/milvustest"
 	"github.com/skein-mesh/skein/pkg/memory/storetest"
 )
 
 const benchDim = 384
 
-func openB(b *testing.B, srv *milvustest.Server) *milvusstore.Store {
+func openB(b *testing.B, v env) *milvusstore.Store {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, err := milvusstore.Open(ctx, milvusstore.Options{Addr: srv.Addr, Prefix: prefix(), Model: "bench", Dim: benchDim})
+	s, err := milvusstore.Open(ctx, v.opts(b, prefix(), "bench", benchDim, false))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -26,14 +25,14 @@ func openB(b *testing.B, srv *milvustest.Server) *milvusstore.Store {
 
 // BenchmarkPut: ingest throughput through Put (read, compare, upsert per entry).
 func BenchmarkPut(b *testing.B) {
-	srv := milvustest.Start(b)
-	storetest.BenchPut(b, openB(b, srv), benchDim)
+	v := newEnv(b)
+	storetest.BenchPut(b, openB(b, v), benchDim)
 }
 
 // BenchmarkPutBatch: bulk ingest (import), 1000 entries per upsert.
 func BenchmarkPutBatch(b *testing.B) {
-	srv := milvustest.Start(b)
-	s := openB(b, srv)
+	v := newEnv(b)
+	s := openB(b, v)
 	es := storetest.RandomEntries(b.N, benchDim, uint64(time.Now().UnixNano()))
 	b.ResetTimer()
 	for start := 0; start < len(es); start += 1000 {
@@ -47,10 +46,10 @@ func BenchmarkPutBatch(b *testing.B) {
 // BenchmarkSearch: retrieval latency at 1k, 10k and 100k entries (random unit vectors, loaded
 // in bulk).
 func BenchmarkSearch(b *testing.B) {
-	srv := milvustest.Start(b)
+	v := newEnv(b)
 	for _, n := range []int{1_000, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			s := openB(b, srv)
+			s := openB(b, v)
 			es := storetest.RandomEntries(n, benchDim, 1)
 			for start := 0; start < n; start += 1000 {
 				if err := s.PutBatch(context.Background(), es[start:min(start+1000, n)]); err != nil {

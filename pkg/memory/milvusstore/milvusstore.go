@@ -1,19 +1,24 @@
-// Package milvusstore is the memory.Store for large memories: entries in Milvus through
-// milvus-sdk-go/v2, searched by COSINE similarity.
+// Package milvusstore is the memory.Store for large memories: entries are searched in Milvus
+// (milvus-sdk-go/v2, COSINE similarity) and owned by the mesh's JetStream KV bucket `memory`.
 //
-// Layout: one collection per tier (<prefix>_tactical and <prefix>_strategic), so the small,
-// hot strategic set and the large, churning tactical set are indexed, loaded and compacted
-// apart; agent, polarity, status and tools are scalar fields every search filters on (tools as
-// an ARRAY<VARCHAR> matched with array_contains_any). A third collection, <prefix>_meta, records
-// the embedding model id and dimension. Promotion moves an entry between the tier collections
-// (write the new tier, then delete the old); a reader that meets both copies after a crash
-// takes the higher revision.
+// Why two places: Milvus has no conditional write, so it cannot decide which of two memoryd
+// replicas' updates of one entry wins. The KV bucket can (compare-and-set on revision, replicated
+// with the NATS cluster), so every entry's authoritative record lives there under
+// mv.<prefix>.e.<id>, and Milvus holds the searchable copy. Get and the compare-and-set of Put
+// read the bucket (exact, read-your-writes everywhere, no Milvus round trip); Search and List read
+// Milvus. After writing Milvus, a writer reads the record again and, when another writer got in
+// between, writes what the record now says; the last Milvus write therefore always carries the
+// last record revision, so concurrent replicas neither lose nor double an update (see
+// settle). A crash between the two writes leaves Milvus one version behind for that entry
+// until it is written again or Repair runs.
 //
-// Compare-and-set: Milvus has no conditional write, so Put reads the stored revision, compares,
-// and upserts with a new revision, all under a per-store lock. That is exact for every writer
-// that goes through one Store value (one memoryd); two processes writing the same entry at the
-// same instant can both pass the check. Run one memoryd per Milvus collection prefix, or use the
-// KV store, when several writers must be safe.
+// Layout: one collection <prefix>_entries holding both tiers, so one search covers both;
+// tier, polarity, status and tools are scalar fields every search filters on. Agents are hashed
+// into a fixed set of partitions (agents_00 ...), so an agent's search touches one partition.
+// That is Milvus' partition key done by hand: Milvus 2.3 before 2.3.10 computes the partition of
+// an upsert from the wrong field (milvus-io/milvus#30607), which loses rows from filtered
+// searches, and naming the partition works on every version. Promotion is a field change of the
+// same row. Searches leave the vector out.
 package milvusstore
 
 import (
@@ -21,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,15 +35,18 @@ import (
 
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
 	"github.com/milvus-io/milvus-sdk-go/v2/entity"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-// Field names of the entry collections.
+// Field names of the entry collection.
 const (
 	fID       = "id"
 	fAgent    = "agent"
+	fTier     = "tier"
 	fPolarity = "polarity"
 	fStatus   = "status"
 	fTools    = "tools"
@@ -50,18 +59,57 @@ const (
 	maxTools   = 64
 	maxToolLen = 128
 	maxPayload = 65535
+	// settleRounds bounds how often a writer re-reads the record after writing Milvus; each
+	// round means another writer changed the entry in between.
+	settleRounds = 16
 )
+
+// recordVersion is the schema version of the KV records this package writes.
+const recordVersion = 1
 
 // queryWindow is Milvus' largest offset+limit for one query; a variable so a test can shrink it.
 var queryWindow = 16384
 
-var outputFields = []string{fID, fAgent, fPolarity, fStatus, fTools, fRevision, fPayload, fVector}
+// Search results carry no vectors: a hit is read, not written back (Get the entry to change it).
+var hitFields = []string{fID, fAgent, fTier, fPolarity, fStatus, fTools, fRevision, fPayload}
+var listFields = append(slices.Clone(hitFields), fVector)
+
+// Consistency levels for searches and lists (Options.Consistency, memory.milvus_consistency).
+const (
+	// Session (default): this process reads its own writes; other replicas' writes show
+	// within Milvus' time tick. Costs nothing when this process has not just written.
+	ConsistencySession = "session"
+	// Bounded: may miss the last few seconds of writes (Milvus' graceful time); never waits.
+	ConsistencyBounded = "bounded"
+	// Strong: waits for every write accepted before the call, from any process (slow: it
+	// waits for the next time tick of every channel).
+	ConsistencyStrong = "strong"
+	// Eventually: no guarantee at all.
+	ConsistencyEventually = "eventually"
+)
+
+func level(name string) (entity.ConsistencyLevel, error) {
+	switch strings.ToLower(name) {
+	case "", ConsistencySession:
+		return entity.ClSession, nil
+	case ConsistencyBounded:
+		return entity.ClBounded, nil
+	case ConsistencyStrong:
+		return entity.ClStrong, nil
+	case ConsistencyEventually:
+		return entity.ClEventually, nil
+	}
+	return 0, fmt.Errorf("milvus consistency %q: want session, bounded, strong or eventually", name)
+}
 
 // Options configure Open.
 type Options struct {
 	// Addr is the Milvus gRPC address (host:port).
 	Addr string
-	// Prefix names the collections (default "skein_memory"; letters, digits and '_').
+	// KV is the mesh's memory bucket: it holds every entry's authoritative record and decides
+	// concurrent writes (required).
+	KV jetstream.KeyValue
+	// Prefix names the collection and the records (default "skein_memory"; letters, digits, '_').
 	Prefix string
 	// Model and Dim describe the embedder whose vectors this process writes and searches with.
 	Model string
@@ -70,15 +118,23 @@ type Options struct {
 	AnyModel bool
 	// Index is "HNSW" (default) or "FLAT" (exact, for small memories).
 	Index string
+	// Consistency of searches and lists: session (default), bounded, strong or eventually.
+	Consistency string
+	// Partitions is the number of partitions agents are hashed into, fixed when the store is
+	// first created (default 16).
+	Partitions int
 }
 
-// Store is a memory.Store over Milvus.
+// Store is a memory.Store over Milvus and a KV bucket.
 type Store struct {
 	c      client.Client
+	kv     jetstream.KeyValue
 	prefix string
 	index  string
+	cl     entity.ConsistencyLevel
+	parts  int
 
-	mu    sync.Mutex // serializes read-check-write; see the package comment
+	mu    sync.RWMutex
 	model string
 	dim   int
 }
@@ -96,13 +152,37 @@ func PrefixFor(names protocol.Names) string {
 	}, b)
 }
 
-// Open connects, creates the collections on first use and checks the recorded model.
+// KeyPrefix is where this package keeps its records in the memory bucket; the KV store skips
+// keys under it.
+const KeyPrefix = "mv."
+
+func (s *Store) key(id string) string { return KeyPrefix + s.prefix + ".e." + id }
+func (s *Store) metaKey() string      { return KeyPrefix + s.prefix + ".model" }
+func (s *Store) coll() string         { return s.prefix + "_entries" }
+
+type record struct {
+	V            int `msgpack:"v"`
+	memory.Entry `msgpack:",inline"`
+}
+
+type meta struct {
+	V          int    `msgpack:"v"`
+	Model      string `msgpack:"model"`
+	Dim        int    `msgpack:"dim"`
+	Partitions int    `msgpack:"partitions"`
+}
+
+// Open connects, creates the collection on first use, waits until its index is built and the
+// collection loaded, and checks the recorded model.
 func Open(ctx context.Context, opt Options) (*Store, error) {
 	if opt.Model == "" || opt.Dim <= 0 {
 		return nil, fmt.Errorf("open milvus memory store: embedding model and dimension are required (got %q, %d)", opt.Model, opt.Dim)
 	}
 	if opt.Addr == "" {
 		return nil, errors.New("open milvus memory store: memory.milvus_addr is not set")
+	}
+	if opt.KV == nil {
+		return nil, errors.New("open milvus memory store: the mesh's memory KV bucket is required (it decides concurrent writes)")
 	}
 	prefix := opt.Prefix
 	if prefix == "" {
@@ -115,39 +195,86 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	if idx != "HNSW" && idx != "FLAT" {
 		return nil, fmt.Errorf("open milvus memory store: index %q (want HNSW or FLAT)", opt.Index)
 	}
+	cl, err := level(opt.Consistency)
+	if err != nil {
+		return nil, fmt.Errorf("open milvus memory store: %w", err)
+	}
+	parts := opt.Partitions
+	if parts <= 0 {
+		parts = 16
+	}
 	c, err := client.NewClient(ctx, client.Config{Address: opt.Addr})
 	if err != nil {
 		return nil, fmt.Errorf("connect to milvus at %s: %w", opt.Addr, err)
 	}
-	s := &Store{c: c, prefix: prefix, index: idx}
-	if err := s.openMeta(ctx, opt); err != nil {
+	s := &Store{c: c, kv: opt.KV, prefix: prefix, index: idx, cl: cl, parts: parts}
+	if err := s.checkModel(ctx, opt); err != nil {
 		c.Close()
 		return nil, err
 	}
-	for _, t := range []protocol.Tier{protocol.TierTactical, protocol.TierStrategic} {
-		if err := s.ensureTier(ctx, t, s.dim); err != nil {
-			c.Close()
-			return nil, err
-		}
+	if err := s.ensureCollection(ctx, s.dim); err != nil {
+		c.Close()
+		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Store) coll(t protocol.Tier) string { return s.prefix + "_" + string(t) }
-func (s *Store) metaColl() string            { return s.prefix + "_meta" }
+func (s *Store) checkModel(ctx context.Context, opt Options) error {
+	for {
+		got, err := s.readMeta(ctx)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			b, _ := msgpack.Marshal(meta{V: recordVersion, Model: opt.Model, Dim: opt.Dim, Partitions: s.parts})
+			if _, err := s.kv.Create(ctx, s.metaKey(), b); err != nil {
+				if errors.Is(err, jetstream.ErrKeyExists) {
+					continue // another replica recorded it first; check against that
+				}
+				return fmt.Errorf("record embedding model of milvus memory %s: %w", s.prefix, err)
+			}
+			s.model, s.dim = opt.Model, opt.Dim
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if got.Partitions > 0 {
+			s.parts = got.Partitions // fixed at creation: an agent's rows must stay where its hash put them
+		}
+		if (got.Model != opt.Model || got.Dim != opt.Dim) && !opt.AnyModel {
+			return fmt.Errorf("%w: milvus memory %s holds %d-dim vectors of %q, but this process embeds with %q (%d dims); "+
+				"run `skein memory migrate` to re-embed every entry with the current model, or configure the old embedder back",
+				memory.ErrModelMismatch, s.prefix, got.Dim, got.Model, opt.Model, opt.Dim)
+		}
+		s.model, s.dim = got.Model, got.Dim
+		return nil
+	}
+}
 
-var tiers = []protocol.Tier{protocol.TierTactical, protocol.TierStrategic}
+func (s *Store) readMeta(ctx context.Context) (meta, error) {
+	ent, err := s.kv.Get(ctx, s.metaKey())
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return meta{}, err
+		}
+		return meta{}, fmt.Errorf("read embedding model of milvus memory %s: %w", s.prefix, err)
+	}
+	var m meta
+	if err := msgpack.Unmarshal(ent.Value(), &m); err != nil {
+		return meta{}, fmt.Errorf("decode embedding model record %s: %w", s.metaKey(), err)
+	}
+	return m, nil
+}
 
-func (s *Store) ensureTier(ctx context.Context, t protocol.Tier, dim int) error {
-	name := s.coll(t)
+func (s *Store) ensureCollection(ctx context.Context, dim int) error {
+	name := s.coll()
 	ok, err := s.c.HasCollection(ctx, name)
 	if err != nil {
 		return fmt.Errorf("milvus: has collection %s: %w", name, err)
 	}
 	if !ok {
-		schema := entity.NewSchema().WithName(name).WithDescription("skein memory, " + string(t) + " tier").
+		schema := entity.NewSchema().WithName(name).WithDescription("skein memory entries (both tiers)").
 			WithField(entity.NewField().WithName(fID).WithDataType(entity.FieldTypeVarChar).WithMaxLength(128).WithIsPrimaryKey(true)).
 			WithField(entity.NewField().WithName(fAgent).WithDataType(entity.FieldTypeVarChar).WithMaxLength(256)).
+			WithField(entity.NewField().WithName(fTier).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
 			WithField(entity.NewField().WithName(fPolarity).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
 			WithField(entity.NewField().WithName(fStatus).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
 			WithField(entity.NewField().WithName(fTools).WithDataType(entity.FieldTypeArray).WithElementType(entity.FieldTypeVarChar).
@@ -155,110 +282,96 @@ func (s *Store) ensureTier(ctx context.Context, t protocol.Tier, dim int) error 
 			WithField(entity.NewField().WithName(fRevision).WithDataType(entity.FieldTypeInt64)).
 			WithField(entity.NewField().WithName(fPayload).WithDataType(entity.FieldTypeVarChar).WithMaxLength(maxPayload)).
 			WithField(entity.NewField().WithName(fVector).WithDataType(entity.FieldTypeFloatVector).WithDim(int64(dim)))
-		if err := s.c.CreateCollection(ctx, schema, 1, client.WithConsistencyLevel(entity.ClStrong)); err != nil {
+		if err := s.c.CreateCollection(ctx, schema, 1, client.WithConsistencyLevel(s.cl)); err != nil && !strings.Contains(err.Error(), "already exist") {
 			return fmt.Errorf("milvus: create collection %s: %w", name, err)
 		}
-		var idx entity.Index
-		if s.index == "FLAT" {
-			idx, err = entity.NewIndexFlat(entity.COSINE)
-		} else {
-			idx, err = entity.NewIndexHNSW(entity.COSINE, 16, 200)
+	}
+	have, err := s.c.ShowPartitions(ctx, name)
+	if err != nil {
+		return fmt.Errorf("milvus: partitions of %s: %w", name, err)
+	}
+	for i := range s.parts {
+		p := partitionName(i)
+		if slices.ContainsFunc(have, func(x *entity.Partition) bool { return x.Name == p }) {
+			continue
 		}
-		if err != nil {
-			return err
-		}
-		if err := s.c.CreateIndex(ctx, name, fVector, idx, false); err != nil {
-			return fmt.Errorf("milvus: create index on %s: %w", name, err)
+		if err := s.c.CreatePartition(ctx, name, p); err != nil {
+			// Another replica may have created it meanwhile (servers word that differently).
+			if ok, herr := s.c.HasPartition(ctx, name, p); herr != nil || !ok {
+				return fmt.Errorf("milvus: create partition %s of %s: %w", p, name, err)
+			}
 		}
 	}
+	if err := s.ensureIndex(ctx, name); err != nil {
+		return err
+	}
+	// Loaded before Open returns, so the first search is answered from a loaded, indexed
+	// collection instead of failing or scanning.
 	if err := s.c.LoadCollection(ctx, name, false); err != nil {
 		return fmt.Errorf("milvus: load collection %s: %w", name, err)
 	}
 	return nil
 }
 
-const metaKey = "model"
-
-func (s *Store) openMeta(ctx context.Context, opt Options) error {
-	name := s.metaColl()
-	ok, err := s.c.HasCollection(ctx, name)
-	if err != nil {
-		return fmt.Errorf("milvus at %s: has collection %s: %w", opt.Addr, name, err)
+func (s *Store) ensureIndex(ctx context.Context, name string) error {
+	if ix, err := s.c.DescribeIndex(ctx, name, fVector); err == nil && len(ix) > 0 {
+		return s.waitIndex(ctx)
 	}
-	if !ok {
-		schema := entity.NewSchema().WithName(name).WithDescription("skein memory: embedding model of the entry collections").
-			WithField(entity.NewField().WithName("key").WithDataType(entity.FieldTypeVarChar).WithMaxLength(64).WithIsPrimaryKey(true)).
-			WithField(entity.NewField().WithName("model").WithDataType(entity.FieldTypeVarChar).WithMaxLength(512)).
-			WithField(entity.NewField().WithName("dim").WithDataType(entity.FieldTypeInt64)).
-			WithField(entity.NewField().WithName("v").WithDataType(entity.FieldTypeFloatVector).WithDim(2))
-		if err := s.c.CreateCollection(ctx, schema, 1, client.WithConsistencyLevel(entity.ClStrong)); err != nil {
-			return fmt.Errorf("milvus: create collection %s: %w", name, err)
-		}
-		idx, _ := entity.NewIndexFlat(entity.L2)
-		if err := s.c.CreateIndex(ctx, name, "v", idx, false); err != nil {
-			return fmt.Errorf("milvus: create index on %s: %w", name, err)
-		}
+	var idx entity.Index
+	var err error
+	if s.index == "FLAT" {
+		idx, err = entity.NewIndexFlat(entity.COSINE)
+	} else {
+		idx, err = entity.NewIndexHNSW(entity.COSINE, 16, 200)
 	}
-	if err := s.c.LoadCollection(ctx, name, false); err != nil {
-		return fmt.Errorf("milvus: load collection %s: %w", name, err)
-	}
-	model, dim, found, err := s.readMeta(ctx)
 	if err != nil {
 		return err
 	}
-	if !found {
-		if err := s.writeMeta(ctx, opt.Model, opt.Dim); err != nil {
-			return err
+	if err := s.c.CreateIndex(ctx, name, fVector, idx, false); err != nil && !strings.Contains(err.Error(), "already exist") {
+		return fmt.Errorf("milvus: create index on %s: %w", name, err)
+	}
+	return s.waitIndex(ctx)
+}
+
+// waitIndex returns when every sealed row is indexed.
+func (s *Store) waitIndex(ctx context.Context) error {
+	for {
+		total, indexed, err := s.c.GetIndexBuildProgress(ctx, s.coll(), fVector)
+		if err != nil {
+			return fmt.Errorf("milvus: index progress of %s: %w", s.coll(), err)
 		}
-		s.model, s.dim = opt.Model, opt.Dim
+		if indexed >= total {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("milvus: index of %s: %d of %d rows built: %w", s.coll(), indexed, total, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func partitionName(i int) string { return fmt.Sprintf("agents_%02d", i) }
+
+// partition is where agent's rows live.
+func (s *Store) partition(agent string) string {
+	h := fnv.New32a()
+	h.Write([]byte(agent))
+	return partitionName(int(h.Sum32() % uint32(s.parts)))
+}
+
+// partitions narrows a search or query to the agent's partition when the filter names one.
+func (s *Store) partitions(f memory.Filter) []string {
+	if f.Agent == "" {
 		return nil
 	}
-	if (model != opt.Model || dim != opt.Dim) && !opt.AnyModel {
-		return fmt.Errorf("%w: milvus collections %s_* hold %d-dim vectors of %q, but this process embeds with %q (%d dims); "+
-			"run `skein memory migrate` to re-embed every entry with the current model, or configure the old embedder back",
-			memory.ErrModelMismatch, s.prefix, dim, model, opt.Model, opt.Dim)
-	}
-	s.model, s.dim = model, dim
-	return nil
-}
-
-func (s *Store) readMeta(ctx context.Context) (string, int, bool, error) {
-	rs, err := s.c.Query(ctx, s.metaColl(), nil, `key == "`+metaKey+`"`, []string{"key", "model", "dim"},
-		client.WithSearchQueryConsistencyLevel(entity.ClStrong))
-	if err != nil {
-		return "", 0, false, fmt.Errorf("milvus: read embedding model from %s: %w", s.metaColl(), err)
-	}
-	mc, dc := rs.GetColumn("model"), rs.GetColumn("dim")
-	if mc == nil || mc.Len() == 0 {
-		return "", 0, false, nil
-	}
-	model, err := mc.GetAsString(0)
-	if err != nil {
-		return "", 0, false, err
-	}
-	dim, err := dc.GetAsInt64(0)
-	if err != nil {
-		return "", 0, false, err
-	}
-	return model, int(dim), true, nil
-}
-
-func (s *Store) writeMeta(ctx context.Context, model string, dim int) error {
-	_, err := s.c.Upsert(ctx, s.metaColl(), "",
-		entity.NewColumnVarChar("key", []string{metaKey}),
-		entity.NewColumnVarChar("model", []string{model}),
-		entity.NewColumnInt64("dim", []int64{int64(dim)}),
-		entity.NewColumnFloatVector("v", 2, [][]float32{{1, 0}}))
-	if err != nil {
-		return fmt.Errorf("milvus: record embedding model %s: %w", model, err)
-	}
-	return nil
+	return []string{s.partition(f.Agent)}
 }
 
 // Model implements memory.Store.
 func (s *Store) Model() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return s.model
 }
 
@@ -276,11 +389,14 @@ func quoteList(vs []string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
-// expr turns a filter into a boolean expression; tier chooses the collection instead.
+// expr turns a filter into a boolean expression.
 func expr(f memory.Filter) string {
 	var parts []string
 	if f.Agent != "" {
 		parts = append(parts, fAgent+" == "+quote(f.Agent))
+	}
+	if f.Tier != "" {
+		parts = append(parts, fTier+" == "+quote(string(f.Tier)))
 	}
 	if f.Polarity != "" {
 		parts = append(parts, fPolarity+" == "+quote(string(f.Polarity)))
@@ -301,52 +417,42 @@ func expr(f memory.Filter) string {
 	return strings.Join(parts, " && ")
 }
 
-func (s *Store) tiersOf(f memory.Filter) []protocol.Tier {
-	if f.Tier != "" {
-		if !slices.Contains(tiers, f.Tier) {
-			return nil
-		}
-		return []protocol.Tier{f.Tier}
-	}
-	return tiers
-}
-
 // payload is what the scalar fields do not carry.
 type payload struct {
-	Text         string        `json:"text"`
-	Sessions     []string      `json:"sessions"`
-	SessionCount int           `json:"session_count,omitempty"`
-	Hits         int           `json:"hits"`
-	Helpful      int           `json:"helpful"`
-	Harmful      int           `json:"harmful"`
-	Model        string        `json:"model"`
-	Source       string        `json:"source"`
-	SupersededBy string        `json:"superseded_by,omitempty"`
-	Mined        []string      `json:"mined,omitempty"`
-	Created      time.Time     `json:"created"`
-	Updated      time.Time     `json:"updated"`
-	LastUsed     time.Time     `json:"last_used"`
-	Tier         protocol.Tier `json:"tier"`
+	Text         string    `json:"text"`
+	Sessions     []string  `json:"sessions"`
+	SessionCount int       `json:"session_count,omitempty"`
+	Hits         int       `json:"hits"`
+	Helpful      int       `json:"helpful"`
+	Harmful      int       `json:"harmful"`
+	Model        string    `json:"model"`
+	Source       string    `json:"source"`
+	SupersededBy string    `json:"superseded_by,omitempty"`
+	Mined        []string  `json:"mined,omitempty"`
+	Created      time.Time `json:"created"`
+	Updated      time.Time `json:"updated"`
+	LastUsed     time.Time `json:"last_used"`
 }
 
-func decodeRows(rs client.ResultSet, tier protocol.Tier) ([]memory.Entry, error) {
+func decodeRows(rs client.ResultSet) ([]memory.Entry, error) {
 	idc := rs.GetColumn(fID)
-	if idc == nil {
+	if idc == nil || idc.Len() == 0 {
 		return nil, nil
 	}
 	n := idc.Len()
 	out := make([]memory.Entry, n)
-	agent, pol, status := rs.GetColumn(fAgent), rs.GetColumn(fPolarity), rs.GetColumn(fStatus)
-	rev, pl, vec := rs.GetColumn(fRevision), rs.GetColumn(fPayload), rs.GetColumn(fVector)
+	agent, tier, pol, status := rs.GetColumn(fAgent), rs.GetColumn(fTier), rs.GetColumn(fPolarity), rs.GetColumn(fStatus)
+	rev, pl := rs.GetColumn(fRevision), rs.GetColumn(fPayload)
 	tools, _ := rs.GetColumn(fTools).(*entity.ColumnVarCharArray)
-	vc, _ := vec.(*entity.ColumnFloatVector)
-	if agent == nil || pol == nil || status == nil || rev == nil || pl == nil || vc == nil || tools == nil {
+	if agent == nil || tier == nil || pol == nil || status == nil || rev == nil || pl == nil || tools == nil {
 		return nil, errors.New("milvus: result misses output fields")
 	}
+	vc, _ := rs.GetColumn(fVector).(*entity.ColumnFloatVector)
 	for i := range n {
 		e := &out[i]
 		e.ID, _ = idc.GetAsString(i)
 		e.Agent, _ = agent.GetAsString(i)
+		t, _ := tier.GetAsString(i)
 		p, _ := pol.GetAsString(i)
 		st, _ := status.GetAsString(i)
 		r, _ := rev.GetAsInt64(i)
@@ -355,8 +461,7 @@ func decodeRows(rs client.ResultSet, tier protocol.Tier) ([]memory.Entry, error)
 		if err := json.Unmarshal([]byte(raw), &body); err != nil {
 			return nil, fmt.Errorf("milvus: decode entry %s: %w", e.ID, err)
 		}
-		e.Polarity, e.Status, e.Revision = protocol.Polarity(p), memory.Status(st), uint64(r)
-		e.Tier = tier
+		e.Tier, e.Polarity, e.Status, e.Revision = protocol.Tier(t), protocol.Polarity(p), memory.Status(st), uint64(r)
 		e.Text, e.Sessions, e.Hits, e.Helpful, e.Harmful = body.Text, body.Sessions, body.Hits, body.Helpful, body.Harmful
 		e.Model, e.Source, e.SupersededBy, e.Mined = body.Model, body.Source, body.SupersededBy, body.Mined
 		e.SessionCount = body.SessionCount
@@ -365,35 +470,37 @@ func decodeRows(rs client.ResultSet, tier protocol.Tier) ([]memory.Entry, error)
 		for _, t := range ts {
 			e.Tools = append(e.Tools, string(t))
 		}
-		e.Embedding = slices.Clone(vc.Data()[i])
+		if vc != nil {
+			e.Embedding = slices.Clone(vc.Data()[i])
+		}
 	}
 	return out, nil
 }
 
-// query returns every row of one collection matching ex, splitting by id prefix when a page
-// reaches Milvus' result window.
-func (s *Store) query(ctx context.Context, t protocol.Tier, ex, idPrefix string) ([]memory.Entry, error) {
+// query returns every row matching ex, splitting by id prefix when a page reaches Milvus'
+// result window.
+func (s *Store) query(ctx context.Context, parts []string, ex, idPrefix string, fields []string) ([]memory.Entry, error) {
 	full := ex
 	if idPrefix != "" {
 		// A range, not LIKE: '_' is a LIKE wildcard and a legal id character. Every id character
 		// sorts below '~', so the ids starting with p are exactly p <= id < p+"~".
 		full = "(" + ex + `) && ` + fID + ` >= ` + quote(idPrefix) + ` && ` + fID + ` < ` + quote(idPrefix+"~")
 	}
-	rs, err := s.c.Query(ctx, s.coll(t), nil, full, outputFields,
-		client.WithSearchQueryConsistencyLevel(entity.ClStrong), client.WithLimit(int64(queryWindow)))
+	rs, err := s.c.Query(ctx, s.coll(), parts, full, fields,
+		client.WithSearchQueryConsistencyLevel(s.cl), client.WithLimit(int64(queryWindow)))
 	if err != nil {
-		return nil, fmt.Errorf("milvus: query %s: %w", s.coll(t), err)
+		return nil, fmt.Errorf("milvus: query %s: %w", s.coll(), err)
 	}
-	es, err := decodeRows(rs, t)
+	es, err := decodeRows(rs)
 	if err != nil || len(es) < queryWindow {
 		return es, err
 	}
 	if len(idPrefix) >= 8 {
-		return nil, fmt.Errorf("milvus: query %s: more than %d entries share the id prefix %q", s.coll(t), queryWindow, idPrefix)
+		return nil, fmt.Errorf("milvus: query %s: more than %d entries share the id prefix %q", s.coll(), queryWindow, idPrefix)
 	}
 	var all []memory.Entry
 	for _, c := range idAlphabet {
-		part, err := s.query(ctx, t, ex, idPrefix+string(c))
+		part, err := s.query(ctx, parts, ex, idPrefix+string(c), fields)
 		if err != nil {
 			return nil, err
 		}
@@ -416,49 +523,52 @@ func validID(id string) bool {
 	return true
 }
 
-// current reads an entry from both tiers, taking the newest copy.
-func (s *Store) current(ctx context.Context, id string) (memory.Entry, []protocol.Tier, error) {
-	var best memory.Entry
-	var where []protocol.Tier
-	for _, t := range tiers {
-		es, err := s.query(ctx, t, fID+" == "+quote(id), "")
-		if err != nil {
-			return memory.Entry{}, nil, err
-		}
-		for _, e := range es {
-			where = append(where, t)
-			if e.Revision > best.Revision {
-				best = e
-			}
-		}
+func decodeRecord(b []byte) (memory.Entry, error) {
+	var r record
+	if err := msgpack.Unmarshal(b, &r); err != nil {
+		return memory.Entry{}, fmt.Errorf("decode memory entry: %w", err)
 	}
-	if len(where) == 0 {
-		return memory.Entry{}, nil, fmt.Errorf("get memory entry %s: %w", id, memory.ErrNotFound)
+	if r.V != recordVersion {
+		return memory.Entry{}, fmt.Errorf("decode memory entry %s: schema version %d, this build reads %d", r.ID, r.V, recordVersion)
 	}
-	return best, where, nil
+	return r.Entry, nil
 }
 
-// Get implements memory.Store.
+// Get implements memory.Store: the authoritative record, never a Milvus read.
 func (s *Store) Get(ctx context.Context, id string) (memory.Entry, error) {
 	if !validID(id) {
 		return memory.Entry{}, fmt.Errorf("get memory entry %q: %w", id, memory.ErrNotFound)
 	}
-	e, _, err := s.current(ctx, id)
-	return e, err
+	ent, err := s.kv.Get(ctx, s.key(id))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return memory.Entry{}, fmt.Errorf("get memory entry %s: %w", id, memory.ErrNotFound)
+		}
+		return memory.Entry{}, fmt.Errorf("get memory entry %s: %w", id, err)
+	}
+	e, err := decodeRecord(ent.Value())
+	if err != nil {
+		return memory.Entry{}, err
+	}
+	e.Revision = ent.Revision()
+	return e, nil
 }
 
 func (s *Store) check(e *memory.Entry) error {
 	if !validID(e.ID) {
 		return fmt.Errorf("put memory entry: id %q may hold only letters, digits, '-', '_' and '=' (at most 128)", e.ID)
 	}
+	s.mu.RLock()
+	model, dim := s.model, s.dim
+	s.mu.RUnlock()
 	if e.Model == "" {
-		e.Model = s.model
+		e.Model = model
 	}
-	if e.Model != s.model {
-		return fmt.Errorf("put memory entry %s: vector from %q into a store of %q: %w", e.ID, e.Model, s.model, memory.ErrModelMismatch)
+	if e.Model != model {
+		return fmt.Errorf("put memory entry %s: vector from %q into a store of %q: %w", e.ID, e.Model, model, memory.ErrModelMismatch)
 	}
-	if len(e.Embedding) != s.dim {
-		return fmt.Errorf("put memory entry %s: embedding has %d dimensions, the store holds %d", e.ID, len(e.Embedding), s.dim)
+	if len(e.Embedding) != dim {
+		return fmt.Errorf("put memory entry %s: embedding has %d dimensions, the store holds %d", e.ID, len(e.Embedding), dim)
 	}
 	var n float32
 	for _, x := range e.Embedding {
@@ -473,7 +583,7 @@ func (s *Store) check(e *memory.Entry) error {
 	if e.Status == "" {
 		e.Status = memory.StatusActive // as the KV store reads an empty status
 	}
-	if !slices.Contains(tiers, e.Tier) {
+	if e.Tier != protocol.TierTactical && e.Tier != protocol.TierStrategic {
 		return fmt.Errorf("put memory entry %s: unknown tier %q", e.ID, e.Tier)
 	}
 	if len(e.Tools) > maxTools {
@@ -484,81 +594,162 @@ func (s *Store) check(e *memory.Entry) error {
 			return fmt.Errorf("put memory entry %s: tool name longer than %d bytes", e.ID, maxToolLen)
 		}
 	}
+	if _, err := encodePayload(*e); err != nil {
+		return err
+	}
 	return nil
 }
 
-// nextRevision is above both the previous revision and the clock, so an entry deleted and
-// created again never repeats a revision a stale writer may still hold.
-func nextRevision(prev uint64) uint64 {
-	return max(prev+1, uint64(time.Now().UnixNano()))
+func encodePayload(e memory.Entry) (string, error) {
+	b, err := json.Marshal(payload{Text: e.Text, Sessions: e.Sessions, SessionCount: e.SessionCount, Hits: e.Hits, Helpful: e.Helpful, Harmful: e.Harmful,
+		Model: e.Model, Source: e.Source, SupersededBy: e.SupersededBy, Mined: e.Mined,
+		Created: e.Created, Updated: e.Updated, LastUsed: e.LastUsed})
+	if err != nil {
+		return "", fmt.Errorf("encode memory entry %s: %w", e.ID, err)
+	}
+	if len(b) > maxPayload {
+		return "", fmt.Errorf("put memory entry %s: %d bytes of text and history, Milvus holds at most %d", e.ID, len(b), maxPayload)
+	}
+	return string(b), nil
 }
 
-func (s *Store) upsert(ctx context.Context, t protocol.Tier, es []memory.Entry) error {
+// upsert writes rows, one call per partition (no read first: the record decided already).
+func (s *Store) upsert(ctx context.Context, es []memory.Entry) error {
+	byPart := map[string][]memory.Entry{}
+	for _, e := range es {
+		p := s.partition(e.Agent)
+		byPart[p] = append(byPart[p], e)
+	}
+	for p, group := range byPart {
+		if err := s.upsertPart(ctx, p, group); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) upsertPart(ctx context.Context, part string, es []memory.Entry) error {
 	n := len(es)
-	ids, agents, pols, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, agents, tiers, pols, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	revs, pls := make([]int64, n), make([]string, n)
 	tools := make([][][]byte, n)
 	vecs := make([][]float32, n)
+	dim := len(es[0].Embedding)
 	for i, e := range es {
-		b, err := json.Marshal(payload{Text: e.Text, Sessions: e.Sessions, SessionCount: e.SessionCount, Hits: e.Hits, Helpful: e.Helpful, Harmful: e.Harmful,
-			Model: e.Model, Source: e.Source, SupersededBy: e.SupersededBy, Mined: e.Mined,
-			Created: e.Created, Updated: e.Updated, LastUsed: e.LastUsed, Tier: e.Tier})
+		pl, err := encodePayload(e)
 		if err != nil {
-			return fmt.Errorf("encode memory entry %s: %w", e.ID, err)
+			return err
 		}
-		if len(b) > maxPayload {
-			return fmt.Errorf("put memory entry %s: %d bytes of text and history, Milvus holds at most %d", e.ID, len(b), maxPayload)
-		}
-		ids[i], agents[i], pols[i], sts[i] = e.ID, e.Agent, string(e.Polarity), string(e.Status)
-		revs[i], pls[i], vecs[i] = int64(e.Revision), string(b), e.Embedding
+		ids[i], agents[i], tiers[i], pols[i], sts[i] = e.ID, e.Agent, string(e.Tier), string(e.Polarity), string(e.Status)
+		revs[i], pls[i], vecs[i] = int64(e.Revision), pl, e.Embedding
 		tools[i] = make([][]byte, len(e.Tools))
 		for j, tl := range e.Tools {
 			tools[i][j] = []byte(tl)
 		}
 	}
-	_, err := s.c.Upsert(ctx, s.coll(t), "",
-		entity.NewColumnVarChar(fID, ids), entity.NewColumnVarChar(fAgent, agents),
+	_, err := s.c.Upsert(ctx, s.coll(), part,
+		entity.NewColumnVarChar(fID, ids), entity.NewColumnVarChar(fAgent, agents), entity.NewColumnVarChar(fTier, tiers),
 		entity.NewColumnVarChar(fPolarity, pols), entity.NewColumnVarChar(fStatus, sts),
 		entity.NewColumnVarCharArray(fTools, tools), entity.NewColumnInt64(fRevision, revs),
-		entity.NewColumnVarChar(fPayload, pls), entity.NewColumnFloatVector(fVector, s.dim, vecs))
+		entity.NewColumnVarChar(fPayload, pls), entity.NewColumnFloatVector(fVector, dim, vecs))
 	if err != nil {
-		return fmt.Errorf("milvus: upsert into %s: %w", s.coll(t), err)
+		return fmt.Errorf("milvus: upsert %d entries into %s: %w", n, s.coll(), err)
 	}
 	return nil
 }
 
-// Put implements memory.Store (read-check-write under the store's lock).
+func (s *Store) deleteRows(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := s.c.Delete(ctx, s.coll(), "", fID+" in "+quoteList(ids)); err != nil {
+		return fmt.Errorf("milvus: delete %d entries from %s: %w", len(ids), s.coll(), err)
+	}
+	return nil
+}
+
+// writeRecord is the compare-and-set: create at revision 0, else update at e.Revision.
+func (s *Store) writeRecord(ctx context.Context, e memory.Entry) (uint64, error) {
+	b, err := msgpack.Marshal(record{V: recordVersion, Entry: e})
+	if err != nil {
+		return 0, fmt.Errorf("encode memory entry %s: %w", e.ID, err)
+	}
+	var rev uint64
+	if e.Revision == 0 {
+		rev, err = s.kv.Create(ctx, s.key(e.ID), b)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, fmt.Errorf("create memory entry %s: it exists: %w", e.ID, memory.ErrConflict)
+		}
+	} else {
+		rev, err = s.kv.Update(ctx, s.key(e.ID), b, e.Revision)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, fmt.Errorf("update memory entry %s at revision %d: %w", e.ID, e.Revision, memory.ErrConflict)
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("put memory entry %s: %w", e.ID, err)
+	}
+	return rev, nil
+}
+
+// Put implements memory.Store: compare-and-set on the record, one upsert into Milvus, then
+// settle. No Milvus read on this path.
 func (s *Store) Put(ctx context.Context, e memory.Entry) (memory.Entry, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := s.check(&e); err != nil {
 		return memory.Entry{}, err
 	}
-	cur, where, err := s.current(ctx, e.ID)
-	found := err == nil
-	if err != nil && !errors.Is(err, memory.ErrNotFound) {
+	e.Embedding = slices.Clone(e.Embedding)
+	rev, err := s.writeRecord(ctx, e)
+	if err != nil {
 		return memory.Entry{}, err
 	}
-	switch {
-	case e.Revision == 0 && found:
-		return memory.Entry{}, fmt.Errorf("create memory entry %s: it exists: %w", e.ID, memory.ErrConflict)
-	case e.Revision != 0 && !found:
-		return memory.Entry{}, fmt.Errorf("update memory entry %s: it does not exist: %w", e.ID, memory.ErrConflict)
-	case e.Revision != 0 && cur.Revision != e.Revision:
-		return memory.Entry{}, fmt.Errorf("update memory entry %s at revision %d (now %d): %w", e.ID, e.Revision, cur.Revision, memory.ErrConflict)
+	e.Revision = rev
+	if err := s.upsert(ctx, []memory.Entry{e}); err != nil {
+		return memory.Entry{}, fmt.Errorf("memory entry %s recorded at revision %d but not indexed (its next write or Repair indexes it): %w", e.ID, rev, err)
 	}
-	e.Revision = nextRevision(cur.Revision)
-	if err := s.upsert(ctx, e.Tier, []memory.Entry{e}); err != nil {
+	if err := s.settle(ctx, e.ID, rev); err != nil {
 		return memory.Entry{}, err
-	}
-	for _, t := range where {
-		if t != e.Tier {
-			if err := s.c.Delete(ctx, s.coll(t), "", fID+" == "+quote(e.ID)); err != nil {
-				return memory.Entry{}, fmt.Errorf("milvus: move %s out of %s: %w", e.ID, s.coll(t), err)
-			}
-		}
 	}
 	return e, nil
+}
+
+// settle makes Milvus hold what the record holds after this process wrote revision wrote of
+// id into Milvus (0: deleted it). Why this is enough: every writer ends with a read of the record
+// that comes after its last Milvus write. The last Milvus write of all (Milvus orders writes by
+// the time its proxy receives them) was followed by a read that saw the record's newest revision
+// at that moment, and it wrote exactly that; any later record change is followed by its own
+// writer's Milvus write, which would then be later still. So Milvus ends at the newest record,
+// whatever the interleaving of replicas.
+func (s *Store) settle(ctx context.Context, id string, wrote uint64) error {
+	last := wrote
+	for range settleRounds {
+		cur, err := s.kv.Get(ctx, s.key(id))
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+			if last == 0 {
+				return nil
+			}
+			if err := s.deleteRows(ctx, []string{id}); err != nil {
+				return err
+			}
+			last = 0
+		case err != nil:
+			return fmt.Errorf("settle memory entry %s: %w", id, err)
+		case cur.Revision() == last:
+			return nil
+		default:
+			e, err := decodeRecord(cur.Value())
+			if err != nil {
+				return err
+			}
+			e.Revision = cur.Revision()
+			if err := s.upsert(ctx, []memory.Entry{e}); err != nil {
+				return err
+			}
+			last = e.Revision
+		}
+	}
+	return fmt.Errorf("settle memory entry %s: still changing after %d rounds: %w", id, settleRounds, memory.ErrConflict)
 }
 
 // Delete implements memory.Store; deleting a missing entry is not an error.
@@ -566,60 +757,66 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if !validID(id) {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, t := range tiers {
-		if err := s.c.Delete(ctx, s.coll(t), "", fID+" == "+quote(id)); err != nil {
-			return fmt.Errorf("milvus: delete %s from %s: %w", id, s.coll(t), err)
-		}
+	if err := s.kv.Delete(ctx, s.key(id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("delete memory entry %s: %w", id, err)
 	}
-	return nil
+	if err := s.deleteRows(ctx, []string{id}); err != nil {
+		return err
+	}
+	return s.settle(ctx, id, 0)
 }
 
-// Search implements memory.Store: one search per tier collection, merged by score.
+func (s *Store) searchParam(k int) (entity.SearchParam, error) {
+	if s.index == "FLAT" {
+		return entity.NewIndexFlatSearchParam()
+	}
+	return entity.NewIndexHNSWSearchParam(max(k, 64))
+}
+
+// Search implements memory.Store: one search over both tiers (or the one the filter names),
+// hits without vectors.
 func (s *Store) Search(ctx context.Context, vec []float32, k int, f memory.Filter) ([]memory.Hit, error) {
-	s.mu.Lock()
+	s.mu.RLock()
 	dim := s.dim
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	if len(vec) != dim {
 		return nil, fmt.Errorf("search memory: query has %d dimensions, the store holds %d", len(vec), dim)
 	}
 	if k <= 0 {
 		return nil, nil
 	}
-	var sp entity.SearchParam
-	var err error
-	if s.index == "FLAT" {
-		sp, err = entity.NewIndexFlatSearchParam()
-	} else {
-		sp, err = entity.NewIndexHNSWSearchParam(max(k, 64))
+	if f.Tier != "" && f.Tier != protocol.TierTactical && f.Tier != protocol.TierStrategic {
+		return nil, nil
 	}
+	sp, err := s.searchParam(k)
 	if err != nil {
 		return nil, err
 	}
-	ex := expr(f)
+	res, err := s.c.Search(ctx, s.coll(), s.partitions(f), expr(f), hitFields, []entity.Vector{entity.FloatVector(vec)},
+		fVector, entity.COSINE, k, sp, client.WithSearchQueryConsistencyLevel(s.cl))
+	if err != nil {
+		return nil, fmt.Errorf("milvus: search %s: %w", s.coll(), err)
+	}
 	var hits []memory.Hit
-	for _, t := range s.tiersOf(f) {
-		res, err := s.c.Search(ctx, s.coll(t), nil, ex, outputFields, []entity.Vector{entity.FloatVector(vec)},
-			fVector, entity.COSINE, k, sp, client.WithSearchQueryConsistencyLevel(entity.ClStrong))
-		if err != nil {
-			return nil, fmt.Errorf("milvus: search %s: %w", s.coll(t), err)
+	for _, r := range res {
+		// No match comes back without field data, which the SDK reports as an error on the
+		// result: an empty result is empty.
+		if r.ResultCount == 0 {
+			continue
 		}
-		for _, r := range res {
-			if r.Err != nil {
-				return nil, fmt.Errorf("milvus: search %s: %w", s.coll(t), r.Err)
-			}
-			rs := r.Fields
-			if rs.GetColumn(fID) == nil && r.IDs != nil {
-				rs = append(rs, r.IDs)
-			}
-			es, err := decodeRows(rs, t)
-			if err != nil {
-				return nil, err
-			}
-			for i, e := range es {
-				hits = append(hits, memory.Hit{Entry: e, Score: float64(r.Scores[i])})
-			}
+		if r.Err != nil {
+			return nil, fmt.Errorf("milvus: search %s: %w", s.coll(), r.Err)
+		}
+		rs := r.Fields
+		if rs.GetColumn(fID) == nil && r.IDs != nil {
+			rs = append(rs, r.IDs)
+		}
+		es, err := decodeRows(rs)
+		if err != nil {
+			return nil, err
+		}
+		for i, e := range es {
+			hits = append(hits, memory.Hit{Entry: e, Score: float64(r.Scores[i])})
 		}
 	}
 	slices.SortStableFunc(hits, func(a, b memory.Hit) int {
@@ -637,122 +834,238 @@ func (s *Store) Search(ctx context.Context, vec []float32, k int, f memory.Filte
 	return hits, nil
 }
 
-// List implements memory.Store.
+// List implements memory.Store (from Milvus, with vectors).
 func (s *Store) List(ctx context.Context, f memory.Filter) ([]memory.Entry, error) {
-	ex := expr(f)
-	var out []memory.Entry
-	for _, t := range s.tiersOf(f) {
-		es, err := s.query(ctx, t, ex, "")
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, es...)
+	if f.Tier != "" && f.Tier != protocol.TierTactical && f.Tier != protocol.TierStrategic {
+		return nil, nil
+	}
+	out, err := s.query(ctx, s.partitions(f), expr(f), "", listFields)
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b memory.Entry) int { return strings.Compare(a.ID, b.ID) })
-	// A crash between the two halves of a promotion can leave two copies; keep the newest.
-	out = slices.CompactFunc(out, func(a, b memory.Entry) bool { return a.ID == b.ID })
 	return out, nil
 }
 
+// records returns every entry record of this prefix from the bucket.
+func (s *Store) records(ctx context.Context) ([]memory.Entry, error) {
+	lister, err := s.kv.ListKeysFiltered(ctx, s.key(">"))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list memory records %s: %w", s.key("*"), err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	_ = lister.Stop()
+	out := make([]memory.Entry, 0, len(keys))
+	pre := s.key("")
+	for _, k := range keys {
+		e, err := s.Get(ctx, strings.TrimPrefix(k, pre))
+		if errors.Is(err, memory.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Repair makes Milvus hold exactly the bucket's records (after a crash between a record write
+// and its Milvus write, or to rebuild the collection). Writers may keep running: each entry it
+// writes is settled like a Put.
+func (s *Store) Repair(ctx context.Context) (int, error) {
+	recs, err := s.records(ctx)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := s.query(ctx, nil, fID+` != ""`, "", hitFields)
+	if err != nil {
+		return 0, err
+	}
+	idx := map[string]uint64{}
+	for _, r := range rows {
+		idx[r.ID] = r.Revision
+	}
+	n := 0
+	want := map[string]bool{}
+	for _, e := range recs {
+		want[e.ID] = true
+		if idx[e.ID] == e.Revision {
+			continue
+		}
+		if err := s.upsert(ctx, []memory.Entry{e}); err != nil {
+			return n, err
+		}
+		if err := s.settle(ctx, e.ID, e.Revision); err != nil {
+			return n, err
+		}
+		n++
+	}
+	for id := range idx {
+		if !want[id] {
+			if err := s.deleteRows(ctx, []string{id}); err != nil {
+				return n, err
+			}
+			if err := s.settle(ctx, id, 0); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Reembed implements memory.Reembedder. Writers must be stopped while it runs: it rewrites the
-// collections (recreating them when the dimension changes) without compare-and-set.
+// records and the collection (recreating it when the dimension changes) without compare-and-set.
+// The model record flips last, so a crash half way leaves the old model in charge and the
+// migration can be run again.
 func (s *Store) Reembed(ctx context.Context, model string, dim int, embed func(context.Context, []string) ([][]float32, error)) (int, error) {
 	if model == "" || dim <= 0 {
 		return 0, errors.New("re-embed milvus memory: model and dimension are required")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	byTier := map[protocol.Tier][]memory.Entry{}
-	for _, t := range tiers {
-		es, err := s.query(ctx, t, fID+` != ""`, "")
+	es, err := s.records(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for start := 0; start < len(es); start += 64 {
+		chunk := es[start:min(start+64, len(es))]
+		texts := make([]string, len(chunk))
+		for i, e := range chunk {
+			texts[i] = e.Text
+		}
+		vecs, err := embed(ctx, texts)
+		if err != nil {
+			return 0, fmt.Errorf("re-embed milvus memory: %w", err)
+		}
+		if len(vecs) != len(chunk) {
+			return 0, fmt.Errorf("re-embed milvus memory: %d vectors for %d texts", len(vecs), len(chunk))
+		}
+		for i := range chunk {
+			if len(vecs[i]) != dim {
+				return 0, fmt.Errorf("re-embed milvus memory: vector of %d dims, want %d", len(vecs[i]), dim)
+			}
+			chunk[i].Embedding, chunk[i].Model = vecs[i], model
+		}
+	}
+	s.mu.RLock()
+	oldDim := s.dim
+	s.mu.RUnlock()
+	if dim != oldDim {
+		// The vector field's dimension is fixed at creation: rebuild the collection.
+		if err := s.c.DropCollection(ctx, s.coll()); err != nil {
+			return 0, fmt.Errorf("milvus: drop %s for re-embedding: %w", s.coll(), err)
+		}
+		if err := s.ensureCollection(ctx, dim); err != nil {
+			return 0, err
+		}
+	}
+	for i := range es {
+		b, err := msgpack.Marshal(record{V: recordVersion, Entry: es[i]})
 		if err != nil {
 			return 0, err
 		}
-		byTier[t] = es
-	}
-	for _, t := range tiers {
-		es := byTier[t]
-		for start := 0; start < len(es); start += 64 {
-			chunk := es[start:min(start+64, len(es))]
-			texts := make([]string, len(chunk))
-			for i, e := range chunk {
-				texts[i] = e.Text
-			}
-			vecs, err := embed(ctx, texts)
-			if err != nil {
-				return 0, fmt.Errorf("re-embed milvus memory: %w", err)
-			}
-			if len(vecs) != len(chunk) {
-				return 0, fmt.Errorf("re-embed milvus memory: %d vectors for %d texts", len(vecs), len(chunk))
-			}
-			for i := range chunk {
-				if len(vecs[i]) != dim {
-					return 0, fmt.Errorf("re-embed milvus memory: vector of %d dims, want %d", len(vecs[i]), dim)
-				}
-				chunk[i].Embedding, chunk[i].Model = vecs[i], model
-				chunk[i].Revision = nextRevision(chunk[i].Revision)
-			}
+		rev, err := s.kv.Put(ctx, s.key(es[i].ID), b)
+		if err != nil {
+			return i, fmt.Errorf("re-embed milvus memory: write %s: %w", es[i].ID, err)
 		}
+		es[i].Revision = rev
 	}
-	if dim != s.dim {
-		// The vector field's dimension is fixed at creation: rebuild both collections.
-		for _, t := range tiers {
-			if err := s.c.DropCollection(ctx, s.coll(t)); err != nil {
-				return 0, fmt.Errorf("milvus: drop %s for re-embedding: %w", s.coll(t), err)
-			}
-			if err := s.ensureTier(ctx, t, dim); err != nil {
-				return 0, err
-			}
-		}
-	}
-	s.dim = dim
 	n := 0
-	for _, t := range tiers {
-		es := byTier[t]
-		for start := 0; start < len(es); start += 256 {
-			chunk := es[start:min(start+256, len(es))]
-			if err := s.upsert(ctx, t, chunk); err != nil {
-				return n, err
-			}
-			n += len(chunk)
+	for start := 0; start < len(es); start += 256 {
+		chunk := es[start:min(start+256, len(es))]
+		if err := s.upsert(ctx, chunk); err != nil {
+			return n, err
 		}
+		n += len(chunk)
 	}
-	if err := s.writeMeta(ctx, model, dim); err != nil {
-		return n, err
+	b, _ := msgpack.Marshal(meta{V: recordVersion, Model: model, Dim: dim, Partitions: s.parts})
+	if _, err := s.kv.Put(ctx, s.metaKey(), b); err != nil {
+		return n, fmt.Errorf("record embedding model %s: %w", model, err)
 	}
-	s.model = model
+	s.mu.Lock()
+	s.model, s.dim = model, dim
+	s.mu.Unlock()
 	return n, nil
 }
 
-// PutBatch writes new entries without the compare-and-set read, for bulk import and benchmarks;
-// it refuses nothing that Put would accept but does not check for existing ids.
+// batchRows is how many rows one Milvus upsert of PutBatch carries.
+const batchRows = 1000
+
+// PutBatch creates many new entries (bulk import, benchmarks): a record each (an existing id is
+// a conflict, as for Put at revision 0), then one Milvus upsert per batchRows rows, then settle.
 func (s *Store) PutBatch(ctx context.Context, es []memory.Entry) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	byTier := map[protocol.Tier][]memory.Entry{}
+	es = slices.Clone(es)
 	for i := range es {
-		e := es[i]
-		if err := s.check(&e); err != nil {
+		if err := s.check(&es[i]); err != nil {
 			return err
 		}
-		e.Revision = nextRevision(0)
-		byTier[e.Tier] = append(byTier[e.Tier], e)
+		es[i].Revision = 0
 	}
-	for t, group := range byTier {
-		if err := s.upsert(ctx, t, group); err != nil {
+	if err := parallel(ctx, len(es), func(i int) error {
+		rev, err := s.writeRecord(ctx, es[i])
+		es[i].Revision = rev
+		return err
+	}); err != nil {
+		return err
+	}
+	for start := 0; start < len(es); start += batchRows {
+		if err := s.upsert(ctx, es[start:min(start+batchRows, len(es))]); err != nil {
 			return err
 		}
 	}
-	return nil
+	return parallel(ctx, len(es), func(i int) error { return s.settle(ctx, es[i].ID, es[i].Revision) })
 }
 
-// Flush seals what the server holds in memory into indexed segments (after a bulk import; a
-// Milvus server also does this on its own schedule).
-func (s *Store) Flush(ctx context.Context) error {
-	for _, t := range tiers {
-		if err := s.c.Flush(ctx, s.coll(t), false); err != nil {
-			return fmt.Errorf("milvus: flush %s: %w", s.coll(t), err)
-		}
+// parallel runs f(0..n-1) on a few goroutines (KV round trips dominate) and returns the first error.
+func parallel(ctx context.Context, n int, f func(int) error) error {
+	const workers = 16
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	next := make(chan int)
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
 	}
-	return nil
+	for i := 0; i < n; i++ {
+		mu.Lock()
+		stop := first != nil
+		mu.Unlock()
+		if stop || ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// Flush seals what the server holds in memory into segments and waits until they are indexed
+// (after a bulk import; a Milvus server also seals on its own schedule).
+func (s *Store) Flush(ctx context.Context) error {
+	if err := s.c.Flush(ctx, s.coll(), false); err != nil {
+		return fmt.Errorf("milvus: flush %s: %w", s.coll(), err)
+	}
+	return s.waitIndex(ctx)
 }

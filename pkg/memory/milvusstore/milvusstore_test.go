@@ -3,27 +3,54 @@ package milvusstore_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore"
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore/milvustest"
 	"github.com/skein-mesh/skein/pkg/memory/storetest"
+	"github.com/skein-mesh/skein/pkg/protocol"
 )
+
+// TestMain shares one Milvus server among every test of the run (and with other test binaries
+// running at the same time), and lets go of it at the end.
+func TestMain(m *testing.M) { os.Exit(milvustest.Main(m)) }
 
 var seq atomic.Int64
 
 // prefix gives each test fresh collections on the one server of its top-level test.
 func prefix() string { return fmt.Sprintf("t%d_%d", time.Now().UnixNano()%1e9, seq.Add(1)) }
 
-func open(t *testing.T, srv *milvustest.Server, pfx, model string, dim int, anyModel bool) (*milvusstore.Store, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := milvusstore.Open(ctx, milvusstore.Options{Addr: srv.Addr, Prefix: pfx, Model: model, Dim: dim, AnyModel: anyModel})
+// env is one Milvus server and one NATS mesh (the memory bucket) shared by a top-level test.
+type env struct {
+	srv  *milvustest.Shared
+	mesh *bustest.Mesh
+}
+
+func newEnv(t testing.TB) env {
+	return env{srv: milvustest.ServerFor(t), mesh: bustest.Start(t)}
+}
+
+func (v env) opts(t testing.TB, pfx, model string, dim int, anyModel bool) milvusstore.Options {
+	kv, err := bus.KV(context.Background(), v.mesh.Connect(t, "milvusstore-test").JS, v.mesh.Names, protocol.BucketMemory)
 	if err != nil {
-		return nil, fmt.Errorf("%w (server log: %s)", err, tail(srv.Log()))
+		t.Fatal(err)
+	}
+	return milvusstore.Options{Addr: v.srv.Addr, KV: kv, Prefix: pfx, Model: model, Dim: dim, AnyModel: anyModel,
+		Partitions: 4}
+}
+
+func open(t *testing.T, v env, pfx, model string, dim int, anyModel bool) (*milvusstore.Store, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	s, err := milvusstore.Open(ctx, v.opts(t, pfx, model, dim, anyModel))
+	if err != nil {
+		return nil, fmt.Errorf("%w (server log: %s)", err, tail(v.srv.Log()))
 	}
 	t.Cleanup(func() { s.Close() })
 	return s, nil
@@ -37,9 +64,9 @@ func tail(s string) string {
 }
 
 func TestContract(t *testing.T) {
-	srv := milvustest.Start(t)
+	v := newEnv(t)
 	storetest.Run(t, func(t *testing.T, model string, dim int) memory.Store {
-		s, err := open(t, srv, prefix(), model, dim, false)
+		s, err := open(t, v, prefix(), model, dim, false)
 		if err != nil {
 			t.Fatalf("open: %v", err)
 		}
@@ -48,11 +75,11 @@ func TestContract(t *testing.T) {
 }
 
 func TestReopen(t *testing.T) {
-	srv := milvustest.Start(t)
+	v := newEnv(t)
 	storetest.RunReopen(t, func(t *testing.T) func(string, int) (memory.Store, error) {
 		pfx := prefix()
 		return func(model string, dim int) (memory.Store, error) {
-			s, err := open(t, srv, pfx, model, dim, false)
+			s, err := open(t, v, pfx, model, dim, false)
 			if err != nil {
 				return nil, err
 			}
@@ -62,11 +89,11 @@ func TestReopen(t *testing.T) {
 }
 
 func TestMigrate(t *testing.T) {
-	srv := milvustest.Start(t)
+	v := newEnv(t)
 	storetest.RunMigrate(t, func(t *testing.T) func(string, int, bool) (memory.Store, error) {
 		pfx := prefix()
 		return func(model string, dim int, anyModel bool) (memory.Store, error) {
-			s, err := open(t, srv, pfx, model, dim, anyModel)
+			s, err := open(t, v, pfx, model, dim, anyModel)
 			if err != nil {
 				return nil, err
 			}
@@ -77,8 +104,8 @@ func TestMigrate(t *testing.T) {
 
 // TestListBeyondOneQueryWindow: List splits by id prefix when a query fills Milvus' result window.
 func TestListBeyondOneQueryWindow(t *testing.T) {
-	srv := milvustest.Start(t)
-	s, err := open(t, srv, prefix(), "bench", 16, false)
+	v := newEnv(t)
+	s, err := open(t, v, prefix(), "bench", 16, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed"
@@ -100,24 +101,36 @@ func (r *Retriever) Retrieve(ctx context.Context, req protocol.RetrieveRequest) 
 	vec := vecs[0]
 	// Each tier is searched on its own, so a large tactical tier cannot crowd strategic
 	// entries out of the candidate set.
+	// The searches run at once: against a server store each is a round trip.
 	pool := opt.TopK * 4
-	var hits []memory.Hit
-	for _, tier := range []protocol.Tier{protocol.TierStrategic, protocol.TierTactical} {
-		h, err := r.store.Search(ctx, vec, pool, memory.Filter{Agent: req.Agent, Tier: tier})
-		if err != nil {
-			return nil, fmt.Errorf("retrieve: search %s: %w", tier, err)
-		}
-		hits = append(hits, h...)
-	}
 	named := NamedTools(req.Task, req.Tools)
-	var toolHits []memory.Hit
+	filters := []memory.Filter{{Agent: req.Agent, Tier: protocol.TierStrategic}, {Agent: req.Agent, Tier: protocol.TierTactical}}
 	if len(named) > 0 {
-		toolHits, err = r.store.Search(ctx, vec, pool, memory.Filter{Agent: req.Agent, Tools: named})
-		if err != nil {
-			return nil, fmt.Errorf("retrieve: search tools %v: %w", named, err)
-		}
+		filters = append(filters, memory.Filter{Agent: req.Agent, Tools: named})
 	}
-	return Select(append(hits, toolHits...), named, opt), nil
+	results := make([][]memory.Hit, len(filters))
+	errs := make([]error, len(filters))
+	var wg sync.WaitGroup
+	for i, f := range filters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = r.store.Search(ctx, vec, pool, f)
+		}()
+	}
+	wg.Wait()
+	var hits []memory.Hit
+	for i, f := range filters {
+		if errs[i] != nil {
+			what := string(f.Tier)
+			if f.Tier == "" {
+				what = fmt.Sprintf("tools %v", named)
+			}
+			return nil, fmt.Errorf("retrieve: search %s: %w", what, errs[i])
+		}
+		hits = append(hits, results[i]...)
+	}
+	return Select(hits, named, opt), nil
 }
 
 // NamedTools returns the tools of tools that the task mentions by name (as a whole word).

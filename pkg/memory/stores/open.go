@@ -38,8 +38,15 @@ func Open(ctx context.Context, m config.Memory, js jetstream.JetStream, names pr
 		}
 		return s, nil
 	case "milvus":
-		s, err := milvusstore.Open(ctx, milvusstore.Options{Addr: m.MilvusAddr, Prefix: milvusstore.PrefixFor(names),
-			Model: o.Model, Dim: o.Dim, AnyModel: o.AnyModel})
+		if js == nil {
+			return nil, fmt.Errorf("memory.store milvus needs a JetStream connection (entry records live in the memory bucket)")
+		}
+		kv, err := js.KeyValue(ctx, names.Bucket(protocol.BucketMemory))
+		if err != nil {
+			return nil, fmt.Errorf("open memory KV bucket %s (is the mesh provisioned?): %w", names.Bucket(protocol.BucketMemory), err)
+		}
+		s, err := milvusstore.Open(ctx, milvusstore.Options{Addr: m.MilvusAddr, KV: kv, Prefix: milvusstore.PrefixFor(names),
+			Model: o.Model, Dim: o.Dim, AnyModel: o.AnyModel, Consistency: m.MilvusConsistency})
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
-// Package milvustest starts a real Milvus-compatible server for tests: the milvus-lite gRPC
-// server (a PyPI package that `make setup` installs into the tools venv) on a free loopback port
-// with its data in a temp dir.
+// Package milvustest gives tests a Milvus server. ServerFor (server.go) is the one
+// to use: the real Milvus 2.3.5 standalone server, shared by every test binary of a run. Start
+// runs milvus-lite (a pure-Python stand-in that `make setup` also installs) on a free loopback
+// port with its data in a temp dir, for quick local runs (SKEIN_MILVUS_TEST=lite).
 package milvustest
 
 import (
@@ -146,6 +147,9 @@ func (s *Server) Stop() {
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 	}
 }
+
+// PGID is the server's process group.
+func (s *Server) PGID() int { return s.cmd.Process.Pid }
 
 // Log is the server's output so far.
 func (s *Server) Log() string { return s.out.String() }

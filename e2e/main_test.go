@@ -1,0 +1,18 @@
+package e2e
+
+import (
+	"os"
+	"testing"
+
+	"github.com/skein-mesh/skein/pkg/memory/milvusstore/milvustest"
+)
+
+// TestMain serves two jobs: started as the overhead benchmark's echo responder (echoEnv set),
+// the test binary only answers requests; otherwise it runs the tests and then lets go of the
+// Milvus server the run shares (started only if a test asked for it).
+func TestMain(m *testing.M) {
+	if url := os.Getenv(echoEnv); url != "" {
+		os.Exit(echoResponder(url))
+	}
+	os.Exit(milvustest.Main(m))
+}
