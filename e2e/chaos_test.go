@@ -163,7 +163,16 @@ func TestChaos(t *testing.T) {
 	submitOne := func(phase string, i int) string {
 		id := fmt.Sprintf("chaos-%s-%d", phase, i)
 		at := time.Now()
-		if _, err := submit(ctx, c, fmt.Sprintf("effect please (%s %d)", phase, i), id); err != nil {
+		// A submit refused with a transient error (a stream leader election during a node's
+		// death) is sent again with the same session id, as a client should: it makes one session.
+		var err error
+		for try := 0; try < 30; try++ {
+			if _, err = submit(ctx, c, fmt.Sprintf("effect please (%s %d)", phase, i), id); err == nil {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		if err != nil {
 			t.Errorf("submit %s: %v", id, err)
 			return id
 		}

@@ -24,7 +24,6 @@ const echoEnv = "SKEIN_E2E_ECHO_NATS"
 
 const echoSubject = "bench.echo"
 
-
 // echoResponder answers every request on echoSubject with its own payload until stdin closes.
 func echoResponder(url string) int {
 	nc, err := nats.Connect(url)

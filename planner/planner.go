@@ -167,7 +167,7 @@ func (p *Planner) update(ctx context.Context, id string, fn func(*protocol.Sessi
 		entry, err := p.sessions.Get(ctx, id)
 		if err != nil {
 			if bus.IsNotFound(err) {
-				return backoff.Permanent(permanent{fmt.Errorf("session %s not found", id)})
+				return backoff.Permanent(errSessionNotFound(id))
 			}
 			return err
 		}
@@ -238,13 +238,20 @@ func (p *Planner) onTask(ctx context.Context, data []byte) error {
 	return p.publishReady(ctx, sess)
 }
 
+// errSessionNotFound is retried, not dead-lettered at once: on a cluster a KV read may be served
+// by a replica that has not yet seen the gateway's write (the session is written before its
+// task is published). A session that stays missing runs out of deliveries into the DLQ.
+func errSessionNotFound(id string) error {
+	return fmt.Errorf("session %s not found (yet)", id)
+}
+
 // get reads a session's current state.
 func (p *Planner) get(ctx context.Context, id string) (protocol.Session, error) {
 	var s protocol.Session
 	entry, err := p.sessions.Get(ctx, id)
 	if err != nil {
 		if bus.IsNotFound(err) {
-			return s, permanent{fmt.Errorf("session %s not found", id)}
+			return s, errSessionNotFound(id)
 		}
 		return s, fmt.Errorf("read session %s: %w", id, err)
 	}

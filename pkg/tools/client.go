@@ -76,6 +76,10 @@ func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol
 			tctx, tcancel := context.WithTimeout(cctx, perTry)
 			defer tcancel()
 			m, err := nc.RequestWithContext(tctx, subject, data)
+			if err != nil && cctx.Err() != nil && errors.Is(last, nats.ErrNoResponders) {
+				// Time ran out while nobody served the tool: that stays "unavailable".
+				return backoff.Permanent(err)
+			}
 			last, busy = err, nil
 			switch {
 			case err == nil:
