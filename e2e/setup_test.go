@@ -42,7 +42,7 @@ func TestSetupLetsABinaryAnywhereFindItsModels(t *testing.T) {
 		base = append(base, kv)
 	}
 	user := append(base, "XDG_CACHE_HOME="+cache)
-	parent := t.TempDir()
+	parent := reachableTempDir(t) // the scaffolded tool runs as nobody when the tests run as root
 	if r := skein(t, parent, append(user, "SKEIN_HOME="+t.TempDir()), "", "init", "proj"); r.code != 0 {
 		t.Fatalf("skein init: %s", r)
 	}

@@ -60,6 +60,9 @@ type embeddedMesh struct {
 	tls    config.TLS
 	// emb is the embedder loaded while the server starts (nil when memory is off).
 	emb *preload
+	// admin provisions the mesh and asks memoryd what it holds (memoryd's own identity may
+	// serve memory subjects but not call them).
+	admin *bus.Conn
 }
 
 // identityOf maps the in-process services' connection names to the identity each connects as.
@@ -149,6 +152,7 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 		m.stop()
 		return nil, err
 	}
+	m.admin = c
 	return m, nil
 }
 
@@ -291,7 +295,13 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 	}
 	l := log.With("role", "memoryd")
 	var emb embed.Embedder = lazyEmbedder{m.emb}
-	if e := cfg.Memory.Embedder; e != "" && e != "minilm" {
+	if e := cfg.Memory.Embedder; e == "" || e == "minilm" {
+		// The model loads lazily; whether it can load at all is known now, and said now.
+		if err := minilm.Check(minilm.Options{ModelDir: os.Getenv(minilm.EnvModelDir), LibPath: os.Getenv(minilm.EnvORTLib)}); err != nil {
+			l.Warn("memory is off for this mesh", "err", err)
+			return memoryOff(cfg)
+		}
+	} else {
 		// An HTTP embedder's id and size are only known once it is open.
 		var err error
 		if emb, err = m.emb.wait(); err != nil {
@@ -311,7 +321,7 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 	select {
 	case <-ready:
 		if _, lazy := emb.(lazyEmbedder); lazy {
-			go m.loadIfRemembered(c, names, l)
+			go m.loadIfRemembered(m.admin, names, l)
 		}
 		return cfg
 	case err := <-failed:
@@ -426,11 +436,11 @@ func dialMeshFull(cmd *cobra.Command, cfg *config.Config, services bool) (*bus.C
 	return c, names, mesh, func() { c.Close(); mesh.stop() }, nil
 }
 
-// adminCommands change memory itself, which only the admin identity may; every other command
-// connects as client.
+// adminCommands change memory itself or the streams' settings, which only the admin identity
+// may; every other command connects as client.
 var adminCommands = map[string]bool{
 	"skein memory import": true, "skein memory evict": true, "skein memory migrate": true,
-	"skein ingest-traces": true, "skein replay": true,
+	"skein ingest-traces": true, "skein replay": true, "skein mesh apply": true,
 }
 
 func cliIdentity(cmd *cobra.Command) auth.Identity {

@@ -131,24 +131,31 @@ func notInstalled(what, path string) error {
 		ErrNotInstalled, what, path, EnvORTLib, EnvModelDir)
 }
 
-// Open loads the tokenizer and the ONNX model.
-func Open(opt Options) (*Embedder, error) {
+// Check reports, without loading anything, whether Open would find the runtime library and the
+// model files: a mesh that loads the model lazily says at start that memory cannot work.
+func Check(opt Options) error {
 	lib, dir := Paths(opt)
 	if lib == "" || dir == "" {
-		return nil, notInstalled("the tools directory", "(no SKEIN_TOOLS_DIR, no go.work above the working directory, no .tools beside the binary's folder, no `skein setup` install)")
+		return notInstalled("the tools directory", "(no SKEIN_TOOLS_DIR, no go.work above the working directory, no .tools beside the binary's folder, no `skein setup` install)")
 	}
 	if _, err := os.Stat(lib); err != nil {
-		return nil, notInstalled("ONNX Runtime library", lib)
+		return notInstalled("ONNX Runtime library", lib)
 	}
-	onnxPath := filepath.Join(dir, "model.onnx")
-	for _, f := range []string{onnxPath, filepath.Join(dir, "tokenizer.json")} {
+	for _, f := range []string{filepath.Join(dir, "model.onnx"), filepath.Join(dir, "tokenizer.json")} {
 		if _, err := os.Stat(f); err != nil {
-			return nil, notInstalled("model file", f)
+			return notInstalled("model file", f)
 		}
 	}
-	if err := checkManifest(dir); err != nil {
+	return checkManifest(dir)
+}
+
+// Open loads the tokenizer and the ONNX model.
+func Open(opt Options) (*Embedder, error) {
+	if err := Check(opt); err != nil {
 		return nil, err
 	}
+	lib, dir := Paths(opt)
+	onnxPath := filepath.Join(dir, "model.onnx")
 	tok, err := pretrained.FromFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
