@@ -3,6 +3,7 @@ package executor
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/toolhost"
 )
 
 const (
@@ -294,5 +296,80 @@ func TestRetrievalWithoutEmbedderUsesBM25(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "ranking tools by BM25 alone"); n != 1 {
 		t.Fatalf("%d log lines about BM25 ranking, want exactly one:\n%s", n, logs.String())
+	}
+}
+
+// serveAgents starts a second real toolhost that offers agents as tools (tools.agents), as the
+// toolhost of an agent listing them does.
+func serveAgents(t *testing.T, m *mesh, agents ...string) {
+	t.Helper()
+	hcfg := config.Default()
+	hcfg.Tools.ManifestDirs = nil
+	hcfg.Tools.Agents = agents
+	ctx, cancel := context.WithCancel(context.Background())
+	h, err := toolhost.New(ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: hcfg, Logger: quiet(), HostID: "agent-host"})
+	if err != nil {
+		cancel()
+		t.Fatalf("agent toolhost: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// An agent offered as a tool (tools.agents) is ranked with the catalogue like any tool: it is
+// in the set of a step whose task fits it, and not in the set of one whose task does not.
+func TestAgentOfferedAsToolIsRanked(t *testing.T) {
+	m, c := catalogMesh(t, true)
+	serveAgents(t, m, "tax_advisor")
+	cfg := retrievalConfig(c)
+	cfg.Tools.Agents = []string{"tax_advisor"}
+	rec := &recorder{Backend: scriptBackend(t, "rules:\n  - reply: {text: ok}\n")}
+	x := m.executor(t, cfg, rec)
+	for i, tc := range []struct {
+		task    string
+		offered bool
+	}{
+		{"Ask our tax advisor whether the Danish company must charge VAT on software licences it sells to a customer in Norway.", true},
+		{podsTask, false},
+	} {
+		st := step(t, cfg, tc.task)
+		st.SessionID += fmt.Sprint(i)
+		_, evs := m.runStep(t, x, st)
+		off := toolsEvents(evs, "offered")
+		if len(off) != 1 || off[0].Attrs["catalog"] != fmt.Sprint(len(c.specs)+1) || off[0].Attrs["ranker"] != "hybrid" {
+			t.Fatalf("offered events %+v, want one hybrid ranking of the %d tools and the agent", off, len(c.specs))
+		}
+		sent := toolNamesOf(rec.requests()[i])
+		if slices.Contains(sent, "tax_advisor") != tc.offered || slices.Contains(off[0].Tools, "tax_advisor") != tc.offered {
+			t.Fatalf("%q: the model got %v (trace: %v); want the agent offered: %v", tc.task, sent, off[0].Tools, tc.offered)
+		}
+	}
+	if n := x.retrieval().ranker.Cached(); n != len(c.specs)+1 {
+		t.Fatalf("%d vectors cached, want the %d tools and the agent", n, len(c.specs)+1)
+	}
+}
+
+// tools.retrieval.always_include is offered to every step besides the top_k, whatever its
+// score; a name that is not in the catalogue is left out.
+func TestAlwaysIncludeIsOffered(t *testing.T) {
+	m, c := catalogMesh(t, true)
+	cfg := retrievalConfig(c)
+	cfg.Tools.Retrieval.AlwaysInclude = []string{"get_weather", "no_such_tool"}
+	rec := &recorder{Backend: scriptBackend(t, "rules:\n  - reply: {text: ok}\n")}
+	x := m.executor(t, cfg, rec)
+	_, evs := m.runStep(t, x, step(t, cfg, podsTask))
+	sent := toolNamesOf(rec.requests()[0])
+	// The top_k tools and get_weather, then finish and find_tools.
+	if len(sent) != cfg.Tools.Retrieval.TopK+3 || !slices.Contains(sent, "get_weather") || slices.Contains(sent, "no_such_tool") {
+		t.Fatalf("the model got %v, want the %d best tools, get_weather and the built-ins", sent, cfg.Tools.Retrieval.TopK)
+	}
+	for _, need := range []string{"list_pods", "get_pod_logs"} {
+		if !slices.Contains(sent, need) {
+			t.Fatalf("always_include pushed %s out of the set %v", need, sent)
+		}
+	}
+	if off := toolsEvents(evs, "offered"); len(off) != 1 || !slices.Contains(off[0].Tools, "get_weather") {
+		t.Fatalf("offered events %+v, want get_weather in the set", off)
 	}
 }

@@ -119,9 +119,17 @@ func BucketConfigs(n protocol.Names, l Limits) []jetstream.KeyValueConfig {
 	}
 }
 
-// Diff is one setting of an existing stream or bucket that differs from the config.
+// ObjectStoreConfigs returns the configuration of every object store of the mesh. Stored tool
+// results and transcripts are referenced from traces, so objects live as long as trace events:
+// the store's TTL is the TRACE stream's max_age (its size is bounded like a bucket's).
+func ObjectStoreConfigs(n protocol.Names, l Limits) []jetstream.ObjectStoreConfig {
+	return []jetstream.ObjectStoreConfig{{Bucket: n.Bucket(protocol.ObjectPayloads), Replicas: max(l.Replicas, 1),
+		Storage: jetstream.FileStorage, MaxBytes: orUnlimited(l.BucketMaxBytes), TTL: l.stream(protocol.StreamTrace).MaxAge}}
+}
+
+// Diff is one setting of an existing stream, bucket or object store that differs from the config.
 type Diff struct {
-	Resource string // "stream TASKS", "bucket sessions"
+	Resource string // "stream TASKS", "bucket sessions", "object store payloads"
 	Field    string
 	Have     string
 	Want     string
@@ -220,15 +228,37 @@ func ProvisionWith(ctx context.Context, js jetstream.JetStream, n protocol.Names
 		}
 		log.Info("bucket changed to the config", "bucket", want.Bucket, "changes", len(d))
 	}
-	// Stored tool results are referenced from traces, so they live as long as a trace.
-	osc := jetstream.ObjectStoreConfig{Bucket: n.Bucket(protocol.ObjectPayloads), Replicas: max(l.Replicas, 1),
-		Storage: jetstream.FileStorage, MaxBytes: orUnlimited(l.BucketMaxBytes), TTL: l.stream(protocol.StreamTrace).MaxAge}
-	if _, err := js.ObjectStore(ctx, osc.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
-		if _, err := js.CreateObjectStore(ctx, osc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return diffs, fmt.Errorf("provision object store %s: %w", osc.Bucket, err)
+	for _, want := range ObjectStoreConfigs(n, l) {
+		obs, err := js.ObjectStore(ctx, want.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			if _, err := js.CreateObjectStore(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+				return diffs, fmt.Errorf("provision object store %s: %w", want.Bucket, err)
+			}
+			continue
 		}
-	} else if err != nil {
-		return diffs, fmt.Errorf("provision object store %s: %w", osc.Bucket, err)
+		if err != nil {
+			return diffs, fmt.Errorf("provision object store %s: %w", want.Bucket, err)
+		}
+		st, err := obs.Status(ctx)
+		if err != nil {
+			return diffs, fmt.Errorf("provision object store %s: %w", want.Bucket, err)
+		}
+		have := st.(*jetstream.ObjectBucketStatus).StreamInfo().Config
+		d := objectStoreDiffs("object store "+want.Bucket, have, want)
+		if len(d) == 0 {
+			continue
+		}
+		diffs = append(diffs, d...)
+		if !opts.Apply {
+			for _, x := range d {
+				log.Warn("object store differs from the config; left as it is (run `skein mesh apply` to change it)", "diff", x.String())
+			}
+			continue
+		}
+		if _, err := js.UpdateObjectStore(ctx, want); err != nil {
+			return diffs, fmt.Errorf("apply object store %s: %w", want.Bucket, err)
+		}
+		log.Info("object store changed to the config", "object_store", want.Bucket, "changes", len(d))
 	}
 	return diffs, nil
 }
@@ -260,6 +290,19 @@ func bucketDiffs(res string, have jetstream.StreamConfig, want jetstream.KeyValu
 	add("ttl", have.MaxAge, want.TTL)
 	add("max_bytes", have.MaxBytes, want.MaxBytes)
 	add("history", have.MaxMsgsPerSubject, int64(max(want.History, 1)))
+	add("replicas", have.Replicas, want.Replicas)
+	return d
+}
+
+func objectStoreDiffs(res string, have jetstream.StreamConfig, want jetstream.ObjectStoreConfig) []Diff {
+	var d []Diff
+	add := func(field string, h, w any) {
+		if fmt.Sprint(h) != fmt.Sprint(w) {
+			d = append(d, Diff{Resource: res, Field: field, Have: fmt.Sprint(h), Want: fmt.Sprint(w)})
+		}
+	}
+	add("ttl", have.MaxAge, want.TTL)
+	add("max_bytes", have.MaxBytes, want.MaxBytes)
 	add("replicas", have.Replicas, want.Replicas)
 	return d
 }

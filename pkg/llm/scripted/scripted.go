@@ -14,7 +14,9 @@
 // when.system is matched against the system prompt (its blocks joined by blank lines),
 // when.last against the newest user message: its text and tool results, joined by newlines,
 // when.any against the whole conversation (every message, as the token count renders it), so a
-// conversation's later turn can answer from an earlier one.
+// conversation's later turn can answer from an earlier one, and when.tools against the names of
+// the tools the call offers, one per line, so a script can act on its tool set as a model does:
+// `when: {tools: "(?m)^lookup_customer$"}` answers only while lookup_customer is offered.
 // An argument whose value is exactly "$1" … "$9" takes that capture group of when.last (a JSON
 // number when the capture is one, else a string), so a script can pass on a handle or an offset
 // the conversation produced: `when: {last: "handle: (res-\w+)"}` … `args: {handle: "$1"}`.
@@ -67,6 +69,7 @@ type fileRule struct {
 		System string `yaml:"system"`
 		Last   string `yaml:"last"`
 		Any    string `yaml:"any"`
+		Tools  string `yaml:"tools"`
 	} `yaml:"when"`
 	Reply *struct {
 		Text      string `yaml:"text"`
@@ -82,11 +85,11 @@ type fileRule struct {
 }
 
 type rule struct {
-	system, last, any *regexp.Regexp
-	text              string
-	calls             []llm.ToolCall // IDs filled per answer
-	times             int            // 0: unlimited
-	delay             time.Duration
+	system, last, any, tools *regexp.Regexp
+	text                     string
+	calls                    []llm.ToolCall // IDs filled per answer
+	times                    int            // 0: unlimited
+	delay                    time.Duration
 }
 
 // Script is a parsed rule file.
@@ -136,6 +139,9 @@ func Parse(name string, data []byte) (*Script, error) {
 			}
 			if r.any, err = compile(fr.When.Any); err != nil {
 				return nil, at(".when.any", "%v", err)
+			}
+			if r.tools, err = compile(fr.When.Tools); err != nil {
+				return nil, at(".when.tools", "%v", err)
 			}
 		}
 		if fr.Reply == nil {
@@ -252,6 +258,9 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 		if r.any != nil && !r.any.MatchString(conversationText(req.Messages)) {
 			continue
 		}
+		if r.tools != nil && !r.tools.MatchString(toolNames(req)) {
+			continue
+		}
 		if r.times > 0 && usesIn(r, req.Messages) >= r.times {
 			continue
 		}
@@ -364,6 +373,15 @@ func systemText(req llm.Request) string {
 		parts[i] = s.Text
 	}
 	return strings.Join(parts, "\n\n")
+}
+
+// toolNames are the names of the tools the request offers, one per line (when.tools).
+func toolNames(req llm.Request) string {
+	names := make([]string, len(req.Tools))
+	for i, t := range req.Tools {
+		names[i] = t.Name
+	}
+	return strings.Join(names, "\n")
 }
 
 // lastText is the newest user message: its text and tool results.

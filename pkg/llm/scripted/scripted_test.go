@@ -203,3 +203,41 @@ func TestArgsFromCaptures(t *testing.T) {
 		t.Fatalf("args %v", args)
 	}
 }
+
+// when.tools matches the names of the tools a call offers: a script calls a tool while it is
+// offered and searches for it otherwise.
+func TestToolsMatchTheOfferedSet(t *testing.T) {
+	s, err := Parse("tools.yaml", []byte(`
+rules:
+  - when: {tools: "(?m)^lookup_customer$"}
+    reply:
+      tool_calls: [{name: lookup_customer, args: {query: acme}}]
+  - reply:
+      tool_calls: [{name: find_tools, args: {query: find a customer}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := FromScript(s)
+	ask := func(tools ...string) string {
+		req := llm.Request{Messages: []llm.Message{user("Cancel acme's subscription")}}
+		for _, n := range tools {
+			req.Tools = append(req.Tools, llm.ToolDef{Name: n})
+		}
+		resp, err := b.Complete(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.ToolCalls[0].Name
+	}
+	if got := ask("cancel_subscription", "lookup_customer", "finish"); got != "lookup_customer" {
+		t.Fatalf("with lookup_customer offered the script called %s", got)
+	}
+	if got := ask("cancel_subscription", "lookup_customer_notes", "finish"); got != "find_tools" {
+		t.Fatalf("without lookup_customer offered the script called %s", got)
+	}
+	if _, err := Parse("bad.yaml", []byte("rules:\n  - when: {tools: \"(\"}\n    reply: {text: x}\n")); err == nil ||
+		!strings.Contains(err.Error(), "rules[0].when.tools") {
+		t.Fatalf("a bad when.tools: %v", err)
+	}
+}
