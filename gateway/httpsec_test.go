@@ -278,3 +278,52 @@ func TestHTTPTokenFile(t *testing.T) {
 		t.Errorf("short token: %v", err)
 	}
 }
+
+// The env file `skein creds` writes for deployed gateways: private, one SKEIN_HTTP_TOKEN line that
+// the gateway takes as its token, kept when it exists, refused when others can read it.
+func TestHTTPTokenEnvFile(t *testing.T) {
+	t.Setenv(HTTPTokenEnv, "")
+	dir := filepath.Join(t.TempDir(), "creds")
+	path, err := EnsureHTTPTokenEnv(dir)
+	if err != nil || path != filepath.Join(dir, HTTPTokenEnvFile) {
+		t.Fatalf("%q %v", path, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v (%v), want 0600", st.Mode().Perm(), err)
+	}
+	b, _ := os.ReadFile(path)
+	name, tok, ok := strings.Cut(strings.TrimSuffix(string(b), "\n"), "=")
+	if !ok || name != HTTPTokenEnv || strings.Contains(tok, "\n") || len(tok) < 32 {
+		t.Fatalf("%s holds %q, want one line %s=<token>", path, b, HTTPTokenEnv)
+	}
+	t.Setenv(HTTPTokenEnv, tok)
+	if got, _, err := HTTPToken(t.TempDir(), ""); err != nil || got != tok {
+		t.Fatalf("a gateway given the file's variable uses %q (%v), want %q", got, err, tok)
+	}
+	if again, err := EnsureHTTPTokenEnv(dir); err != nil || again != path {
+		t.Fatalf("second run: %q %v", again, err)
+	}
+	if b2, _ := os.ReadFile(path); string(b2) != string(b) {
+		t.Fatalf("second run replaced the token: %q, was %q", b2, b)
+	}
+	other, err := EnsureHTTPTokenEnv(filepath.Join(t.TempDir(), "creds"))
+	if b3, _ := os.ReadFile(other); err != nil || string(b3) == string(b) {
+		t.Fatalf("two deployments got the same token (%v)", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureHTTPTokenEnv(dir); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a world-readable token file: %v, want a refusal naming chmod 600", err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("TOKEN=x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureHTTPTokenEnv(dir); err == nil || !strings.Contains(err.Error(), HTTPTokenEnv+"=<token>") {
+		t.Errorf("a malformed token file: %v", err)
+	}
+}
