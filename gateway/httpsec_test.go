@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -248,6 +250,99 @@ func TestHTTPServerTimeouts(t *testing.T) {
 	if len(events) == 0 || events[len(events)-1] != string(protocol.EvUsage) {
 		t.Fatalf("stream cut before its end: got %v (%v)", events, sc.Err())
 	}
+}
+
+// serveWith runs the gateway's real server with the timeouts set by set, until the test ends.
+func serveWith(t *testing.T, f *fixture, set func()) string {
+	t.Helper()
+	saved := httpTimeouts
+	set()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.gw.serveListener(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done; httpTimeouts = saved })
+	return ln.Addr().String()
+}
+
+// closedByServer waits (at most guard) for the server to close conn after what it already
+// sent, and returns what it sent last.
+func closedByServer(t *testing.T, conn net.Conn, guard time.Duration) []byte {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(guard))
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("the server kept the connection open for %v: %v", guard, err)
+	}
+	return b
+}
+
+// The read timeout bounds a whole request, body included: a client that sends its headers and
+// then trickles nothing of the body it announced gets a 400 and is dropped, and nothing is
+// submitted. The idle timeout closes a keep-alive connection that sends no next request, however
+// long the read timeout is.
+func TestHTTPServerReadAndIdleTimeouts(t *testing.T) {
+	f := newFixture(t)
+	const guard = 10 * time.Second // far beyond the timeouts under test, far below the defaults
+	t.Run("slow body", func(t *testing.T) {
+		addr := serveWith(t, f, func() { httpTimeouts.read = 500 * time.Millisecond })
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		body := `{"task": "Greet Ada", "session_id": "slow-body-1"}`
+		head := "POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + testToken +
+			"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+		if _, err := conn.Write([]byte(head + body[:10])); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(closedByServer(t, conn, guard))), nil)
+		if err != nil {
+			t.Fatalf("no answer before the server closed: %v", err)
+		}
+		var out map[string]string
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		if resp.StatusCode != http.StatusBadRequest || out["code"] != "bad_request" || !strings.Contains(out["error"], "timeout") {
+			t.Errorf("slow body: %d %v, want 400 bad_request naming the timeout", resp.StatusCode, out)
+		}
+		got, err := testClient.Get("http://" + addr + "/v1/sessions/slow-body-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Body.Close()
+		if got.StatusCode != http.StatusNotFound {
+			t.Errorf("the half-sent task was submitted: GET its session gives %d", got.StatusCode)
+		}
+	})
+	t.Run("idle keep-alive", func(t *testing.T) {
+		addr := serveWith(t, f, func() { httpTimeouts.read, httpTimeouts.idle = time.Minute, 300*time.Millisecond })
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("GET /v1/sessions/none HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + testToken + "\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || resp.Close {
+			t.Fatalf("first request: %d (close %v), want a 404 on a connection kept alive", resp.StatusCode, resp.Close)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(guard))
+		if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+			t.Fatalf("an idle keep-alive connection was not closed by the server: read %d bytes, %v", n, err)
+		}
+	})
 }
 
 func TestHTTPTokenFile(t *testing.T) {
