@@ -172,13 +172,13 @@ func TestToolCannotReadTheKeyOfTheProcessThatStartedIt(t *testing.T) {
 	t.Run("mesh as root, tools as nobody", func(t *testing.T) {
 		rep, _ := secretHunt(t, -1)
 		if len(rep.Found) > 0 || rep.UID != 65534 || rep.MemError == "" {
-			t.Errorf("tool as uid %d found the key at %+v (mem error %q)", rep.UID, rep.Found, rep.MemError)
+			t.Errorf("tool as uid %d found a secret at %+v (mem error %q)", rep.UID, rep.Found, rep.MemError)
 		}
 	})
 	t.Run("same uid, key holder non-dumpable", func(t *testing.T) {
 		rep, _ := secretHunt(t, 65534, "SKEIN_TEST_RUN_AS=current")
 		if len(rep.Found) > 0 || rep.UID != 65534 || rep.MemError == "" {
-			t.Errorf("tool found the key at %+v (mem error %q)", rep.Found, rep.MemError)
+			t.Errorf("tool found a secret at %+v (mem error %q)", rep.Found, rep.MemError)
 		}
 	})
 	// The controls: without the protections the same hunt finds both secrets, so the test can
