@@ -59,11 +59,9 @@ func HTTPToken(home, configured string) (token, path string, err error) {
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return "", "", fmt.Errorf("HTTP API token: %w", err)
 	}
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		return "", "", fmt.Errorf("HTTP API token: %w", err)
+	if token, err = newHTTPToken(); err != nil {
+		return "", "", err
 	}
-	token = "skh_" + hex.EncodeToString(raw)
 	// O_EXCL: two processes starting at once agree on the first one's token.
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
@@ -81,6 +79,69 @@ func HTTPToken(home, configured string) (token, path string, err error) {
 		return "", "", fmt.Errorf("HTTP API token: %w", werr)
 	}
 	return token, path, nil
+}
+
+// newHTTPToken is 32 random bytes, hex, behind skh_ (a prefix redaction knows).
+func newHTTPToken() (string, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("HTTP API token: %w", err)
+	}
+	return "skh_" + hex.EncodeToString(raw), nil
+}
+
+// HTTPTokenEnvFile is the file `skein creds` writes for the gateways of a deployment: one
+// SKEIN_HTTP_TOKEN=<token> line, the form compose's env_file and `kubectl create secret generic
+// --from-env-file` read, so every gateway replica behind one address holds the same token.
+const HTTPTokenEnvFile = "http.env"
+
+// EnsureHTTPTokenEnv writes dir/http.env (0600) with a new token unless the file exists, and
+// checks the one that does: kept, like the credentials beside it, so re-running `skein creds`
+// does not lock out every client.
+func EnsureHTTPTokenEnv(dir string) (path string, err error) {
+	path = filepath.Join(dir, HTTPTokenEnvFile)
+	if st, err := os.Stat(path); err == nil {
+		if st.Mode().Perm()&0o077 != 0 {
+			return "", fmt.Errorf("HTTP API token file %s is readable by others (mode %04o): run chmod 600 %s", path, st.Mode().Perm(), path)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("HTTP API token: %w", err)
+		}
+		tok, ok := strings.CutPrefix(strings.TrimSpace(string(b)), HTTPTokenEnv+"=")
+		if !ok {
+			return "", fmt.Errorf("HTTP API token file %s: want one line %s=<token>; delete it to make a new one", path, HTTPTokenEnv)
+		}
+		if _, _, err := checkToken(tok, path); err != nil {
+			return "", err
+		}
+		return path, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("HTTP API token: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("HTTP API token: %w", err)
+	}
+	tok, err := newHTTPToken()
+	if err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return EnsureHTTPTokenEnv(dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("HTTP API token: %w", err)
+	}
+	_, werr := f.WriteString(HTTPTokenEnv + "=" + tok + "\n")
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = os.Remove(path)
+		return "", fmt.Errorf("HTTP API token: %w", werr)
+	}
+	return path, nil
 }
 
 func checkToken(tok, where string) (string, string, error) {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -250,6 +252,99 @@ func TestHTTPServerTimeouts(t *testing.T) {
 	}
 }
 
+// serveWith runs the gateway's real server with the timeouts set by set, until the test ends.
+func serveWith(t *testing.T, f *fixture, set func()) string {
+	t.Helper()
+	saved := httpTimeouts
+	set()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.gw.serveListener(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done; httpTimeouts = saved })
+	return ln.Addr().String()
+}
+
+// closedByServer waits (at most guard) for the server to close conn after what it already
+// sent, and returns what it sent last.
+func closedByServer(t *testing.T, conn net.Conn, guard time.Duration) []byte {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(guard))
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("the server kept the connection open for %v: %v", guard, err)
+	}
+	return b
+}
+
+// The read timeout bounds a whole request, body included: a client that sends its headers and
+// then trickles nothing of the body it announced gets a 400 and is dropped, and nothing is
+// submitted. The idle timeout closes a keep-alive connection that sends no next request, however
+// long the read timeout is.
+func TestHTTPServerReadAndIdleTimeouts(t *testing.T) {
+	f := newFixture(t)
+	const guard = 10 * time.Second // far beyond the timeouts under test, far below the defaults
+	t.Run("slow body", func(t *testing.T) {
+		addr := serveWith(t, f, func() { httpTimeouts.read = 500 * time.Millisecond })
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		body := `{"task": "Greet Ada", "session_id": "slow-body-1"}`
+		head := "POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + testToken +
+			"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+		if _, err := conn.Write([]byte(head + body[:10])); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(closedByServer(t, conn, guard))), nil)
+		if err != nil {
+			t.Fatalf("no answer before the server closed: %v", err)
+		}
+		var out map[string]string
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		if resp.StatusCode != http.StatusBadRequest || out["code"] != "bad_request" || !strings.Contains(out["error"], "timeout") {
+			t.Errorf("slow body: %d %v, want 400 bad_request naming the timeout", resp.StatusCode, out)
+		}
+		got, err := testClient.Get("http://" + addr + "/v1/sessions/slow-body-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Body.Close()
+		if got.StatusCode != http.StatusNotFound {
+			t.Errorf("the half-sent task was submitted: GET its session gives %d", got.StatusCode)
+		}
+	})
+	t.Run("idle keep-alive", func(t *testing.T) {
+		addr := serveWith(t, f, func() { httpTimeouts.read, httpTimeouts.idle = time.Minute, 300*time.Millisecond })
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("GET /v1/sessions/none HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + testToken + "\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || resp.Close {
+			t.Fatalf("first request: %d (close %v), want a 404 on a connection kept alive", resp.StatusCode, resp.Close)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(guard))
+		if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+			t.Fatalf("an idle keep-alive connection was not closed by the server: read %d bytes, %v", n, err)
+		}
+	})
+}
+
 func TestHTTPTokenFile(t *testing.T) {
 	t.Setenv(HTTPTokenEnv, "")
 	home := filepath.Join(t.TempDir(), "home")
@@ -276,5 +371,54 @@ func TestHTTPTokenFile(t *testing.T) {
 	t.Setenv(HTTPTokenEnv, "short")
 	if _, _, err := HTTPToken(home, ""); err == nil || !strings.Contains(err.Error(), "at least 16") {
 		t.Errorf("short token: %v", err)
+	}
+}
+
+// The env file `skein creds` writes for deployed gateways: private, one SKEIN_HTTP_TOKEN line that
+// the gateway takes as its token, kept when it exists, refused when others can read it.
+func TestHTTPTokenEnvFile(t *testing.T) {
+	t.Setenv(HTTPTokenEnv, "")
+	dir := filepath.Join(t.TempDir(), "creds")
+	path, err := EnsureHTTPTokenEnv(dir)
+	if err != nil || path != filepath.Join(dir, HTTPTokenEnvFile) {
+		t.Fatalf("%q %v", path, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v (%v), want 0600", st.Mode().Perm(), err)
+	}
+	b, _ := os.ReadFile(path)
+	name, tok, ok := strings.Cut(strings.TrimSuffix(string(b), "\n"), "=")
+	if !ok || name != HTTPTokenEnv || strings.Contains(tok, "\n") || len(tok) < 32 {
+		t.Fatalf("%s holds %q, want one line %s=<token>", path, b, HTTPTokenEnv)
+	}
+	t.Setenv(HTTPTokenEnv, tok)
+	if got, _, err := HTTPToken(t.TempDir(), ""); err != nil || got != tok {
+		t.Fatalf("a gateway given the file's variable uses %q (%v), want %q", got, err, tok)
+	}
+	if again, err := EnsureHTTPTokenEnv(dir); err != nil || again != path {
+		t.Fatalf("second run: %q %v", again, err)
+	}
+	if b2, _ := os.ReadFile(path); string(b2) != string(b) {
+		t.Fatalf("second run replaced the token: %q, was %q", b2, b)
+	}
+	other, err := EnsureHTTPTokenEnv(filepath.Join(t.TempDir(), "creds"))
+	if b3, _ := os.ReadFile(other); err != nil || string(b3) == string(b) {
+		t.Fatalf("two deployments got the same token (%v)", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureHTTPTokenEnv(dir); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a world-readable token file: %v, want a refusal naming chmod 600", err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("TOKEN=x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureHTTPTokenEnv(dir); err == nil || !strings.Contains(err.Error(), HTTPTokenEnv+"=<token>") {
+		t.Errorf("a malformed token file: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,25 +17,67 @@ import (
 )
 
 // The deploy/ manifests say and do the same: every file compose mounts is shipped (or is a
-// credential `skein creds` writes), the agent
-// configs they give the roles load with this package's own checks, and both run streams and
-// buckets with the 3 replicas the 3-node cluster is for.
+// credential `skein creds` writes, which is never shipped), the agent configs they give the roles
+// load with this package's own checks, both run streams and buckets with the 3 replicas the
+// 3-node cluster is for, compose publishes ports on the host's loopback only, and every gateway
+// takes the one HTTP token the operator made rather than generating its own.
 func TestDeployManifestsAreConsistent(t *testing.T) {
-	dir := filepath.Join(devtest.RepoRoot(t), "deploy")
+	root := devtest.RepoRoot(t)
+	dir := filepath.Join(root, "deploy")
 
 	var compose struct {
 		XSkein struct {
-			Volumes []string `yaml:"volumes"`
+			Volumes     []string          `yaml:"volumes"`
+			Environment map[string]string `yaml:"environment"`
 		} `yaml:"x-skein"`
 		Services map[string]struct {
-			Volumes []string `yaml:"volumes"`
-			Command any      `yaml:"command"`
+			Volumes     []string          `yaml:"volumes"`
+			Command     any               `yaml:"command"` // a list or a shell string
+			EnvFile     []string          `yaml:"env_file"`
+			Environment map[string]string `yaml:"environment"`
+			Ports       []string          `yaml:"ports"`
 		} `yaml:"services"`
 	}
 	readYAML(t, filepath.Join(dir, "compose.yaml"), &compose)
 	mounts := append([]string(nil), compose.XSkein.Volumes...)
 	for _, s := range compose.Services {
 		mounts = append(mounts, s.Volumes...)
+	}
+
+	// Secrets come from deploy/creds, which `skein creds --dir deploy/creds` fills and git ignores.
+	ignore, err := os.ReadFile(filepath.Join(root, ".gitignore"))
+	if err != nil || !slices.Contains(strings.Split(string(ignore), "\n"), "/deploy/creds/") {
+		t.Errorf(".gitignore does not keep deploy/creds/ (the operator's secrets) out of the repository (%v)", err)
+	}
+	for name, s := range compose.Services {
+		for _, f := range s.EnvFile {
+			if strings.HasPrefix(f, "./creds/") {
+				if f != "./creds/nkeys.env" && f != "./creds/http.env" {
+					t.Errorf("compose service %s reads %s, which `skein creds` does not write", name, f)
+				}
+			} else if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+				t.Errorf("compose service %s reads %s, which deploy/ does not ship: %v", name, f, err)
+			}
+		}
+		for _, p := range s.Ports {
+			if host, _, _ := strings.Cut(p, ":"); host != "127.0.0.1" {
+				t.Errorf("compose service %s publishes %q on every interface of the host; publish it on 127.0.0.1", name, p)
+			}
+		}
+		if commandHas(s.Command, "--http") {
+			if !slices.Contains(s.EnvFile, "./creds/http.env") {
+				t.Errorf("compose service %s serves the HTTP API without the operator's token (env_file ./creds/http.env): each container would make its own", name)
+			}
+			if _, set := s.Environment["SKEIN_HTTP_TOKEN"]; set {
+				t.Errorf("compose service %s sets SKEIN_HTTP_TOKEN in the shipped file", name)
+			}
+		}
+	}
+	if _, set := compose.XSkein.Environment["SKEIN_HTTP_TOKEN"]; set {
+		t.Error("compose sets SKEIN_HTTP_TOKEN in the shipped file")
+	}
+	if len(compose.Services["gateway"].Ports) == 0 {
+		t.Error("compose publishes no port of the gateway's HTTP API")
 	}
 	var agentYAML string
 	for _, m := range mounts {
@@ -96,6 +139,8 @@ func TestDeployManifestsAreConsistent(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch doc.Kind {
+		case "Secret":
+			t.Errorf("k8s/skein.yaml ships Secret %s: secrets are made by the operator (`skein creds`, kubectl create secret)", doc.Metadata.Name)
 		case "ConfigMap":
 			configMaps[doc.Metadata.Name] = doc.Data
 		case "Deployment":
@@ -108,6 +153,32 @@ func TestDeployManifestsAreConsistent(t *testing.T) {
 	}
 	if len(deployments) < 6 {
 		t.Errorf("k8s/skein.yaml has %d Deployments, want one per role", len(deployments))
+	}
+	servers := 0
+	for _, d := range deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if !slices.Contains(c.Command, "--http") {
+				continue
+			}
+			servers++
+			token := false
+			for _, e := range c.Env {
+				if e.Name != "SKEIN_HTTP_TOKEN" {
+					continue
+				}
+				ref := e.ValueFrom.SecretKeyRef
+				token = e.Value == "" && ref.Name != "" && ref.Key != ""
+				if !token {
+					t.Errorf("Deployment %s: SKEIN_HTTP_TOKEN must come from a Secret (valueFrom.secretKeyRef), not %+v", d.Metadata.Name, e)
+				}
+			}
+			if !token {
+				t.Errorf("Deployment %s serves the HTTP API without SKEIN_HTTP_TOKEN from a Secret: each of its %d replicas would make its own token", d.Metadata.Name, d.Spec.Replicas)
+			}
+		}
+	}
+	if servers == 0 {
+		t.Error("k8s/skein.yaml serves no HTTP API (no container runs with --http)")
 	}
 	for _, d := range deployments {
 		for _, v := range d.Spec.Template.Spec.Volumes {
@@ -122,11 +193,40 @@ func TestDeployManifestsAreConsistent(t *testing.T) {
 	}
 }
 
+// commandHas reports whether a compose command (a list, or a string split on spaces) has word.
+func commandHas(cmd any, word string) bool {
+	switch c := cmd.(type) {
+	case string:
+		return slices.Contains(strings.Fields(c), word)
+	case []any:
+		for _, w := range c {
+			if w == word {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 type k8sDeployment struct {
 	Metadata struct{ Name string } `yaml:"metadata"`
 	Spec     struct {
+		Replicas int `yaml:"replicas"`
 		Template struct {
 			Spec struct {
+				Containers []struct {
+					Command []string `yaml:"command"`
+					Env     []struct {
+						Name      string `yaml:"name"`
+						Value     string `yaml:"value"`
+						ValueFrom struct {
+							SecretKeyRef struct {
+								Name string `yaml:"name"`
+								Key  string `yaml:"key"`
+							} `yaml:"secretKeyRef"`
+						} `yaml:"valueFrom"`
+					} `yaml:"env"`
+				} `yaml:"containers"`
 				Volumes []struct {
 					ConfigMap struct{ Name string } `yaml:"configMap"`
 				} `yaml:"volumes"`

@@ -60,7 +60,9 @@ func LoadConfig(path string) (*config.Config, error) {
 		if _, err := os.Stat("agent.yaml"); err == nil {
 			path = "agent.yaml"
 		} else {
-			return config.Default(), nil
+			cfg := config.Default()
+			MaskConfiguredSecrets(cfg)
+			return cfg, nil
 		}
 	}
 	cfg, err := config.Load(path)
@@ -71,7 +73,22 @@ func LoadConfig(path string) (*config.Config, error) {
 	if err := usage.Apply(cfg.Models); err != nil {
 		return nil, fmt.Errorf("%s: models: %w", path, err)
 	}
+	MaskConfiguredSecrets(cfg)
 	return cfg, nil
+}
+
+// MaskConfiguredSecrets registers the secrets cfg names for redaction in this process: the
+// value of every model binding's key variable (llm, planner.llm, executor.llm, miner.llm,
+// whatever the variable is called) and gateway.http_token. Redaction by variable name catches
+// only names like *KEY* or *TOKEN* ($SKEIN_HTTP_TOKEN, $SKEIN_EMBED_API_KEY), so a key under
+// llm.api_key_env: OPENROUTER would otherwise reach traces and logs as it is.
+func MaskConfiguredSecrets(cfg *config.Config) {
+	envs := []string{llm.KeyEnv(cfg.LLM)}
+	for _, role := range []string{protocol.RolePlanner, protocol.RoleExecutor, protocol.RoleMiner} {
+		envs = append(envs, llm.KeyEnv(cfg.ForRole(role)))
+	}
+	redact.AddEnv(envs...)
+	redact.AddValues(cfg.Gateway.HTTPToken)
 }
 
 // Logger returns a text logger on stderr; SKEIN_LOG=debug raises the level.

@@ -5,11 +5,14 @@ package tools_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base32"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,13 +23,39 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/harden"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
 
-// The key holder is this test binary started again with a fake provider key in its initial
-// environment (what /proc/<pid>/environ shows) and in its memory, like a role process that read
-// its key. It runs one fixture tool through a Runner and prints the result.
-const keyholderEnv = "SKEIN_TEST_KEYHOLDER"
+// The key holder is this test binary started again with a fake provider key and a fake NATS
+// nkey seed in its initial environment (what /proc/<pid>/environ shows) and in its memory, like a
+// role process that read its key and its credentials. It runs one fixture tool through a Runner
+// and prints the result.
+const (
+	keyholderEnv = "SKEIN_TEST_KEYHOLDER"
+	seedEnv      = "SKEIN_TEST_NKEY_SEED"
+)
+
+// heldSeed is the key holder's copy of its NATS seed, as a role keeps the credentials it read.
+var heldSeed []byte
+
+// fakeKey and newFakeSeed make the secrets the key holder is given. The markers secretgrep.py
+// hunts for (FAKEKEY-, SUAFAKESEED) are made upper case at run time and only in the test that
+// starts the key holder, so neither this binary's text nor the key holder's own variables hold
+// them: what the hunt finds is what was planted.
+func fakeKey() string {
+	return "sk-ant-api03-" + strings.ToUpper("fakekey-") + strconv.Itoa(os.Getpid())
+}
+
+// newFakeSeed is shaped like a NATS user nkey seed (S, U, 56 base32 characters), marked so the
+// hunt knows it and random so no other process holds it.
+func newFakeSeed() string {
+	raw := make([]byte, 30)
+	if _, err := rand.Read(raw); err != nil {
+		panic(err)
+	}
+	return "SUA" + strings.ToUpper("fakeseed") + base32.StdEncoding.EncodeToString(raw)[:47]
+}
 
 func TestMain(m *testing.M) {
 	if tool := os.Getenv(keyholderEnv); tool != "" {
@@ -36,6 +65,8 @@ func TestMain(m *testing.M) {
 }
 
 func keyholder(tool string) int {
+	heldSeed = []byte(os.Getenv(seedEnv))
+	defer runtime.KeepAlive(heldSeed)
 	if os.Getenv("SKEIN_TEST_DUMPABLE") != "1" {
 		if err := harden.Process(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -69,7 +100,8 @@ func startKeyholder(t *testing.T, uid int, tool string, env ...string) (*exec.Cm
 	cmd := exec.Command("/proc/self/exe") // readable by another uid even in a private build folder
 	cmd.Env = append([]string{
 		keyholderEnv + "=" + tool,
-		"ANTHROPIC_API_KEY=sk-ant-api03-FAKEKEY-" + strconv.Itoa(os.Getpid()),
+		"ANTHROPIC_API_KEY=" + fakeKey(),
+		seedEnv + "=" + newFakeSeed(),
 		"SKEIN_TEST_FIXTURES=" + fixtures,
 		"PATH=/usr/local/bin:/usr/bin:/bin",
 		"HOME=/",
@@ -98,6 +130,7 @@ type grepReport struct {
 	Found []struct {
 		PID   int    `json:"pid"`
 		Where string `json:"where"`
+		What  string `json:"what"`
 	} `json:"found"`
 	EnvironsRead int    `json:"environs_read"`
 	OwnEnviron   bool   `json:"own_environ"`
@@ -132,41 +165,52 @@ func needRoot(t *testing.T) {
 func TestToolCannotReadTheKeyOfTheProcessThatStartedIt(t *testing.T) {
 	devtestPython(t)
 	needRoot(t)
+	// The planted seed is one the mesh itself treats as a NATS credential.
+	if seed := newFakeSeed(); redact.String(seed) != redact.Mask {
+		t.Fatalf("the fake seed %q is not shaped like an nkey seed (redacted: %q)", seed, redact.String(seed))
+	}
 	t.Run("mesh as root, tools as nobody", func(t *testing.T) {
 		rep, _ := secretHunt(t, -1)
 		if len(rep.Found) > 0 || rep.UID != 65534 || rep.MemError == "" {
-			t.Errorf("tool as uid %d found the key at %+v (mem error %q)", rep.UID, rep.Found, rep.MemError)
+			t.Errorf("tool as uid %d found a secret at %+v (mem error %q)", rep.UID, rep.Found, rep.MemError)
 		}
 	})
 	t.Run("same uid, key holder non-dumpable", func(t *testing.T) {
 		rep, _ := secretHunt(t, 65534, "SKEIN_TEST_RUN_AS=current")
 		if len(rep.Found) > 0 || rep.UID != 65534 || rep.MemError == "" {
-			t.Errorf("tool found the key at %+v (mem error %q)", rep.Found, rep.MemError)
+			t.Errorf("tool found a secret at %+v (mem error %q)", rep.Found, rep.MemError)
 		}
 	})
-	// The controls: without the protections the same hunt succeeds, so the test can fail.
+	// The controls: without the protections the same hunt finds both secrets, so the test can
+	// fail.
 	t.Run("control: same uid, key holder dumpable", func(t *testing.T) {
 		rep, holder := secretHunt(t, 65534, "SKEIN_TEST_RUN_AS=current", "SKEIN_TEST_DUMPABLE=1")
-		where := map[string]bool{}
-		for _, f := range rep.Found {
-			if f.PID == holder {
-				where[f.Where] = true
+		for _, what := range []string{"provider key", "nats seed"} {
+			for _, where := range []string{"environ", "mem"} {
+				if !rep.has(holder, what, where) {
+					t.Errorf("the unprotected key holder's %s was not found in its %s: %+v (mem error %q, %d bytes read)", what, where, rep.Found, rep.MemError, rep.MemBytes)
+				}
 			}
-		}
-		if !where["environ"] || !where["mem"] {
-			t.Errorf("the unprotected key holder's key was not found in both environ and mem: %+v (mem error %q, %d bytes read)", rep.Found, rep.MemError, rep.MemBytes)
 		}
 	})
 	t.Run("control: root defeats non-dumpable", func(t *testing.T) {
 		rep, holder := secretHunt(t, -1, "SKEIN_TEST_RUN_AS=current")
-		hit := false
-		for _, f := range rep.Found {
-			hit = hit || f.PID == holder
-		}
-		if !hit {
-			t.Errorf("a root tool did not find the key of a non-dumpable root process: %+v", rep.Found)
+		for _, what := range []string{"provider key", "nats seed"} {
+			if !rep.has(holder, what, "environ") || !rep.has(holder, what, "mem") {
+				t.Errorf("a root tool did not find the %s of a non-dumpable root process in both environ and mem: %+v", what, rep.Found)
+			}
 		}
 	})
+}
+
+// has reports whether the hunt found what (provider key, nats seed) in pid's where (environ, mem).
+func (r grepReport) has(pid int, what, where string) bool {
+	for _, f := range r.Found {
+		if f.PID == pid && f.What == what && f.Where == where {
+			return true
+		}
+	}
+	return false
 }
 
 func TestToolDiesWithItsHost(t *testing.T) {

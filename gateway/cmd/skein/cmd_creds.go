@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/service"
@@ -23,7 +24,10 @@ func newCredsCmd() *cobra.Command {
 			"0700 folder), keeping existing ones, and prints SKEIN_NKEY_<IDENTITY>=<public key> lines: the\n" +
 			"environment deploy/nats/auth.conf reads. Give each process only its own file (--creds, $SKEIN_CREDS,\n" +
 			"or $SKEIN_CREDS_DIR). To rotate one identity, delete its file, run creds again, update the server's\n" +
-			"environment and reload it (`skein up` re-reads its own at start).",
+			"environment and reload it (`skein up` re-reads its own at start).\n\n" +
+			"It also writes DIR/http.env, one SKEIN_HTTP_TOKEN=<token> line (kept if present): the bearer token\n" +
+			"every gateway of a deployment shares (compose's env_file, or a Kubernetes Secret made with\n" +
+			"kubectl create secret generic skein-http --from-env-file=DIR/http.env). Delete it to rotate.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
@@ -33,9 +37,16 @@ func newCredsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The token goes to its own file, not to stdout: that output becomes the NATS
+			// servers' environment, which has no business holding the HTTP API's token.
+			tokenEnv, err := gateway.EnsureHTTPTokenEnv(dir)
+			if err != nil {
+				return err
+			}
 			for _, id := range auth.Identities {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s=%s\n", auth.EnvKey(id), pub[id])
 			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "HTTP API token for the gateways: %s\n", tokenEnv)
 			return nil
 		},
 	}

@@ -230,7 +230,7 @@ func newMemoryCmd() *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				if len(args) == 1 {
-					f, err := os.OpenFile(args[0], os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600) // memory is private
+					f, err := openPrivate(args[0])
 					if err != nil {
 						return err
 					}
@@ -463,4 +463,24 @@ func newReplayCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&since, "since", 0, "sessions that ended within this long ago (e.g. 24h)")
 	cmd.Flags().Uint64Var(&fromSeq, "from-seq", 0, "sessions that ended at or after this TRACE stream sequence")
 	return cmd
+}
+
+// openPrivate opens path for writing, truncated, readable by its owner only: memory is private.
+// The mode given to OpenFile applies only to a file it creates, so an existing regular file is
+// closed too (through the open descriptor, so the file checked is the file written); a device
+// or pipe (/dev/stdout) is left as it is.
+func openPrivate(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && st.Mode().IsRegular() && st.Mode().Perm() != 0o600 {
+		err = f.Chmod(0o600)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: make it private: %w", path, err)
+	}
+	return f, nil
 }

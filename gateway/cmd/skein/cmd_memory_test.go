@@ -132,6 +132,39 @@ func TestMemoryCommandsRoundTrip(t *testing.T) {
 	}
 }
 
+// An export is readable by its owner only, also when it replaces a file others could read.
+func TestMemoryExportIsPrivate(t *testing.T) {
+	m := memMesh(t)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	if err := os.WriteFile(in, []byte(`{"agent":"demo","text":"Check the csv path exists before csv_read.","polarity":"avoid","tools":["csv_read"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, m, "memory", "import", in); err != nil || !strings.Contains(out, "imported 1") {
+		t.Fatalf("import: %q %v", out, err)
+	}
+	fresh, old := filepath.Join(dir, "fresh.jsonl"), filepath.Join(dir, "old.jsonl")
+	if err := os.WriteFile(old, []byte("an older, longer file that others could read\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(old, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	for _, p := range []string{fresh, old} {
+		if _, err := runCLI(t, m, "memory", "export", p); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(p)
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v (%v), want 0600", filepath.Base(p), st.Mode().Perm(), err)
+		}
+		data, _ := os.ReadFile(p)
+		if !strings.Contains(string(data), "Check the csv path") || strings.Contains(string(data), "older") {
+			t.Errorf("%s holds %q, want the export alone", filepath.Base(p), data)
+		}
+	}
+}
+
 func TestIngestTracesAndReplayCommands(t *testing.T) {
 	m := memMesh(t)
 	pub := trace.NewPublisher(m.Conn.JS, m.Names, "test")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/ingest/ingesttest"
@@ -163,6 +164,31 @@ func TestSanitize(t *testing.T) {
 	plain := "Check that /data/x.csv exists (use list_files) before csv_read: it fails with 'no such file'."
 	if got := retrieve.Sanitize(plain); got != plain {
 		t.Errorf("ordinary guideline changed: %q", got)
+	}
+}
+
+// A guideline's text is cut to MaxGuidelineChars bytes after sanitizing, never inside a
+// character, so no guideline, whatever its source, fills the prompt.
+func TestSanitizeCapsLength(t *testing.T) {
+	long := strings.Repeat("Check the path before csv_read.\n", 100) + "TAIL-MARKER"
+	got := retrieve.Sanitize(long)
+	flat := strings.Join(strings.Fields(long), " ")
+	if len(got) != retrieve.MaxGuidelineChars || !strings.HasPrefix(flat, got) {
+		t.Errorf("Sanitize of %d bytes gave %d bytes; want the first %d of the flattened text", len(long), len(got), retrieve.MaxGuidelineChars)
+	}
+	if again := retrieve.Sanitize(got); again != got {
+		t.Errorf("not idempotent at the cap: %d -> %d bytes", len(got), len(again))
+	}
+	// 3-byte characters after one ASCII byte: byte 600 falls inside a character.
+	wide := "a" + strings.Repeat("日", 300)
+	got = retrieve.Sanitize(wide)
+	if !utf8.ValidString(got) || len(got) > retrieve.MaxGuidelineChars || len(got) < retrieve.MaxGuidelineChars-3 || !strings.HasPrefix(wide, got) {
+		t.Errorf("Sanitize cut %d bytes of wide text into %d bytes (valid UTF-8: %v)", len(wide), len(got), utf8.ValidString(got))
+	}
+	// What reaches the prompt is capped too.
+	strategic, _ := retrieve.Render([]protocol.Guideline{{ID: "1", Text: long, Tier: st, Polarity: av}})
+	if strings.Contains(strategic, "TAIL-MARKER") || len(strategic) > len(retrieve.Preamble)+retrieve.MaxGuidelineChars+200 {
+		t.Errorf("a %d-byte guideline rendered into %d bytes of prompt", len(long), len(strategic))
 	}
 }
 

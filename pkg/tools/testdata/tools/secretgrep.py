@@ -1,11 +1,11 @@
-# Looks for a secret everywhere a tool could: the environment of every process it can see and
-# the memory of the process that started it. The needle is built at run time so the script's
-# own text does not match.
+# Looks for secrets everywhere a tool could: the environment of every process it can see and
+# the memory of the process that started it. The secrets are a fake provider key and a fake NATS
+# nkey seed; the needles are built at run time so the script's own text does not match.
 import json
 import os
 import re
 
-needle = ("FAKE" + "KEY-").encode()
+needles = {"provider key": ("FAKE" + "KEY-").encode(), "nats seed": ("SUA" + "FAKESEED").encode()}
 me = os.getpid()
 ppid = os.getppid()
 found, readable = [], 0
@@ -18,10 +18,11 @@ for name in os.listdir("/proc"):
     except OSError:
         continue
     readable += 1
-    if needle in data:
-        found.append({"pid": int(name), "where": "environ"})
+    for what, needle in needles.items():
+        if needle in data:
+            found.append({"pid": int(name), "where": "environ", "what": what})
 
-mem_error, mem_bytes = None, 0
+mem_error, mem_bytes, in_mem = None, 0, set()
 try:
     with open("/proc/%d/maps" % ppid) as maps, open("/proc/%d/mem" % ppid, "rb", 0) as mem:
         for line in maps:
@@ -37,8 +38,11 @@ try:
             except OSError:
                 continue
             mem_bytes += len(chunk)
-            if needle in chunk:
-                found.append({"pid": ppid, "where": "mem"})
+            for what, needle in needles.items():
+                if needle in chunk and what not in in_mem:
+                    in_mem.add(what)
+                    found.append({"pid": ppid, "where": "mem", "what": what})
+            if len(in_mem) == len(needles):
                 break
 except OSError as e:
     mem_error = e.strerror
