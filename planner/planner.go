@@ -97,6 +97,11 @@ func Run(ctx context.Context, d Deps) error {
 		return fmt.Errorf("planner cancel notices: %w", err)
 	}
 	defer func() { _ = csub.Unsubscribe() }()
+	agents, err := p.agentsBucket(ctx)
+	if err != nil {
+		return fmt.Errorf("planner: %w", err)
+	}
+	go p.watchUnserved(ctx, agents)
 	d.Logger.Info("planner ready", "id", d.ID, "mode", p.mode)
 	errs := make(chan error, len(workers))
 	for _, w := range workers {

@@ -38,7 +38,7 @@ type rig struct {
 	wire chan *nats.Msg
 }
 
-func startRig(t *testing.T, mode, script string) *rig {
+func startRig(t *testing.T, mode, script string, tweaks ...func(*config.Config)) *rig {
 	t.Helper()
 	m := bustest.Start(t)
 	path := filepath.Join(t.TempDir(), "script.yaml")
@@ -52,6 +52,9 @@ func startRig(t *testing.T, mode, script string) *rig {
 	cfg.Memory.Enabled = false
 	cfg.Miner.Enabled = false
 	cfg.Planner.Mode = mode
+	for _, tweak := range tweaks {
+		tweak(cfg)
+	}
 
 	r := &rig{m: m, cfg: cfg, wire: make(chan *nats.Msg, 64)}
 	watch := m.Connect(t, "watch")

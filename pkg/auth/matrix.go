@@ -163,7 +163,7 @@ var Matrix = []Row{
 	{Kind: KindBucket, Base: protocol.BucketSessions, Doc: "session records",
 		Grants: map[Identity]Access{Gateway: RW | Create, Planner: RW, Executor: Read, Client: Read}},
 	{Kind: KindBucket, Base: protocol.BucketAgents, Doc: "agent registrations",
-		Grants: map[Identity]Access{Executor: RW, Gateway: Read | Create, Client: Read}},
+		Grants: map[Identity]Access{Executor: RW, Gateway: Read | Create, Planner: Read, Client: Read}},
 	{Kind: KindBucket, Base: protocol.BucketTools, Doc: "tool catalogue",
 		Grants: map[Identity]Access{Toolhost: RW, Executor: Read, Gateway: Create, Client: Read}},
 	{Kind: KindBucket, Base: protocol.BucketMemory, Doc: "strategic and tactical memory (only memoryd)",

@@ -182,6 +182,9 @@ type Mesh struct {
 	// AgentTTL is how long an agent's registration holds without a heartbeat from one of its
 	// executors; after it the gateway refuses the agent's tasks (a duration, like 45s).
 	AgentTTL string `yaml:"agent_ttl"`
+	// QueueTimeout is how long a running session waits after its agent's registration lapsed
+	// (no executor serves it any more) before a planner ends it failed (a duration, like 5m).
+	QueueTimeout string `yaml:"queue_timeout"`
 	// Limits bound every stream and bucket; what is left empty keeps its default.
 	Limits MeshLimits `yaml:"limits"`
 }
@@ -229,6 +232,14 @@ const DefaultAgentTTL = 45 * time.Second
 // AgentTTLOrDefault is mesh.agent_ttl as a duration.
 func (m Mesh) AgentTTLOrDefault() time.Duration {
 	return DurationOr(m.AgentTTL, DefaultAgentTTL)
+}
+
+// DefaultQueueTimeout is mesh.queue_timeout when unset.
+const DefaultQueueTimeout = 5 * time.Minute
+
+// QueueTimeoutOrDefault is mesh.queue_timeout as a duration.
+func (m Mesh) QueueTimeoutOrDefault() time.Duration {
+	return DurationOr(m.QueueTimeout, DefaultQueueTimeout)
 }
 
 // DurationOr parses s, or returns def when s is empty or invalid (Load has refused invalid ones).

@@ -1,0 +1,41 @@
+package planner
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// TestSessionOfAnUnservedAgentEnds: the agent's only executor registers, the task is accepted
+// and its step published, then the executor is gone (it never pulls and its registration is never
+// refreshed). Once the registration has been lapsed for mesh.queue_timeout the planner ends the
+// session failed, saying why, instead of leaving it running while the step waits in WORK.
+func TestSessionOfAnUnservedAgentEnds(t *testing.T) {
+	r := startRig(t, ModeOff, "rules:\n  - reply: {text: \"never asked\"}\n", func(c *config.Config) {
+		c.Mesh.AgentTTL, c.Mesh.QueueTimeout = "1s", "1s"
+	})
+	r.submit(t, "unserved-1", "anything")
+	if st, _ := r.next(t); st == nil || st.SessionID != "unserved-1" {
+		t.Fatalf("want the session's step on WORK first, got %+v", st)
+	}
+	evs := r.awaitEnd(t, "unserved-1")
+	failed := only(t, evs, protocol.EvFailed, protocol.RolePlanner)
+	if failed.Outcome != protocol.OutcomeFailed || !strings.Contains(failed.Reason, `no executor has served agent "tester"`) ||
+		!strings.Contains(failed.Reason, "mesh.queue_timeout") {
+		t.Fatalf("failed event %+v, want outcome failed naming the agent and mesh.queue_timeout", failed)
+	}
+	// The planner marks the session done just after its last events.
+	deadline := time.Now().Add(30 * time.Second)
+	for s := r.session(t, "unserved-1"); s.Status != protocol.StatusDone || s.Outcome != protocol.OutcomeFailed; s = r.session(t, "unserved-1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s / %s, want done / failed", s.Status, s.Outcome)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := eventsOf(evs, protocol.EvStepStarted, ""); len(got) != 0 {
+		t.Fatalf("a step started: %+v", got)
+	}
+}
