@@ -120,7 +120,8 @@ func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
 		t.Fatal("no tool call was answered from a record or a run in flight: the crash tested nothing")
 	}
 
-	// Every session's one call ran exactly once, and the tool saw its id.
+	// Every session's one call ran exactly once (one attempt line: the mesh did not run it
+	// again, whatever the tool's own idempotency would have absorbed), and the tool saw its id.
 	ran := map[string]int{}
 	f, err := os.Open(effects)
 	if err != nil {
@@ -129,9 +130,12 @@ func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var l struct{ Env, Arg string }
+		var l struct{ Env, Arg, Kind string }
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
+		}
+		if l.Kind != "attempt" {
+			continue
 		}
 		if l.Env == "" || l.Env != l.Arg {
 			t.Errorf("effect line %s: the tool did not see its call id in both the environment and the arguments", sc.Text())
