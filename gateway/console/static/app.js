@@ -9,7 +9,7 @@ const PALETTE = ['#0969da', '#bf3989', '#1a7f37', '#bc4c00', '#8250df', '#9a6700
 
 let token = sessionStorage.getItem('skein-token') || '';
 {
-  const m = location.hash.match(/token=([^&]+)/);
+  const m = location.hash.match(/token=(.+)$/);
   if (m) {
     token = decodeURIComponent(m[1]);
     sessionStorage.setItem('skein-token', token);
@@ -79,8 +79,8 @@ function setLive(ok) { $('live').className = ok ? '' : 'off'; $('live').textCont
 const fmtTime = (s) => { if (!s) return ''; const d = new Date(s); return isNaN(d) || d.getFullYear() < 2000 ? '' : d.toLocaleString(); };
 const fmtCost = (c) => (c === null || c === undefined) ? '—' : '$' + Number(c).toFixed(c < 0.01 ? 4 : 2);
 const fmtInt = (n) => Number(n || 0).toLocaleString();
-const fmtSecs = (s) => s ? (s < 60 ? s.toFixed(1) + ' s' : (s / 60).toFixed(1) + ' min') : '—';
-const short = (id) => id && id.length > 14 ? id.slice(0, 14) + '…' : (id || '');
+const fmtSecs = (s) => s ? (s < 1 ? s.toFixed(2) + ' s' : s < 60 ? s.toFixed(1) + ' s' : (s / 60).toFixed(1) + ' min') : '—';
+const short = (id) => id && id.length > 20 ? id.slice(0, 20) + '…' : (id || '');
 const clip = (s, n) => { s = String(s || ''); return s.length > n ? s.slice(0, n) + '…' : s; };
 
 // Views.
@@ -261,7 +261,8 @@ function eventDetail(ev) {
     return el('div', { class: 'detail' }, (ev.ingested || []).map((a) => el('div', { class: 'decision' },
       badge(a.action), ' ', text[a.key] ? `${text[a.key].polarity}: ${text[a.key].text}` : a.key,
       a.entry_id ? el('span', { class: 'mono muted' }, ' ' + short(a.entry_id)) : null,
-      a.detail ? el('div', { class: 'why' }, a.detail) : null)));
+      a.detail ? el('div', { class: 'why' }, a.detail) : null)),
+    ['helpful', 'harmful', 'followed'].filter((k) => ev.attrs && ev.attrs[k]).map((k) => el('div', { class: 'marks' }, badge(k), ' ', ev.attrs[k].split(',').map(short).join(', '))));
   }
   return null;
 }
