@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/service"
@@ -271,8 +272,19 @@ func closeTrace(ctx context.Context, d Deps, s Session, res *Result, calls []Mod
 	rep := acc.Report()
 	rep.Steps, rep.WallTimeS = s.Report.Steps, s.Report.WallTimeS
 	pub := trace.NewPublisher(d.Conn.JS, d.Names, "miner")
+	// The feedback marks go with the decisions, so a reader of the trace sees what the session
+	// taught memory about the guidelines it was given.
+	var marks map[string]string
+	for k, ids := range map[string][]string{"helpful": res.Feedback.Helpful, "harmful": res.Feedback.Harmful, "followed": res.Feedback.Followed} {
+		if len(ids) > 0 {
+			if marks == nil {
+				marks = map[string]string{}
+			}
+			marks[k] = strings.Join(ids, ",")
+		}
+	}
 	if err := pub.Emit(protocol.Event{SessionID: s.ID, Type: protocol.EvMined, Agent: s.Agent, Role: protocol.RoleMiner,
-		Mined: res.Candidates, Ingested: res.Actions}); err != nil {
+		Mined: res.Candidates, Ingested: res.Actions, Attrs: marks}); err != nil {
 		return err
 	}
 	usageEv := protocol.Event{SessionID: s.ID, Type: protocol.EvUsage, Agent: s.Agent, Role: protocol.RoleMiner,
