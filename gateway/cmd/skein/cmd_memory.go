@@ -124,7 +124,7 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 		return
 	}
 	if req.Query != "" {
-		fmt.Fprintf(w, "top %d for %q:\n", len(rep.Hits), req.Query)
+		fmt.Fprintf(w, "top %d for %q, ranked as retrieval ranks (similarity nudged by helpful/harmful):\n", len(rep.Hits), req.Query)
 	} else {
 		fmt.Fprintf(w, "most established guidelines:\n")
 	}
@@ -137,6 +137,9 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 		fmt.Fprintf(w, "%3d. %s  %-9s %-7s %s  sessions %d  hits %d  helpful %d  harmful %d  %s\n", i+1, score, e.Tier, e.Polarity,
 			toolList(e.Tools), e.DistinctSessions(), e.Hits, e.Helpful, e.Harmful, e.ID)
 		fmt.Fprintf(w, "       %s\n", e.Text)
+		if h.Why != "" {
+			fmt.Fprintf(w, "       why: %s\n", h.Why)
+		}
 	}
 }
 

@@ -78,7 +78,7 @@ func TestMemoryCommandsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"strategic 1  tactical 1", "top 1 for", "Check the csv path exists", "[csv_read]", "sessions 3"} {
+	for _, want := range []string{"strategic 1  tactical 1", "top 1 for", "ranked as retrieval ranks", "Check the csv path exists", "[csv_read]", "sessions 3", "why: similarity"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inspect-memory lacks %q:\n%s", want, out)
 		}
