@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/memoryd"
@@ -135,6 +136,17 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Fatalf("import: %+v %v", imp, err)
 	}
 	session := runToMined(ctx, t, c, names, "add 2, 3 and 5 with the sum tool")
+	// A dead letter as the DLQ forwarder records one: the console must show where it came from.
+	dead := nats.NewMsg(names.DLQ(protocol.StreamWork))
+	dead.Data = []byte("undecodable step")
+	for k, v := range map[string]string{bus.HeaderDLQSubject: names.Work(agent), bus.HeaderDLQStream: names.Stream(protocol.StreamWork),
+		bus.HeaderDLQSequence: "17", bus.HeaderDLQConsumer: names.ExecutorConsumer(agent), bus.HeaderDLQDeliveries: "5",
+		bus.HeaderDLQReason: "max deliveries reached"} {
+		dead.Header.Set(k, v)
+	}
+	if _, err := c.JS.PublishMsg(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
 
 	tok, _, err := gateway.HTTPToken(home, "")
 	if err != nil {
@@ -241,6 +253,11 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Errorf("tokens-by-model legend %q: want model %s", legend, cfg.LLM.Model)
 	}
 	shot("console-usage.png")
+
+	step("dead letters", chromedp.Click(css(`nav button[data-view="dlq"]`)), chromedp.WaitVisible(css(`#q-rows tr td.mono`)))
+	if d := text(`#q-rows tr`); !strings.Contains(d, names.Work(agent)) || !strings.Contains(d, "#17") || !strings.Contains(d, "max deliveries reached") {
+		t.Errorf("dead letter row %q: want its origin subject, sequence and reason", d)
+	}
 }
 
 // runToMined submits task and follows it until the miner's usage event (the session's last).
