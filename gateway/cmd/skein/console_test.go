@@ -31,6 +31,10 @@ const consoleScript = `
 rules:
   - when: {system: "^skein-miner"}
     reply: {text: "Add numbers with the sum tool rather than by hand."}
+  - when: {last: "^delegate"}
+    reply:
+      tool_calls:
+        - {name: assistant, args: {task: "add 2, 3 and 5 with the sum tool"}}
   - when: {last: "^add"}
     reply:
       tool_calls:
@@ -107,6 +111,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	cfg := config.Default()
 	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
 	cfg.Tools.ManifestDirs, cfg.Tools.Enabled = []string{filepath.Join(root, "examples", "tools")}, []string{"sum"}
+	cfg.Tools.Agents = []string{cfg.Agent.Name} // the agent may delegate to a child session of itself
 	home, addr := filepath.Join(dir, "home"), freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -136,6 +141,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Fatalf("import: %+v %v", imp, err)
 	}
 	session := runToMined(ctx, t, c, names, "add 2, 3 and 5 with the sum tool")
+	parent := runToMined(ctx, t, c, names, "delegate the sum of 2, 3 and 5")
 	// A dead letter as the DLQ forwarder records one: the console must show where it came from.
 	dead := nats.NewMsg(names.DLQ(protocol.StreamWork))
 	dead.Data = []byte("undecodable step")
@@ -224,7 +230,24 @@ func TestConsoleEndToEnd(t *testing.T) {
 	if tree := text(`#d-tree`); !strings.Contains(tree, "success") || !strings.Contains(tree, "1 tool call") {
 		t.Errorf("tree %q: want the session's outcome and its tool call", tree)
 	}
-	shot("console-session.png")
+
+	step("open a session that delegated to a child agent", chromedp.Click(css(`#back`)),
+		chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, parent))),
+		chromedp.Click(css(fmt.Sprintf(`tr[data-session=%q]`, parent))),
+		chromedp.WaitVisible(css(`#d-tree li.child .link`)))
+	child, err := chromedp.Run(bctx, chromedp.AttributeValue(css(`#d-tree li.child`), "data-child"))
+	if err != nil || child.Value == "" {
+		t.Fatalf("child node: %+v %v", child, err)
+	}
+	if tree := text(`#d-tree`); !strings.Contains(tree, "assistant") || strings.Count(tree, "success") < 2 {
+		t.Errorf("tree %q: want the parent and its child agent, both successful", tree)
+	}
+	shot("console-tree.png")
+	step("follow the child", chromedp.Click(css(`#d-tree li.child .link`)),
+		chromedp.WaitVisible(css(`#d-events li[data-type="tool_call"]`)))
+	if title := text(`#d-title`); title != child.Value {
+		t.Errorf("clicking the child opened %q; want %q", title, child.Value)
+	}
 
 	step("search memory", chromedp.Click(css(`nav button[data-view="memory"]`)),
 		chromedp.WaitVisible(css(`#m-rows tr[data-entry]`)),
