@@ -42,6 +42,9 @@ type Deps struct {
 	NoModel bool
 	// Ready, when set, is closed once the durable consumer is consuming.
 	Ready chan<- struct{}
+	// Progress, when set, is called by Replay after each session it mined (done of total), so
+	// a long replay shows where it is.
+	Progress func(done, total int, r *Result)
 }
 
 // Result is what mining one session did.
@@ -241,12 +244,15 @@ func Replay(ctx context.Context, d Deps, since time.Duration, fromSeq uint64) ([
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	var out []*Result
-	for _, s := range sessions {
+	for i, s := range sessions {
 		r, err := MineSession(ctx, d, s)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, r)
+		if d.Progress != nil {
+			d.Progress(i+1, len(sessions), r)
+		}
 	}
 	return out, nil
 }
