@@ -226,6 +226,18 @@ func TestConsoleIsServedOutsideTheTokenCheck(t *testing.T) {
 	if status, out, _ := do(t, r); status != http.StatusUnauthorized {
 		t.Errorf("sessions without a token: %d %v", status, out)
 	}
+	for path, allow := range map[string]string{"/v1/sessions": "GET", "/v1/memory/x": "GET", "/v1/memory/x/retire": "POST"} {
+		method := "POST"
+		if allow == "POST" {
+			method = "GET"
+		}
+		r, _ := http.NewRequest(method, srv.URL+path, strings.NewReader("{}"))
+		r.Header.Set("Authorization", "Bearer "+testToken)
+		r.Header.Set("Content-Type", "application/json")
+		if status, out, h := do(t, r); status != http.StatusMethodNotAllowed || h.Get("Allow") != allow {
+			t.Errorf("%s %s: %d %v Allow %q; want 405 with Allow %s", method, path, status, out, h.Get("Allow"), allow)
+		}
+	}
 	r, _ = http.NewRequest("POST", srv.URL+"/console/", strings.NewReader("{}"))
 	if status, _, _ := do(t, r); status != http.StatusMethodNotAllowed {
 		t.Errorf("POST /console/: %d; want 405", status)
