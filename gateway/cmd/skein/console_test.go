@@ -161,7 +161,8 @@ func TestConsoleEndToEnd(t *testing.T) {
 	waitHTTP(ctx, t, "http://"+addr+"/console/")
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1366, 800))
+		chromedp.DisableGPU, chromedp.WindowSize(1366, 800),
+		chromedp.Flag("disable-dev-shm-usage", true)) // containers often have a tiny /dev/shm
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
@@ -281,6 +282,12 @@ func TestConsoleEndToEnd(t *testing.T) {
 	if d := text(`#q-rows tr`); !strings.Contains(d, names.Work(agent)) || !strings.Contains(d, "#17") || !strings.Contains(d, "max deliveries reached") {
 		t.Errorf("dead letter row %q: want its origin subject, sequence and reason", d)
 	}
+
+	step("search the sessions", chromedp.Click(css(`nav button[data-view="sessions"]`)),
+		chromedp.WaitVisible(css(row)),
+		chromedp.SendKeys(css(`#s-q`), "delegate"),
+		chromedp.WaitNotPresent(css(row)),
+		chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, parent))))
 }
 
 // runToMined submits task and follows it until the miner's usage event (the session's last).

@@ -414,7 +414,8 @@ async function loadDLQ() {
 for (const b of document.querySelectorAll('nav button')) b.addEventListener('click', () => { if (b.dataset.view === 'memory') memoryLoaded = false; show(b.dataset.view); });
 $('back').addEventListener('click', () => show('sessions'));
 for (const id of ['s-agent', 's-status', 's-since']) $(id).addEventListener('change', refresh);
-$('s-q').addEventListener('input', refresh);
+let typing = null;
+$('s-q').addEventListener('input', () => { clearTimeout(typing); typing = setTimeout(refresh, 250); });
 $('u-since').addEventListener('change', refresh);
 $('m-search').addEventListener('submit', (e) => { e.preventDefault(); memoryLoaded = false; refresh(); });
 for (const id of ['m-agent', 'm-tier', 'm-status']) $(id).addEventListener('change', () => { memoryLoaded = false; refresh(); });
