@@ -204,6 +204,9 @@ func newRunCmd() *cobra.Command {
 				case !asJSON:
 					printLearned(out, mined)
 				}
+			} else if verbose && cfg.Miner.Enabled && cfg.Memory.Enabled {
+				// Against a remote mesh the miner works on its own time (see waitMiner).
+				fmt.Fprintf(cmd.ErrOrStderr(), "  miner: its decisions come once it has mined the session: skein trace show %s\n", rep.SessionID)
 			}
 			if !protocol.Outcome(res.Outcome).Succeeded() {
 				return &exitError{code: 1}

@@ -23,6 +23,7 @@ func TestRunVerboseShowsTheLearning(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole mesh twice")
 	}
+	needMiniLM(t)
 	root := devtest.RepoRoot(t)
 	sum := filepath.Join(root, "examples", "tools", "sum", "sum")
 	if _, err := os.Stat(sum); err != nil {
