@@ -224,6 +224,9 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Errorf("the token stayed in the address bar: %s %v", loc, err)
 	}
 	shot("console-sessions.png")
+	// Live: a session that runs while the page is open appears without a reload.
+	later := runToMined(ctx, t, c, names, "add 2, 3 and 5 again with the sum tool")
+	step("see a new session appear", chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, later))))
 
 	step("open the session", chromedp.Click(css(row)),
 		chromedp.WaitVisible(css(`#d-events li[data-type="retrieval"] .guideline`)),
