@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/skein-mesh/skein/gateway/console"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -24,6 +25,16 @@ import (
 //	POST /v1/sessions/{id}/cancel   {"reason"?: "..."} → 200 CancelReply (a finished session: no_op)
 //	GET  /v1/sessions/{id}/tree     the session with its steps and child sessions (docs/json.md)
 //	POST /v1/sessions/{id}/messages {"text": "..."} → 202 {"session_id"} of the conversation's next turn
+//	GET  /v1/sessions               ?since=&limit=&agent=&status=&q= → {"sessions": [SessionRow], "truncated"}
+//	GET  /v1/usage                  ?since=&limit= → {"since", "sessions": [SessionUsage], "truncated"}
+//	GET  /v1/dlq                    ?since=&limit= → [DeadLetter]
+//	GET  /v1/memory                 ?agent=&tier=&status=&offset=&limit= → MemoryListReply
+//	GET  /v1/memory/search          ?q=&agent=&tier=&top_k= → MemoryInspectReply (ranked as retrieval ranks)
+//	GET  /v1/memory/{id}            one entry
+//	POST /v1/memory/{id}/retire     {"evict"?: bool, "reason"?: "..."} → MemoryRetireReply
+//
+// The console (package console) is served beside it at /console/, outside the token check: its
+// files are public; every request it makes carries the token like any other client's.
 //
 // Every request needs the bearer token; bodies must be application/json; browsers' cross-site
 // requests are refused; each rejection is {"error", "code"} (see httpsec.go).
@@ -35,8 +46,19 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/cancel", g.httpCancel)
 	mux.HandleFunc("GET /v1/sessions/{id}/tree", g.httpTree)
 	mux.HandleFunc("POST /v1/sessions/{id}/messages", g.httpMessage)
+	mux.HandleFunc("GET /v1/sessions", g.httpSessions)
+	mux.HandleFunc("GET /v1/usage", g.httpUsage)
+	mux.HandleFunc("GET /v1/dlq", g.httpDLQ)
+	mux.HandleFunc("GET /v1/memory", g.httpMemoryList)
+	mux.HandleFunc("GET /v1/memory/search", g.httpMemorySearch)
+	mux.HandleFunc("GET /v1/memory/{id}", g.httpMemoryGet)
+	mux.HandleFunc("POST /v1/memory/{id}/retire", g.httpMemoryRetire)
 	mux.HandleFunc("/", httpNoRoute) // JSON, not the mux's plain-text 404 and 405
-	return g.guard.wrap(mux)
+	root := http.NewServeMux()
+	root.Handle("/console/", console.Handler())
+	root.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
+	root.Handle("/", g.guard.wrap(mux))
+	return root
 }
 
 func (g *Gateway) serveHTTP(ctx context.Context, addr string) error {

@@ -264,8 +264,12 @@ func httpNoRoute(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/v1/tasks":
 		allow = http.MethodPost
 	case len(parts) == 3 && parts[0] == "v1" && parts[1] == "sessions",
-		len(parts) == 4 && parts[0] == "v1" && parts[1] == "sessions" && parts[3] == "events":
+		len(parts) == 4 && parts[0] == "v1" && parts[1] == "sessions" && parts[3] == "events",
+		len(parts) == 2 && parts[0] == "v1" && (parts[1] == "sessions" || parts[1] == "usage" || parts[1] == "dlq" || parts[1] == "memory"),
+		len(parts) == 3 && parts[0] == "v1" && parts[1] == "memory":
 		allow = http.MethodGet
+	case len(parts) == 4 && parts[0] == "v1" && parts[1] == "memory" && parts[3] == "retire":
+		allow = http.MethodPost
 	}
 	if allow != "" {
 		w.Header().Set("Allow", allow)

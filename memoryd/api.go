@@ -139,3 +139,11 @@ func (c Client) Embed(ctx context.Context, texts []string) ([][]float32, error) 
 	}
 	return rep.Vectors, replyErr(protocol.MemEmbed, rep.Error)
 }
+
+func (c Client) Retire(ctx context.Context, req protocol.MemoryRetireRequest) (*protocol.MemoryRetireReply, error) {
+	var rep protocol.MemoryRetireReply
+	if err := c.call(ctx, protocol.MemRetire, &req, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, replyErr(protocol.MemRetire, rep.Error)
+}

@@ -49,14 +49,15 @@ type Deps struct {
 const maxInFlight = 8
 
 type server struct {
-	d     Deps
-	log   *slog.Logger
-	store memory.Store
-	emb   embed.Embedder
-	eng   *ingest.Engine
-	ret   *retrieve.Retriever
-	sem   chan struct{}
-	wg    sync.WaitGroup
+	d      Deps
+	log    *slog.Logger
+	store  memory.Store
+	emb    embed.Embedder
+	eng    *ingest.Engine
+	ret    *retrieve.Retriever
+	retOpt retrieve.Options
+	sem    chan struct{}
+	wg     sync.WaitGroup
 
 	mu sync.RWMutex
 	// stale is set when the store holds another model's vectors: only migrate, list, get,
@@ -124,7 +125,8 @@ func Run(ctx context.Context, d Deps) error {
 	// retrieval does not pay for it.
 	go tokenize.Count("warm up")
 	s.eng = ingest.New(s.store, s.emb, opt)
-	s.ret = retrieve.New(s.store, s.emb, retrieve.OptionsFrom(d.Config.Memory))
+	s.retOpt = retrieve.OptionsFrom(d.Config.Memory)
+	s.ret = retrieve.New(s.store, s.emb, s.retOpt)
 
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
 		Name: protocol.ServiceMemoryd, Version: Version, QueueGroup: protocol.QueueMemoryd,
@@ -138,6 +140,7 @@ func Run(ctx context.Context, d Deps) error {
 		protocol.MemRetrieve: s.retrieve, protocol.MemIngest: s.ingest, protocol.MemFeedback: s.feedback,
 		protocol.MemInspect: s.inspect, protocol.MemList: s.list, protocol.MemGet: s.get,
 		protocol.MemImport: s.importEntries, protocol.MemEvict: s.evict, protocol.MemMigrate: s.migrate,
+		protocol.MemRetire: s.retire,
 		protocol.MemHealth: s.health, protocol.MemEmbed: s.embed,
 	} {
 		if err := svc.AddEndpoint(op, s.handler(ctx, op, h), micro.WithEndpointSubject(d.Names.Memory(op))); err != nil {
@@ -322,14 +325,29 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 		rep.Error = "embed query: " + err.Error()
 		return rep, nil
 	}
-	hits, err := s.store.Search(ctx, vecs[0], k, memory.Filter{Agent: req.Agent, Tier: req.Tier})
+	// Ranked as retrieval ranks (similarity nudged by feedback) over the same candidate pool
+	// retrieval searches, so what is listed first is what a task like the query would see first.
+	hits, err := s.store.Search(ctx, vecs[0], k*4, memory.Filter{Agent: req.Agent, Tier: req.Tier})
 	if err != nil {
 		rep.Error = err.Error()
 		return rep, nil
 	}
+	var tools []string
 	for _, h := range hits {
-		rep.Hits = append(rep.Hits, protocol.MemoryScored{Entry: strip(h.Entry), Score: h.Score})
+		tools = append(tools, h.Entry.Tools...)
 	}
+	named := retrieve.NamedTools(req.Query, tools)
+	for _, h := range hits {
+		rep.Hits = append(rep.Hits, protocol.MemoryScored{Entry: strip(h.Entry), Score: retrieve.Rank(h.Score, h.Entry.Helpful, h.Entry.Harmful),
+			Similarity: h.Score, Why: retrieve.Why(h.Entry, h.Score, named, s.retOpt)})
+	}
+	sort.SliceStable(rep.Hits, func(i, j int) bool {
+		if rep.Hits[i].Score != rep.Hits[j].Score {
+			return rep.Hits[i].Score > rep.Hits[j].Score
+		}
+		return rep.Hits[i].Entry.ID < rep.Hits[j].Entry.ID
+	})
+	rep.Hits = rep.Hits[:min(k, len(rep.Hits))]
 	return rep, nil
 }
 
@@ -441,6 +459,39 @@ func (s *server) evict(ctx context.Context, data []byte) (protocol.Message, erro
 	if err != nil {
 		rep.Error = err.Error()
 	}
+	return rep, nil
+}
+
+// retire takes one entry out of retrieval at an operator's request: retired in place, or deleted.
+func (s *server) retire(ctx context.Context, data []byte) (protocol.Message, error) {
+	var req protocol.MemoryRetireRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	rep := &protocol.MemoryRetireReply{ID: req.ID}
+	e, err := s.store.Get(ctx, req.ID)
+	if err != nil {
+		rep.Error = err.Error()
+		return rep, nil
+	}
+	if req.Evict {
+		if err := s.store.Delete(ctx, req.ID); err != nil && !errors.Is(err, memory.ErrNotFound) {
+			rep.Error = err.Error()
+			return rep, nil
+		}
+		rep.Evicted = true
+		s.log.Info("memory entry evicted", "entry", req.ID, "agent", e.Agent, "by", req.By, "reason", req.Reason)
+		return rep, nil
+	}
+	if e.Status != memory.StatusRetired {
+		e.Status, e.Updated = memory.StatusRetired, time.Now().UTC()
+		if _, err := s.store.Put(ctx, e); err != nil {
+			rep.Error = err.Error()
+			return rep, nil
+		}
+		s.log.Info("memory entry retired", "entry", req.ID, "agent", e.Agent, "by", req.By, "reason", req.Reason)
+	}
+	rep.Status = memory.StatusRetired
 	return rep, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/service"
@@ -41,6 +42,9 @@ type Deps struct {
 	NoModel bool
 	// Ready, when set, is closed once the durable consumer is consuming.
 	Ready chan<- struct{}
+	// Progress, when set, is called by Replay after each session it mined (done of total), so
+	// a long replay shows where it is.
+	Progress func(done, total int, r *Result)
 }
 
 // Result is what mining one session did.
@@ -240,12 +244,15 @@ func Replay(ctx context.Context, d Deps, since time.Duration, fromSeq uint64) ([
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	var out []*Result
-	for _, s := range sessions {
+	for i, s := range sessions {
 		r, err := MineSession(ctx, d, s)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, r)
+		if d.Progress != nil {
+			d.Progress(i+1, len(sessions), r)
+		}
 	}
 	return out, nil
 }
@@ -271,8 +278,19 @@ func closeTrace(ctx context.Context, d Deps, s Session, res *Result, calls []Mod
 	rep := acc.Report()
 	rep.Steps, rep.WallTimeS = s.Report.Steps, s.Report.WallTimeS
 	pub := trace.NewPublisher(d.Conn.JS, d.Names, "miner")
+	// The feedback marks go with the decisions, so a reader of the trace sees what the session
+	// taught memory about the guidelines it was given.
+	var marks map[string]string
+	for k, ids := range map[string][]string{"helpful": res.Feedback.Helpful, "harmful": res.Feedback.Harmful, "followed": res.Feedback.Followed} {
+		if len(ids) > 0 {
+			if marks == nil {
+				marks = map[string]string{}
+			}
+			marks[k] = strings.Join(ids, ",")
+		}
+	}
 	if err := pub.Emit(protocol.Event{SessionID: s.ID, Type: protocol.EvMined, Agent: s.Agent, Role: protocol.RoleMiner,
-		Mined: res.Candidates, Ingested: res.Actions}); err != nil {
+		Mined: res.Candidates, Ingested: res.Actions, Attrs: marks}); err != nil {
 		return err
 	}
 	usageEv := protocol.Event{SessionID: s.ID, Type: protocol.EvUsage, Agent: s.Agent, Role: protocol.RoleMiner,

@@ -132,12 +132,14 @@ var Matrix = []Row{
 	memRow(protocol.MemFeedback, "helpful/harmful counts", Miner),
 	memRow(protocol.MemHealth, "memoryd health", Planner, Executor, Toolhost, Miner, Gateway, Client),
 	memRow(protocol.MemEmbed, "embed texts", Executor, Toolhost, Client),
-	memRow(protocol.MemInspect, "read memory", Client),
-	memRow(protocol.MemList, "read memory", Client),
-	memRow(protocol.MemGet, "read memory", Client),
+	memRow(protocol.MemInspect, "read memory", Client, Gateway),
+	memRow(protocol.MemList, "read memory", Client, Gateway),
+	memRow(protocol.MemGet, "read memory", Client, Gateway),
 	memRow(protocol.MemImport, "import memory (admin only)"),
 	memRow(protocol.MemEvict, "evict memory (admin only)"),
 	memRow(protocol.MemMigrate, "re-embed memory (admin only)"),
+	// The HTTP API (and so the console) retires or evicts single entries behind its bearer token.
+	memRow(protocol.MemRetire, "retire or evict one entry", Gateway),
 	{Kind: KindSubject, Base: "dlq-advisories", Subject: protocol.Names.MaxDeliveriesAdvisory, Doc: "JetStream max-deliveries advisories (feed the DLQ)",
 		Grants: map[Identity]Access{Gateway: Subscribe}},
 	{Kind: KindSubject, Base: "term-advisories", Subject: protocol.Names.MsgTerminatedAdvisory, Doc: "JetStream terminated-message advisories (feed the DLQ)",
@@ -154,10 +156,10 @@ var Matrix = []Row{
 		Grants: map[Identity]Access{Gateway: Publish | Read | Create, Planner: Publish | Read, Executor: Publish, Miner: Publish | Read,
 			Toolhost: Publish | Read, Client: Read}},
 	{Kind: KindStream, Base: protocol.StreamUsage, Subject: protocol.Names.UsageAll, Doc: "per-session usage totals",
-		Grants: map[Identity]Access{Planner: Publish, Miner: Publish, Client: Read, Gateway: Create}},
+		Grants: map[Identity]Access{Planner: Publish, Miner: Publish, Client: Read, Gateway: Read | Create}},
 	{Kind: KindStream, Base: protocol.StreamDLQ, Subject: protocol.Names.DLQAll, Doc: "dead letters",
 		// Every consuming role dead-letters what it cannot decode before terminating it.
-		Grants: map[Identity]Access{Gateway: Publish | Create, Planner: Publish, Executor: Publish, Miner: Publish, Client: Read}},
+		Grants: map[Identity]Access{Gateway: Publish | Read | Create, Planner: Publish, Executor: Publish, Miner: Publish, Client: Read}},
 
 	// KV buckets and the object store.
 	{Kind: KindBucket, Base: protocol.BucketSessions, Doc: "session records",

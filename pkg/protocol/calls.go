@@ -92,5 +92,8 @@ func (r *MemoryListRequest) Idempotent() bool    { return true }
 func (r *MemoryGetRequest) Idempotent() bool     { return true }
 func (r *MemoryEmbedRequest) Idempotent() bool   { return true }
 
+// Retiring or evicting an entry twice leaves it as once.
+func (r *MemoryRetireRequest) Idempotent() bool { return true }
+
 // Cancelling a session twice cancels it once.
 func (r *CancelRequest) Idempotent() bool { return true }

@@ -83,10 +83,14 @@ type MemoryCount struct {
 	N      int          `msgpack:"n" json:"n"`
 }
 
-// MemoryScored is an entry with its similarity to a query (embedding stripped).
+// MemoryScored is an entry with its score for a query (embedding stripped). Score is the rank
+// retrieval orders by (similarity nudged by helpful/harmful marks), Similarity the cosine
+// similarity alone, Why how retrieval would treat the entry for this query.
 type MemoryScored struct {
-	Entry MemoryEntry `msgpack:"entry" json:"entry"`
-	Score float64     `msgpack:"score" json:"score"`
+	Entry      MemoryEntry `msgpack:"entry" json:"entry"`
+	Score      float64     `msgpack:"score" json:"score"`
+	Similarity float64     `msgpack:"similarity,omitempty" json:"similarity,omitempty"`
+	Why        string      `msgpack:"why,omitempty" json:"why,omitempty"`
 }
 
 // MemoryInspectReply answers MemoryInspectRequest.
@@ -161,6 +165,25 @@ type MemoryEvictReply struct {
 	DryRun   bool             `msgpack:"dry_run" json:"dry_run"`
 	Capacity int              `msgpack:"capacity" json:"capacity"`
 	Error    string           `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// MemoryRetireRequest takes one entry out of retrieval: retired (kept with its evidence, listed,
+// never retrieved again) or, with Evict, deleted from the store.
+type MemoryRetireRequest struct {
+	Header
+	ID     string `msgpack:"id" json:"id"`
+	Evict  bool   `msgpack:"evict,omitempty" json:"evict,omitempty"`
+	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	By     string `msgpack:"by,omitempty" json:"by,omitempty"` // who asked, for memoryd's log
+}
+
+// MemoryRetireReply says what became of the entry: Status retired, or Evicted.
+type MemoryRetireReply struct {
+	Header
+	ID      string       `msgpack:"id" json:"id"`
+	Status  MemoryStatus `msgpack:"status,omitempty" json:"status,omitempty"`
+	Evicted bool         `msgpack:"evicted" json:"evicted"`
+	Error   string       `msgpack:"error,omitempty" json:"error,omitempty"`
 }
 
 // MemoryMigrateRequest re-embeds every entry with memoryd's current model.

@@ -338,6 +338,9 @@ type Guideline struct {
 	Polarity Polarity `msgpack:"polarity" json:"polarity"`
 	Tools    []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	Score    float64  `msgpack:"score" json:"score"`
+	// Why says which rule of retrieval chose it (a tool the task names, a success-pattern slot,
+	// or rank), so a user can see why a guideline was shown.
+	Why string `msgpack:"why,omitempty" json:"why,omitempty"`
 }
 
 // RetrieveRequest asks memoryd for the guidelines that fit a task.

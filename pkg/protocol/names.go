@@ -60,6 +60,7 @@ const (
 	MemGet      = "get"
 	MemImport   = "import"
 	MemEvict    = "evict"
+	MemRetire   = "retire"
 	MemMigrate  = "migrate"
 	MemEmbed    = "embed"
 	MemHealth   = "health"

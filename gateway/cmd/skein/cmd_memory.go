@@ -124,7 +124,7 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 		return
 	}
 	if req.Query != "" {
-		fmt.Fprintf(w, "top %d for %q:\n", len(rep.Hits), req.Query)
+		fmt.Fprintf(w, "top %d for %q, ranked as retrieval ranks (similarity nudged by helpful/harmful):\n", len(rep.Hits), req.Query)
 	} else {
 		fmt.Fprintf(w, "most established guidelines:\n")
 	}
@@ -137,6 +137,9 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 		fmt.Fprintf(w, "%3d. %s  %-9s %-7s %s  sessions %d  hits %d  helpful %d  harmful %d  %s\n", i+1, score, e.Tier, e.Polarity,
 			toolList(e.Tools), e.DistinctSessions(), e.Hits, e.Helpful, e.Harmful, e.ID)
 		fmt.Fprintf(w, "       %s\n", e.Text)
+		if h.Why != "" {
+			fmt.Fprintf(w, "       why: %s\n", h.Why)
+		}
 	}
 }
 
@@ -271,8 +274,12 @@ func newMemoryCmd() *cobra.Command {
 				}
 				var imported, skipped int
 				var problems []string
-				// Small batches keep each request under the NATS payload limit.
+				// Small batches keep each request under the NATS payload limit; each one is
+				// reported on stderr when there is more than one, so a large import shows progress.
 				for i := 0; i < len(entries); i += 100 {
+					if i > 0 {
+						fmt.Fprintf(cmd.ErrOrStderr(), "import: %d/%d entries sent\n", i, len(entries))
+					}
 					rep, err := c.Import(cmd.Context(), protocol.MemoryImportRequest{Entries: entries[i:min(i+100, len(entries))], Replace: replace})
 					if err != nil {
 						return err
@@ -333,7 +340,13 @@ func newMemoryCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				// memoryd re-embeds in one request; say how much there is and keep time while it works.
+				if h, err := c.Health(cmd.Context()); err == nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "migrate: re-embedding %d entries with %s\n", h.Entries, h.Model)
+				}
+				stopTicks := ticker(cmd.ErrOrStderr(), "migrate: still re-embedding", 10*time.Second)
 				rep, err := c.Migrate(cmd.Context())
+				stopTicks()
 				if err != nil {
 					return err
 				}
@@ -450,11 +463,15 @@ func newReplayCmd() *cobra.Command {
 				if _, err := memReady(cmd, env); err != nil {
 					return err
 				}
-				rs, err := miner.Replay(cmd.Context(), minerDeps(env), since, fromSeq)
 				w := cmd.OutOrStdout()
-				for _, r := range rs {
+				d := minerDeps(env)
+				// Each session is printed as soon as it is mined, numbered, so a long replay shows
+				// how far it has come.
+				d.Progress = func(done, total int, r *miner.Result) {
+					fmt.Fprintf(w, "[%d/%d] ", done, total)
 					printMined(w, r)
 				}
+				rs, err := miner.Replay(cmd.Context(), d, since, fromSeq)
 				fmt.Fprintf(w, "replayed %d sessions\n", len(rs))
 				return err
 			})
@@ -483,4 +500,22 @@ func openPrivate(path string) (*os.File, error) {
 		return nil, fmt.Errorf("%s: make it private: %w", path, err)
 	}
 	return f, nil
+}
+
+// ticker prints what is still going on, with the time spent, every interval until stopped.
+func ticker(w io.Writer, what string, every time.Duration) (stop func()) {
+	start, done := time.Now(), make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(w, "%s (%s)\n", what, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done) }
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +79,7 @@ func TestMemoryCommandsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"strategic 1  tactical 1", "top 1 for", "Check the csv path exists", "[csv_read]", "sessions 3"} {
+	for _, want := range []string{"strategic 1  tactical 1", "top 1 for", "ranked as retrieval ranks", "Check the csv path exists", "[csv_read]", "sessions 3", "why: similarity"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inspect-memory lacks %q:\n%s", want, out)
 		}
@@ -188,7 +189,7 @@ func TestIngestTracesAndReplayCommands(t *testing.T) {
 		t.Fatalf("ingest-traces: %q %v", out, err)
 	}
 	out, err = runCLI(t, m, "replay", "--since", "1h")
-	if err != nil || !strings.Contains(out, "skipped") || !strings.Contains(out, "replayed 1 sessions") {
+	if err != nil || !strings.Contains(out, "skipped") || !strings.Contains(out, "[1/1] session ") || !strings.Contains(out, "replayed 1 sessions") {
 		t.Fatalf("replay: %q %v", out, err)
 	}
 	if _, err := runCLI(t, m, "replay"); err == nil {
@@ -208,5 +209,34 @@ func TestImportFileRefusesUnknownFields(t *testing.T) {
 	_, err := readJSONL(p)
 	if err == nil || !strings.Contains(err.Error(), ":2:") || !strings.Contains(err.Error(), "teir") {
 		t.Fatalf("want an error naming line 2 and the field, got %v", err)
+	}
+}
+
+// A large import reports each batch sent, so the user sees it progress.
+func TestMemoryImportShowsProgress(t *testing.T) {
+	m := memMesh(t)
+	in := filepath.Join(t.TempDir(), "in.jsonl")
+	var lines []string
+	for i := range 150 {
+		lines = append(lines, fmt.Sprintf(`{"agent":"demo","text":"Guideline number %d about csv files.","polarity":"avoid"}`, i))
+	}
+	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
+	root.PersistentFlags().String("nats", "", "")
+	root.PersistentFlags().String("config", "", "")
+	root.AddCommand(newMemoryCmd())
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"--nats", m.URL, "memory", "import", in})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := root.ExecuteContext(ctx); err != nil || !strings.Contains(out.String(), "imported 150") {
+		t.Fatalf("import: %q %v", out.String(), err)
+	}
+	if !strings.Contains(errOut.String(), "import: 100/150 entries sent") {
+		t.Errorf("no progress on stderr: %q", errOut.String())
 	}
 }

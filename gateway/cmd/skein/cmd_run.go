@@ -45,7 +45,7 @@ type runUsage struct {
 
 func newRunCmd() *cobra.Command {
 	var sessionID, agent string
-	var asJSON bool
+	var asJSON, verbose bool
 	var timeout time.Duration
 	var budgetKVs []string
 	cmd := &cobra.Command{
@@ -136,6 +136,7 @@ func newRunCmd() *cobra.Command {
 			}
 			submitted.Store(&onInterrupt)
 			view := newProgress(cmd.ErrOrStderr(), asJSON)
+			view.verbose = verbose
 			res := runResult{SessionID: rep.SessionID}
 			fctx, fcancel := context.WithTimeout(ctx, timeout)
 			defer fcancel()
@@ -193,9 +194,19 @@ func newRunCmd() *cobra.Command {
 				}
 			} else {
 				printResult(out, res, service.Home())
-				if mined != nil {
+			}
+			if mined != nil {
+				switch {
+				case verbose && asJSON:
+					printDecisions(cmd.ErrOrStderr(), mined) // stdout holds exactly the JSON object
+				case verbose:
+					printDecisions(out, mined)
+				case !asJSON:
 					printLearned(out, mined)
 				}
+			} else if verbose && cfg.Miner.Enabled && cfg.Memory.Enabled {
+				// Against a remote mesh the miner works on its own time (see waitMiner).
+				fmt.Fprintf(cmd.ErrOrStderr(), "  miner: its decisions come once it has mined the session: skein trace show %s\n", rep.SessionID)
 			}
 			if !protocol.Outcome(res.Outcome).Succeeded() {
 				return &exitError{code: 1}
@@ -206,6 +217,7 @@ func newRunCmd() *cobra.Command {
 	cmd.Flags().StringVar(&sessionID, "session-id", "", "use this session id (resubmitting the same id does not run the task twice)")
 	cmd.Flags().StringVar(&agent, "agent", "", "agent to run the task (default: agent.name from the config)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print exactly one JSON object: session_id, outcome, final_text, usage")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "show each guideline retrieved (score and why) and every decision of the miner (with --json, on stderr)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up following the session after this long")
 	cmd.Flags().StringArrayVar(&budgetKVs, "budget", nil, "limit this task: KEY=VALUE, repeatable; keys max_input_tokens, max_output_tokens, max_usd,\n"+
 		"deadline_s, max_turns, max_tool_calls, max_depth, max_fanout (agent.budget applies too; the tighter wins)")
@@ -230,13 +242,14 @@ func printResult(w io.Writer, r runResult, home string) {
 // progress shows a run as it happens: one live status line on a terminal, plain event lines
 // otherwise, nothing with --json.
 type progress struct {
-	w      io.Writer
-	quiet  bool
-	live   bool
-	start  time.Time
-	status string
-	tools  int
-	turn   int
+	w       io.Writer
+	quiet   bool
+	verbose bool // guidelines with their scores and why, even with --json (on stderr)
+	live    bool
+	start   time.Time
+	status  string
+	tools   int
+	turn    int
 }
 
 func newProgress(w io.Writer, quiet bool) *progress {
@@ -248,6 +261,10 @@ func newProgress(w io.Writer, quiet bool) *progress {
 }
 
 func (p *progress) event(ev protocol.Event) {
+	if p.verbose && ev.Type == protocol.EvRetrieval {
+		p.clear()
+		printRetrieved(p.w, ev)
+	}
 	if p.quiet {
 		return
 	}
@@ -267,7 +284,7 @@ func (p *progress) event(ev protocol.Event) {
 		}
 		p.status = "tool " + ev.Tool
 	case protocol.EvRetrieval:
-		if len(ev.Guidelines) > 0 {
+		if len(ev.Guidelines) > 0 && !p.verbose {
 			p.clear()
 			fmt.Fprintf(p.w, "  ↳ using %d guideline(s) from past runs\n", len(ev.Guidelines))
 		}
@@ -334,4 +351,50 @@ func shortID(id string) string {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
+}
+
+// printRetrieved shows what memory gave a step: each guideline with its similarity and the rule
+// of retrieval that chose it.
+func printRetrieved(w io.Writer, ev protocol.Event) {
+	step := ""
+	if ev.StepID != "" {
+		step = " for step " + ev.StepID
+	}
+	if len(ev.Guidelines) == 0 {
+		fmt.Fprintf(w, "  memory%s: no guideline retrieved\n", step)
+		return
+	}
+	fmt.Fprintf(w, "  memory%s: %d guideline(s) retrieved\n", step, len(ev.Guidelines))
+	for _, g := range ev.Guidelines {
+		fmt.Fprintf(w, "    %.3f %-9s %-7s %s  %s\n", g.Score, g.Tier, g.Polarity, shortID(g.ID), clipText(g.Text, 100))
+		if g.Why != "" {
+			fmt.Fprintf(w, "          why: %s\n", g.Why)
+		}
+	}
+}
+
+// printDecisions shows everything the miner decided for the session, skipped lessons included,
+// each with its reason.
+func printDecisions(w io.Writer, ev *protocol.Event) {
+	text := map[string]protocol.Candidate{}
+	for _, c := range ev.Mined {
+		text[c.Key] = c
+	}
+	if len(ev.Ingested) == 0 {
+		fmt.Fprintf(w, "  miner: nothing to learn from this session (%d candidate(s))\n", len(ev.Mined))
+	}
+	for _, a := range ev.Ingested {
+		c := text[a.Key]
+		fmt.Fprintf(w, "  miner: %-10s %s %s: %s\n", a.Action, shortID(a.EntryID), c.Polarity, clipText(c.Text, 100))
+		if a.Detail != "" {
+			fmt.Fprintf(w, "         why: %s\n", a.Detail)
+		}
+	}
+	if fb := ev.Attrs; len(fb) > 0 {
+		for _, k := range []string{"helpful", "harmful", "followed"} {
+			if v := fb[k]; v != "" {
+				fmt.Fprintf(w, "  miner: marked %s: %s\n", k, v)
+			}
+		}
+	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os/signal"
 	"syscall"
 
@@ -45,6 +47,9 @@ func newUpCmd() *cobra.Command {
 			fmt.Fprintf(out, "    elsewhere copy the role's file and add --creds FILE, e.g. --creds %s)\n", auth.File(creds, auth.Executor))
 			if httpAddr != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "  HTTP API: http://%s/v1/tasks, %s\n", httpAddr, httpTokenHint(cfg.Gateway.HTTPToken))
+				if tok, _, err := gateway.HTTPToken(service.Home(), cfg.Gateway.HTTPToken); err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "console: %s\n", consoleURL(httpAddr, tok))
+				}
 			}
 			<-ctx.Done()
 			return nil
@@ -66,4 +71,17 @@ func httpTokenHint(configured string) string {
 		return "bearer token from $" + gateway.HTTPTokenEnv + " or gateway.http_token"
 	}
 	return fmt.Sprintf("bearer token in %s:\n    curl -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d '{\"task\": \"...\"}' http://...", path, path)
+}
+
+// consoleURL is the console's address with the bearer token in the fragment: a browser keeps the
+// fragment to itself, so the token reaches the page but never a server's request line or logs.
+func consoleURL(httpAddr, token string) string {
+	host, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		host, port = httpAddr, "80"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1" // listening everywhere: this machine is one of them
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/console/#token=" + url.PathEscape(token)
 }

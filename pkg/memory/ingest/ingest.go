@@ -265,7 +265,7 @@ func (e *Engine) ingestOnce(ctx context.Context, agent, session, key string, c p
 		ent.Updated = now
 		bound(&ent)
 		act = protocol.IngestAction{Key: key, EntryID: ent.ID, Action: ActMerged,
-			Detail: fmt.Sprintf("%d distinct sessions", ent.DistinctSessions())}
+			Detail: fmt.Sprintf("%d distinct sessions now; promotion to strategic at %d", ent.DistinctSessions(), e.opt.PromotionSessions)}
 		if ent.Status != memory.StatusActive {
 			act.Detail += fmt.Sprintf(" (entry is %s by %s)", ent.Status, ent.SupersededBy)
 		}
@@ -280,7 +280,8 @@ func (e *Engine) ingestOnce(ctx context.Context, agent, session, key string, c p
 			Model: e.emb.Model(), Embedding: vec, Source: src, Status: memory.StatusActive,
 			Mined: []string{marker}, Created: now, Updated: now,
 		}
-		act = protocol.IngestAction{Key: key, EntryID: id, Action: ActAdded}
+		act = protocol.IngestAction{Key: key, EntryID: id, Action: ActAdded,
+			Detail: fmt.Sprintf("new lesson: no %s entry of this agent within similarity %.2f", c.Polarity, e.opt.SimilarityThreshold)}
 	}
 	if ent.Status == memory.StatusActive && ent.Tier == protocol.TierTactical && ent.DistinctSessions() >= e.opt.PromotionSessions {
 		return e.promote(ctx, ent, key)

@@ -148,10 +148,39 @@ func NamedTools(task string, tools []string) []string {
 	return out
 }
 
-func rank(h memory.Hit) float64 {
-	fb := float64(h.Entry.Helpful - h.Entry.Harmful)
+func rank(h memory.Hit) float64 { return Rank(h.Score, h.Entry.Helpful, h.Entry.Harmful) }
+
+// Rank is the score retrieval orders candidates by: the similarity nudged by the entry's
+// helpful and harmful marks. inspect-memory and the console rank with it too.
+func Rank(similarity float64, helpful, harmful int) float64 {
+	fb := float64(helpful - harmful)
 	fb = math.Max(-feedbackCap, math.Min(feedbackCap, fb))
-	return h.Score + feedbackWeight*fb
+	return similarity + feedbackWeight*fb
+}
+
+// Why explains in a few words how Select treats an entry of similarity score for a task that
+// names the tools named: what would choose it, or why it would be left out.
+func Why(e memory.Entry, score float64, named []string, opt Options) string {
+	opt = opt.withDefaults()
+	switch {
+	case e.Status != memory.StatusActive:
+		return "never retrieved: " + string(e.Status)
+	case score >= opt.ToolFloor && slices.ContainsFunc(e.Tools, func(t string) bool { return slices.Contains(named, t) }):
+		return fmt.Sprintf("tool %s named in the task (similarity %.2f ≥ floor %.2f)", strings.Join(e.Tools, ","), score, opt.ToolFloor)
+	case score < opt.MinScore:
+		return fmt.Sprintf("below the minimum similarity %.2f", opt.MinScore)
+	}
+	why := fmt.Sprintf("similarity %.2f", score)
+	if fb := e.Helpful - e.Harmful; fb != 0 {
+		why += fmt.Sprintf(", feedback %+d (rank %.3f)", fb, Rank(score, e.Helpful, e.Harmful))
+	}
+	if e.Polarity == protocol.PolarityPattern {
+		why += ", success pattern (reserved share)"
+	}
+	if e.Tier == protocol.TierStrategic {
+		why += ", strategic"
+	}
+	return why
 }
 
 // Select picks guidelines from candidate hits (duplicates allowed; inactive entries ignored):
@@ -182,10 +211,12 @@ func Select(hits []memory.Hit, named []string, opt Options) []protocol.Guideline
 		return uniq[i].Entry.ID < uniq[j].Entry.ID
 	})
 	chosen := map[string]bool{}
+	why := map[string]string{}
 	var picked []memory.Hit
 	take := func(h memory.Hit) {
 		chosen[h.Entry.ID] = true
 		picked = append(picked, h)
+		why[h.Entry.ID] = Why(h.Entry, h.Score, named, opt)
 	}
 	for _, h := range uniq {
 		if len(picked) >= opt.TopK {
@@ -230,7 +261,7 @@ func Select(hits []memory.Hit, named []string, opt Options) []protocol.Guideline
 	fenced := map[protocol.Tier]bool{}
 	for _, h := range picked {
 		g := protocol.Guideline{ID: h.Entry.ID, Text: Sanitize(h.Entry.Text), Tier: h.Entry.Tier,
-			Polarity: h.Entry.Polarity, Tools: slices.Clone(h.Entry.Tools), Score: h.Score}
+			Polarity: h.Entry.Polarity, Tools: slices.Clone(h.Entry.Tools), Score: h.Score, Why: why[h.Entry.ID]}
 		if g.Text == "" {
 			continue
 		}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/skein-mesh/skein/gateway"
+	"github.com/skein-mesh/skein/memoryd"
+	"github.com/skein-mesh/skein/pkg/auth"
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/devenv"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/embed/minilm"
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// consoleScript: the task adds with the sum tool; the miner turns the session into a guideline.
+const consoleScript = `
+rules:
+  - when: {system: "^skein-miner"}
+    reply: {text: "Add numbers with the sum tool rather than by hand."}
+  - when: {last: "^delegate"}
+    reply:
+      tool_calls:
+        - {name: assistant, args: {task: "add 2, 3 and 5 with the sum tool"}}
+  - when: {last: "^add"}
+    reply:
+      tool_calls:
+        - {name: sum, args: {numbers: [2, 3, 5]}}
+  - reply: {text: "The total is 10."}
+`
+
+// chromium finds the browser the console test drives: $SKEIN_CHROMIUM, else Debian's chromium
+// (installed by `make console-setup`). Without one the test skips, except under CI (or
+// SKEIN_REQUIRE_ALL=1), where a missing browser must fail rather than pass unseen.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SKEIN_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	devtest.Missing(t, "chromium (Debian's package, which `make console-setup` installs; or set SKEIN_CHROMIUM)")
+	return ""
+}
+
+// needMiniLM ends a test that runs memory in process unless `make setup` installed the model.
+func needMiniLM(t *testing.T) {
+	t.Helper()
+	if !minilm.Installed(devenv.ToolsDir()) {
+		devtest.Missing(t, "the all-MiniLM-L6-v2 embedder")
+	}
+}
+
+// screenshotDir is where the console test saves its screenshots: $SKEIN_CONSOLE_SCREENSHOTS
+// (`make console-screenshots` points it at docs/), else a temporary folder.
+func screenshotDir(t *testing.T) string {
+	if d := os.Getenv("SKEIN_CONSOLE_SCREENSHOTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestConsoleEndToEnd drives the console in headless Chromium against a whole embedded mesh
+// (scripted model, sum tool, MiniLM memory, miner): the sessions page lists a finished session,
+// its page shows the tree and the timeline with the retrieved guideline and why, and the
+// miner's decision; memory search ranks the entries; evicting one removes it from memoryd.
+func TestConsoleEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole mesh and a browser")
+	}
+	browser := chromium(t)
+	needMiniLM(t)
+	root := devtest.RepoRoot(t)
+	sum := filepath.Join(root, "examples", "tools", "sum", "sum")
+	if _, err := os.Stat(sum); err != nil {
+		cmd := exec.Command("go", "build", "-o", "sum", ".")
+		cmd.Dir, cmd.Env = filepath.Dir(sum), append(os.Environ(), "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build sum: %v\n%s", err, out)
+		}
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "script.yaml")
+	if err := os.WriteFile(script, []byte(consoleScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
+	cfg.Tools.ManifestDirs, cfg.Tools.Enabled = []string{filepath.Join(root, "examples", "tools")}, []string{"sum"}
+	cfg.Tools.Agents = []string{cfg.Agent.Name} // the agent may delegate to a child session of itself
+	home, addr := filepath.Join(dir, "home"), freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	m, err := startEmbedded(ctx, cfg, home, "127.0.0.1:0", meshLogger(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.stop)
+	c, err := m.conn(string(auth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := protocol.NewNames(cfg.Mesh.Namespace)
+	agent := cfg.Agent.Name
+
+	// Memory before the run: a guideline for the sum tool the task names, and an unrelated one.
+	mem := memoryd.Client{NC: c.NC, Names: names, PerTry: 30 * time.Second}
+	now := time.Now().UTC()
+	const sumText, csvText = "Use the sum tool to add numbers; never add them by hand.", "Check that a CSV file exists before reading it."
+	imp, err := mem.Import(ctx, protocol.MemoryImportRequest{Entries: []memory.Entry{
+		{ID: "console-sum", Agent: agent, Text: sumText, Polarity: protocol.PolarityPattern, Tier: protocol.TierTactical, Tools: []string{"sum"},
+			Sessions: []string{"earlier-1"}, Helpful: 1, Source: memory.SourceHuman, Status: memory.StatusActive, Created: now, Updated: now},
+		{ID: "console-csv", Agent: agent, Text: csvText, Polarity: protocol.PolarityAvoid, Tier: protocol.TierTactical,
+			Sessions: []string{"earlier-2"}, Source: memory.SourceHuman, Status: memory.StatusActive, Created: now, Updated: now},
+	}})
+	if err != nil || imp.Imported != 2 {
+		t.Fatalf("import: %+v %v", imp, err)
+	}
+	session := runToMined(ctx, t, c, names, "add 2, 3 and 5 with the sum tool")
+	parent := runToMined(ctx, t, c, names, "delegate the sum of 2, 3 and 5")
+	// A dead letter as the DLQ forwarder records one: the console must show where it came from.
+	dead := nats.NewMsg(names.DLQ(protocol.StreamWork))
+	dead.Data = []byte("undecodable step")
+	for k, v := range map[string]string{bus.HeaderDLQSubject: names.Work(agent), bus.HeaderDLQStream: names.Stream(protocol.StreamWork),
+		bus.HeaderDLQSequence: "17", bus.HeaderDLQConsumer: names.ExecutorConsumer(agent), bus.HeaderDLQDeliveries: "5",
+		bus.HeaderDLQReason: "max deliveries reached"} {
+		dead.Header.Set(k, v)
+	}
+	if _, err := c.JS.PublishMsg(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+
+	tok, _, err := gateway.HTTPToken(home, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHTTP(ctx, t, "http://"+addr+"/console/")
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1366, 800),
+		chromedp.Flag("disable-dev-shm-usage", true)) // containers often have a tiny /dev/shm
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	shots := screenshotDir(t)
+	// fail reports what the page showed, so a failure in CI can be read without the browser.
+	fail := func(what string, err error) {
+		t.Helper()
+		body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+		t.Fatalf("%s: %v\npage text:\n%s", what, err, body)
+	}
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, 60*time.Second)
+		defer scancel()
+		if err := chromedp.Do(sctx, actions...); err != nil {
+			fail(what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, 30*time.Second)
+		defer scancel()
+		v, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			fail("text of "+sel, err)
+		}
+		return v
+	}
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			fail("screenshot", err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+	// The first Run starts the browser: it must not carry a timeout (see chromedp.Run).
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", browser, err)
+	}
+	row := fmt.Sprintf(`tr[data-session=%q]`, session)
+	step("load the sessions page", chromedp.Navigate(consoleURL(addr, tok)), chromedp.WaitVisible(css(row)))
+	if rowText := text(row); !strings.Contains(rowText, "success") || !strings.Contains(rowText, agent) {
+		t.Errorf("session row %q: want the agent and outcome success", rowText)
+	}
+	if loc, err := chromedp.Run(bctx, chromedp.Location()); err != nil || strings.Contains(loc, tok) {
+		t.Errorf("the token stayed in the address bar: %s %v", loc, err)
+	}
+	shot("console-sessions.png")
+	// Live: a session that runs while the page is open appears without a reload.
+	later := runToMined(ctx, t, c, names, "add 2, 3 and 5 again with the sum tool")
+	step("see a new session appear", chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, later))))
+
+	step("open the session", chromedp.Click(css(row)),
+		chromedp.WaitVisible(css(`#d-events li[data-type="retrieval"] .guideline`)),
+		chromedp.WaitVisible(css(`#d-events li[data-type="mined"]`)),
+		chromedp.WaitVisible(css(`#d-tree li.step`)))
+	if r := text(`#d-events li[data-type="retrieval"]`); !strings.Contains(r, sumText) || !strings.Contains(r, "why: tool sum named in the task") {
+		t.Errorf("retrieval event %q: want the sum guideline and why it was chosen", r)
+	}
+	if m := text(`#d-events li[data-type="mined"]`); !strings.Contains(m, "Add numbers with the sum tool") || !strings.Contains(m, "added") {
+		t.Errorf("mined event %q: want the miner's guideline and its decision", m)
+	}
+	if tree := text(`#d-tree`); !strings.Contains(tree, "success") || !strings.Contains(tree, "1 tool call") {
+		t.Errorf("tree %q: want the session's outcome and its tool call", tree)
+	}
+
+	step("open a session that delegated to a child agent", chromedp.Click(css(`#back`)),
+		chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, parent))),
+		chromedp.Click(css(fmt.Sprintf(`tr[data-session=%q]`, parent))),
+		chromedp.WaitVisible(css(`#d-tree li.child .link`)))
+	child, err := chromedp.Run(bctx, chromedp.AttributeValue(css(`#d-tree li.child`), "data-child"))
+	if err != nil || child.Value == "" {
+		t.Fatalf("child node: %+v %v", child, err)
+	}
+	if tree := text(`#d-tree`); !strings.Contains(tree, "assistant") || strings.Count(tree, "success") < 2 {
+		t.Errorf("tree %q: want the parent and its child agent, both successful", tree)
+	}
+	shot("console-tree.png")
+	step("follow the child", chromedp.Click(css(`#d-tree li.child .link`)),
+		chromedp.WaitVisible(css(`#d-events li[data-type="tool_call"]`)))
+	if title := text(`#d-title`); title != child.Value {
+		t.Errorf("clicking the child opened %q; want %q", title, child.Value)
+	}
+
+	step("search memory", chromedp.Click(css(`nav button[data-view="memory"]`)),
+		chromedp.WaitVisible(css(`#m-rows tr[data-entry]`)),
+		chromedp.SendKeys(css(`#m-q`), "is the csv file there before I read it"),
+		chromedp.Click(css(`#m-search button`)),
+		chromedp.WaitVisible(css(`#m-rows tr[data-entry] .why`)))
+	first, err := chromedp.Run(bctx, chromedp.AttributeValue(css(`#m-rows tr:first-child`), "data-entry"))
+	if err != nil || first.Value != "console-csv" {
+		t.Errorf("first search hit %q (%v); want console-csv", first.Value, err)
+	}
+	shot("console-memory.png")
+
+	step("evict an entry with confirmation", chromedp.Click(css(`tr[data-entry="console-csv"] button.evict`)),
+		chromedp.WaitVisible(css(`#confirm`)),
+		chromedp.Click(css(`#confirm-yes`)),
+		chromedp.WaitNotPresent(css(`tr[data-entry="console-csv"]`)))
+	if _, err := mem.Get(ctx, "console-csv"); err == nil || !strings.Contains(err.Error(), memory.ErrNotFound.Error()) {
+		t.Errorf("after evicting in the console, memoryd get: %v; want not found", err)
+	}
+	if e, err := mem.Get(ctx, "console-sum"); err != nil || e.Status != memory.StatusActive {
+		t.Errorf("the other entry: %+v %v", e, err)
+	}
+
+	step("usage charts", chromedp.Click(css(`nav button[data-view="usage"]`)), chromedp.WaitVisible(css(`#u-tokens-model svg rect`)))
+	if legend := text(`#u-tokens-model .legend`); !strings.Contains(legend, cfg.LLM.Model) {
+		t.Errorf("tokens-by-model legend %q: want model %s", legend, cfg.LLM.Model)
+	}
+	shot("console-usage.png")
+
+	step("dead letters", chromedp.Click(css(`nav button[data-view="dlq"]`)), chromedp.WaitVisible(css(`#q-rows tr td.mono`)))
+	if d := text(`#q-rows tr`); !strings.Contains(d, names.Work(agent)) || !strings.Contains(d, "#17") || !strings.Contains(d, "max deliveries reached") {
+		t.Errorf("dead letter row %q: want its origin subject, sequence and reason", d)
+	}
+
+	step("search the sessions", chromedp.Click(css(`nav button[data-view="sessions"]`)),
+		chromedp.WaitVisible(css(row)),
+		chromedp.SendKeys(css(`#s-q`), "delegate"),
+		chromedp.WaitNotPresent(css(row)),
+		chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, parent))))
+}
+
+// runToMined submits task and follows it until the miner's usage event (the session's last).
+func runToMined(ctx context.Context, t *testing.T, c *bus.Conn, names protocol.Names, task string) string {
+	t.Helper()
+	var rep protocol.SubmitReply
+	if err := bus.Request(ctx, c.NC, names.Submit(), &protocol.SubmitRequest{Task: task, Caller: "test"}, &rep, 5*time.Second); err != nil || rep.Error != "" {
+		t.Fatalf("submit: %v %s", err, rep.Error)
+	}
+	var outcome protocol.Outcome
+	err := trace.Follow(ctx, c.JS, names, rep.SessionID, func(ev protocol.Event) bool {
+		if ev.Type.Terminal() {
+			outcome = ev.Outcome
+		}
+		return !(ev.Type == protocol.EvUsage && ev.Role == protocol.RoleMiner)
+	})
+	if err != nil || outcome != protocol.OutcomeSuccess {
+		t.Fatalf("session %s: outcome %q, %v", rep.SessionID, outcome, err)
+	}
+	return rep.SessionID
+}
+
+func waitHTTP(ctx context.Context, t *testing.T, url string) {
+	t.Helper()
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("console at %s did not answer: %v", url, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,36 @@
+// Package console is the web console: a small static single page (HTML, CSS, vanilla JS, charts
+// drawn as inline SVG) embedded in the binary, so it works offline and needs no build step. It
+// talks only to the public HTTP API, with the bearer token the page is given in its URL fragment.
+package console
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+)
+
+//go:embed static
+var files embed.FS
+
+// Handler serves the console under /console/. Its files are public (the token never is); the
+// headers keep the page from being framed by, or loading anything from, another origin.
+func Handler() http.Handler {
+	sub, err := fs.Sub(files, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	static := http.StripPrefix("/console/", http.FileServerFS(sub))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "the console is read with GET", http.StatusMethodNotAllowed)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-cache")
+		static.ServeHTTP(w, r)
+	})
+}

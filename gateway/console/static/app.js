@@ -1,0 +1,430 @@
+// skein console: one page over the public HTTP API. Everything the page shows comes from the
+// same routes any client uses, with the bearer token taken from the URL fragment (never sent to
+// the server in a URL, so it stays out of access logs) and kept in this tab's sessionStorage.
+'use strict';
+
+const $ = (id) => document.getElementById(id);
+const REFRESH_MS = 4000;
+const PALETTE = ['#0969da', '#bf3989', '#1a7f37', '#bc4c00', '#8250df', '#9a6700', '#0550ae', '#cf222e', '#57606a', '#116329'];
+
+let token = sessionStorage.getItem('skein-token') || '';
+{
+  const m = location.hash.match(/token=(.+)$/);
+  if (m) {
+    token = decodeURIComponent(m[1]);
+    sessionStorage.setItem('skein-token', token);
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+}
+
+// el builds an element; strings become text nodes, so data never becomes markup.
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  setAttrs(e, attrs);
+  for (const k of kids.flat()) {
+    if (k === null || k === undefined || k === false) continue;
+    e.append(k instanceof Node ? k : String(k));
+  }
+  return e;
+}
+
+function svg(tag, attrs, ...kids) {
+  const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  setAttrs(e, attrs);
+  for (const k of kids) e.append(k instanceof Node ? k : String(k));
+  return e;
+}
+
+function setAttrs(e, attrs) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === 'class') e.setAttribute('class', v);
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null && v !== false) e.setAttribute(k, v);
+  }
+}
+
+function badge(text) { return el('span', { class: 'badge ' + text }, text); }
+
+class APIError extends Error {
+  constructor(msg, status, code) { super(msg); this.status = status; this.code = code; }
+}
+
+async function api(path, opts = {}) {
+  const headers = { Authorization: 'Bearer ' + token };
+  let body;
+  if (opts.body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    body = JSON.stringify(opts.body);
+  }
+  const r = await fetch(path, { method: opts.method || 'GET', headers, body, signal: opts.signal });
+  let data = null;
+  try { data = await r.json(); } catch (e) { /* a body that is not JSON: reported below */ }
+  if (!r.ok) {
+    if (r.status === 401) showLogin();
+    throw new APIError((data && data.error) || `${r.status} ${r.statusText}`, r.status, data && data.code);
+  }
+  return data;
+}
+
+function showError(err) {
+  const box = $('error');
+  if (!err) { box.hidden = true; box.textContent = ''; return; }
+  box.hidden = false;
+  box.textContent = String(err.message || err);
+}
+
+function setLive(ok) { $('live').className = ok ? '' : 'off'; $('live').textContent = ok ? 'live' : 'offline'; }
+
+// Formatting.
+const fmtTime = (s) => { if (!s) return ''; const d = new Date(s); return isNaN(d) || d.getFullYear() < 2000 ? '' : d.toLocaleString(); };
+const fmtCost = (c) => (c === null || c === undefined) ? '—' : '$' + Number(c).toFixed(c < 0.01 ? 4 : 2);
+const fmtInt = (n) => Number(n || 0).toLocaleString();
+const fmtSecs = (s) => s ? (s < 1 ? s.toFixed(2) + ' s' : s < 60 ? s.toFixed(1) + ' s' : (s / 60).toFixed(1) + ' min') : '—';
+const short = (id) => id && id.length > 20 ? id.slice(0, 20) + '…' : (id || '');
+const clip = (s, n) => { s = String(s || ''); return s.length > n ? s.slice(0, n) + '…' : s; };
+
+// Views.
+let view = 'sessions';
+function show(name) {
+  view = name;
+  for (const s of document.querySelectorAll('section.view')) s.hidden = s.id !== name;
+  for (const b of document.querySelectorAll('nav button')) b.classList.toggle('active', b.dataset.view === name || (name === 'session' && b.dataset.view === 'sessions'));
+  if (name !== 'session' && streamAbort) { streamAbort.abort(); streamAbort = null; }
+  refresh();
+}
+
+function showLogin() {
+  $('login').hidden = false;
+  for (const s of document.querySelectorAll('section.view')) s.hidden = true;
+}
+
+async function refresh() {
+  if (!token) { showLogin(); return; }
+  try {
+    if (view === 'sessions') await loadSessions();
+    else if (view === 'usage') await loadUsage();
+    else if (view === 'dlq') await loadDLQ();
+    else if (view === 'memory' && !memoryLoaded) await loadMemory();
+    setLive(true);
+    showError(null);
+  } catch (e) {
+    setLive(false);
+    showError(e);
+  }
+}
+
+// Sessions.
+const knownAgents = new Set();
+function addAgents(names) {
+  for (const n of names) {
+    if (!n || knownAgents.has(n)) continue;
+    knownAgents.add(n);
+    for (const id of ['s-agent', 'm-agent']) $(id).append(el('option', { value: n }, n));
+  }
+}
+
+async function loadSessions() {
+  const p = new URLSearchParams({ since: $('s-since').value, limit: '200' });
+  for (const [k, id] of [['q', 's-q'], ['agent', 's-agent'], ['status', 's-status']]) if ($(id).value) p.set(k, $(id).value);
+  const data = await api('/v1/sessions?' + p);
+  addAgents(data.sessions.map((s) => s.agent));
+  const rows = data.sessions.map((s) => {
+    const u = s.usage;
+    return el('tr', { class: 'click', 'data-session': s.session_id, onclick: () => openSession(s.session_id) },
+      el('td', {}, fmtTime(s.created)),
+      el('td', { class: 'mono', title: s.session_id }, short(s.session_id), s.parent ? el('span', { class: 'muted' }, ' (child)') : null),
+      el('td', {}, s.agent),
+      el('td', { class: 'task', title: s.task }, s.task),
+      el('td', {}, badge(s.outcome || s.status)),
+      el('td', { class: 'num' }, u ? `${fmtInt(u.input_tokens)} / ${fmtInt(u.output_tokens)}` : '—'),
+      el('td', { class: 'num' }, u ? fmtCost(u.cost_usd) : '—'),
+      el('td', { class: 'num' }, u ? fmtSecs(u.wall_time_s) : '—'));
+  });
+  $('s-rows').replaceChildren(...rows);
+  $('s-count').textContent = `${data.sessions.length} session(s)${data.truncated ? ' (newest shown; narrow the filter for more)' : ''}`;
+}
+
+// One session: its tree and its live timeline.
+let streamAbort = null;
+let current = '';
+
+function openSession(id) {
+  current = id;
+  $('d-title').replaceChildren(el('span', { class: 'mono' }, id));
+  $('d-tree').replaceChildren();
+  $('d-events').replaceChildren();
+  show('session');
+  loadTree(id);
+  followEvents(id);
+}
+
+async function loadTree(id) {
+  try {
+    const n = await api('/v1/sessions/' + encodeURIComponent(id) + '/tree');
+    if (current === id) $('d-tree').replaceChildren(el('ul', {}, treeNode(n, true)));
+  } catch (e) { showError(e); }
+}
+
+function treeNode(n, root) {
+  const head = el('div', {},
+    el('span', { class: 'mono' + (root ? '' : ' link'), title: n.session_id }, short(n.session_id)), ' ',
+    el('b', {}, n.agent || ''), ' ', badge(n.outcome || 'running'),
+    el('div', { class: 'muted' }, `${n.turns} turn(s) · ${n.tool_calls} tool call(s) · ${fmtInt(n.usage.input_tokens)} in / ${fmtInt(n.usage.output_tokens)} out · ${fmtCost(n.cost_usd)} · ${fmtSecs(n.wall_time_s)}`));
+  const kids = [];
+  for (const s of n.steps || []) {
+    kids.push(el('li', { class: 'step' }, 'step ', el('span', { class: 'mono' }, s.step_id), ' ', s.outcome ? badge(s.outcome) : badge('running'),
+      el('span', { class: 'muted' }, ` ${s.turns} turn(s), ${s.tool_calls} tool call(s), ${fmtCost(s.cost_usd)}`),
+      s.reason ? el('div', { class: 'muted' }, clip(s.reason, 160)) : null));
+  }
+  for (const c of n.children || []) {
+    const li = treeNode(c, false);
+    li.classList.add('child');
+    li.setAttribute('data-child', c.session_id);
+    li.firstChild.firstChild.addEventListener('click', () => openSession(c.session_id));
+    kids.push(li);
+  }
+  return el('li', {}, head, kids.length ? el('ul', {}, kids) : null);
+}
+
+async function followEvents(id) {
+  if (streamAbort) streamAbort.abort();
+  const ac = new AbortController();
+  streamAbort = ac;
+  let t0 = null;
+  try {
+    const r = await fetch('/v1/sessions/' + encodeURIComponent(id) + '/events', { headers: { Authorization: 'Bearer ' + token }, signal: ac.signal });
+    if (!r.ok) {
+      const data = await r.json().catch(() => null);
+      throw new APIError((data && data.error) || r.statusText, r.status);
+    }
+    const reader = r.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let i;
+      while ((i = buf.indexOf('\n\n')) >= 0) {
+        const chunk = buf.slice(0, i);
+        buf = buf.slice(i + 2);
+        const line = chunk.split('\n').find((l) => l.startsWith('data: '));
+        if (!line) continue;
+        const ev = JSON.parse(line.slice(6));
+        if (t0 === null) t0 = new Date(ev.time);
+        $('d-events').append(eventItem(ev, t0));
+        if (ev.type === 'usage' || ev.type === 'step_finished' || ev.type === 'final') loadTree(id);
+      }
+    }
+  } catch (e) {
+    if (e.name !== 'AbortError') showError(e);
+  }
+}
+
+function eventItem(ev, t0) {
+  const dt = ((new Date(ev.time) - t0) / 1000).toFixed(2);
+  const li = el('li', { 'data-type': ev.type }, el('span', { class: 't' }, '+' + dt + 's'), el('span', { class: 'ty' }, ev.type),
+    ev.step_id ? el('span', { class: 'mono muted' }, ` [${ev.step_id}] `) : ' ', eventSummary(ev));
+  const d = eventDetail(ev);
+  if (d) li.append(d);
+  return li;
+}
+
+function eventSummary(ev) {
+  switch (ev.type) {
+    case 'session_started': return `${ev.agent}: ${clip(ev.task, 160)}`;
+    case 'plan': return `${(ev.plan || []).length} step(s)`;
+    case 'model_call': return `${ev.model} ${ev.latency_ms || 0}ms` + (ev.usage ? ` · in ${ev.usage.input_tokens} out ${ev.usage.output_tokens}` : '');
+    case 'tool_call': return el('span', {}, `${ev.tool} ${clip(ev.args ? JSON.stringify(ev.args) : '', 100)} → `,
+      ev.result ? (ev.result.ok ? clip(JSON.stringify(ev.result.result), 100) : badge('failed')) : '', ev.result && !ev.result.ok ? ' ' + clip(ev.result.error, 160) : '');
+    case 'retrieval': return `${(ev.guidelines || []).length} guideline(s) from memory`;
+    case 'mined': return `${(ev.mined || []).length} candidate(s) mined`;
+    case 'tools': return `${(ev.attrs && ev.attrs.phase) || ''} [${(ev.tools || []).join(' ')}]`;
+    case 'usage': return ev.report ? `in ${fmtInt(ev.report.input_tokens)} out ${fmtInt(ev.report.output_tokens)} · ${fmtCost(ev.report.cost_usd)} · ${fmtSecs(ev.report.wall_time_s)}` + (ev.role === 'miner' ? ' (with mining)' : '') : '';
+    case 'final': case 'incomplete': case 'failed': case 'step_finished':
+      return el('span', {}, badge(ev.outcome || ev.type), ' ', clip(ev.text || ev.reason || '', 200));
+    case 'thought': case 'decision': case 'step_started': return clip(ev.text, 200);
+    case 'cancel': case 'budget': case 'compaction': return clip(ev.reason, 200);
+    default: return '';
+  }
+}
+
+// The learning, made visible: what memory gave this session and what the miner did with it.
+function eventDetail(ev) {
+  if (ev.type === 'retrieval' && ev.guidelines && ev.guidelines.length) {
+    return el('div', { class: 'detail' }, ev.guidelines.map((g) => el('div', { class: 'guideline' },
+      badge(g.tier), ' ', el('b', {}, g.score.toFixed(3)), ' ', g.text, g.why ? el('div', { class: 'why' }, 'why: ' + g.why) : null)));
+  }
+  if (ev.type === 'mined') {
+    const text = {};
+    for (const c of ev.mined || []) text[c.key] = c;
+    return el('div', { class: 'detail' }, (ev.ingested || []).map((a) => el('div', { class: 'decision' },
+      badge(a.action), ' ', text[a.key] ? `${text[a.key].polarity}: ${text[a.key].text}` : a.key,
+      a.entry_id ? el('span', { class: 'mono muted' }, ' ' + short(a.entry_id)) : null,
+      a.detail ? el('div', { class: 'why' }, a.detail) : null)),
+    ['helpful', 'harmful', 'followed'].filter((k) => ev.attrs && ev.attrs[k]).map((k) => el('div', { class: 'marks' }, badge(k), ' ', ev.attrs[k].split(',').map(short).join(', '))));
+  }
+  return null;
+}
+
+// Memory.
+let memoryLoaded = false;
+
+async function loadMemory() {
+  const agent = $('m-agent').value, tier = $('m-tier').value, q = $('m-q').value.trim();
+  const counts = await api('/v1/memory/search?' + new URLSearchParams(Object.entries({ agent, tier, top_k: '50', q }).filter(([, v]) => v)));
+  addAgents(counts.counts.map((c) => c.agent));
+  const by = {};
+  for (const c of counts.counts) {
+    const t = by[c.agent] || (by[c.agent] = { strategic: 0, tactical: 0, inactive: 0 });
+    if (c.status !== 'active') t.inactive += c.n; else t[c.tier] += c.n;
+  }
+  $('m-counts').textContent = Object.entries(by).map(([a, t]) => `${a}: strategic ${t.strategic}, tactical ${t.tactical}, superseded/retired ${t.inactive}`).join(' · ') +
+    ` (embedding model ${counts.model})`;
+  let rows;
+  if (q) {
+    $('m-score-h').textContent = 'rank';
+    rows = (counts.hits || []).map((h) => memoryRow(h.entry, h));
+  } else {
+    $('m-score-h').textContent = '';
+    const list = await api('/v1/memory?' + new URLSearchParams(Object.entries({ agent, tier, status: $('m-status').value }).filter(([, v]) => v)));
+    rows = list.entries.map((e) => memoryRow(e, null));
+  }
+  $('m-rows').replaceChildren(...rows);
+  if (!rows.length) $('m-rows').append(el('tr', {}, el('td', { colspan: 10, class: 'muted' }, q ? 'no guideline matches' : 'no guidelines')));
+  memoryLoaded = true;
+}
+
+function memoryRow(e, hit) {
+  const sessions = Math.max(e.session_count || 0, (e.sessions || []).length);
+  const actions = el('td', {});
+  if (e.status === 'active') actions.append(el('button', { class: 'retire', onclick: () => retire(e, false) }, 'retire'), ' ');
+  actions.append(el('button', { class: 'evict danger', onclick: () => retire(e, true) }, 'evict'));
+  return el('tr', { 'data-entry': e.id },
+    el('td', { class: 'num', title: hit ? `similarity ${hit.similarity.toFixed(3)}` : '' }, hit ? hit.score.toFixed(3) : ''),
+    el('td', { class: 'mono', title: e.id }, short(e.id)),
+    el('td', {}, badge(e.tier), ' ', badge(e.polarity)),
+    el('td', {}, e.text, (e.tools || []).length ? el('span', { class: 'muted' }, ` [${e.tools.join(', ')}]`) : null,
+      hit && hit.why ? el('div', { class: 'why' }, 'why: ' + hit.why) : null,
+      e.superseded_by ? el('div', { class: 'muted' }, 'superseded by ' + e.superseded_by) : null),
+    el('td', { class: 'num', title: (e.sessions || []).join('\n') }, sessions),
+    el('td', { class: 'num' }, e.hits),
+    el('td', { class: 'num' }, e.helpful),
+    el('td', { class: 'num' }, e.harmful),
+    el('td', {}, badge(e.status)),
+    actions);
+}
+
+function confirmDialog(text) {
+  return new Promise((resolve) => {
+    $('confirm-text').textContent = text;
+    $('confirm').hidden = false;
+    const done = (v) => { $('confirm').hidden = true; $('confirm-yes').onclick = $('confirm-no').onclick = null; resolve(v); };
+    $('confirm-yes').onclick = () => done(true);
+    $('confirm-no').onclick = () => done(false);
+  });
+}
+
+async function retire(e, evict) {
+  const what = evict ? 'Evict (delete) this guideline for good?' : 'Retire this guideline? It stays listed but is never retrieved again.';
+  if (!await confirmDialog(`${what}\n\n${e.id}: ${clip(e.text, 200)}`)) return;
+  try {
+    await api('/v1/memory/' + encodeURIComponent(e.id) + '/retire', { method: 'POST', body: { evict, reason: 'from the console' } });
+    await loadMemory();
+  } catch (err) { showError(err); }
+}
+
+// Usage: stacked bars per hour or day.
+async function loadUsage() {
+  const since = $('u-since').value;
+  const data = await api('/v1/usage?' + new URLSearchParams({ since, limit: '2000' }));
+  const hourly = since === '24h';
+  const step = hourly ? 3600e3 : 86400e3;
+  const now = Date.now(), span = parseInt(since, 10) * 3600e3;
+  const start = Math.floor((now - span) / step) * step;
+  const n = Math.floor((now - start) / step) + 1;
+  const labels = [];
+  for (let i = 0; i < n; i++) {
+    const d = new Date(start + i * step);
+    labels.push(hourly ? d.getHours() + 'h' : `${d.getMonth() + 1}/${d.getDate()}`);
+  }
+  const costAgent = {}, tokModel = {}, costModel = {};
+  const add = (m, key, i, v) => { (m[key] || (m[key] = new Array(n).fill(0)))[i] += v; };
+  let total = 0, tokens = 0, unpriced = false;
+  for (const s of data.sessions) {
+    const i = Math.floor((new Date(s.time) - start) / step);
+    if (i < 0 || i >= n) continue;
+    const r = s.report;
+    if (r.cost_usd === null) unpriced = true;
+    add(costAgent, s.agent, i, r.cost_usd || 0);
+    total += r.cost_usd || 0;
+    for (const [m, u] of Object.entries(r.by_model || {})) {
+      const t = u.input_tokens + u.output_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
+      tokens += t;
+      add(tokModel, m, i, t);
+      add(costModel, m, i, (s.model_cost_usd || {})[m] || 0);
+    }
+  }
+  $('u-total').textContent = `${data.sessions.length} session(s) · ${fmtCost(total)}${unpriced ? ' + unpriced models' : ''} · ${fmtInt(tokens)} tokens`;
+  $('u-cost-agent').replaceChildren(...stackedBars(labels, costAgent, fmtCost));
+  $('u-tokens-model').replaceChildren(...stackedBars(labels, tokModel, fmtInt));
+  $('u-cost-model').replaceChildren(...stackedBars(labels, costModel, fmtCost));
+}
+
+function stackedBars(labels, series, fmt) {
+  const W = 880, H = 170, L = 64, B = 20, T = 8;
+  const names = Object.keys(series).sort();
+  const totals = labels.map((_, i) => names.reduce((a, k) => a + series[k][i], 0));
+  const max = Math.max(...totals, 0);
+  const s = svg('svg', { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img' });
+  const ph = H - B - T, bw = (W - L - 8) / labels.length;
+  s.append(svg('line', { x1: L, y1: T + ph, x2: W - 4, y2: T + ph, stroke: '#8c959f' }));
+  s.append(svg('text', { x: L - 6, y: T + 10, 'text-anchor': 'end', 'font-size': 10, fill: '#57606a' }, max ? fmt(max) : '0'));
+  s.append(svg('text', { x: L - 6, y: T + ph, 'text-anchor': 'end', 'font-size': 10, fill: '#57606a' }, '0'));
+  const every = Math.ceil(labels.length / 12);
+  labels.forEach((lab, i) => {
+    const x = L + i * bw;
+    let y = T + ph;
+    names.forEach((k, j) => {
+      const v = series[k][i];
+      if (!v || !max) return;
+      const h = v / max * ph;
+      y -= h;
+      s.append(svg('rect', { x: x + 1, y, width: Math.max(bw - 2, 1), height: h, fill: PALETTE[j % PALETTE.length] },
+        svg('title', {}, `${k} ${lab}: ${fmt(v)}`)));
+    });
+    if (i % every === 0) s.append(svg('text', { x: x + bw / 2, y: H - 6, 'text-anchor': 'middle', 'font-size': 10, fill: '#57606a' }, lab));
+  });
+  const legend = el('div', { class: 'legend' }, names.length ? names.map((k, j) => el('span', {},
+    svg('svg', { width: 10, height: 10 }, svg('rect', { width: 10, height: 10, fill: PALETTE[j % PALETTE.length] })), ' ', k,
+    el('span', { class: 'muted' }, ' ' + fmt(series[k].reduce((a, b) => a + b, 0))))) : el('span', { class: 'muted' }, 'no usage in this window'));
+  return [s, legend];
+}
+
+// Dead letters.
+async function loadDLQ() {
+  const rows = await api('/v1/dlq?limit=500');
+  $('q-rows').replaceChildren(...rows.reverse().map((d) => el('tr', {},
+    el('td', {}, fmtTime(d.time)), el('td', { class: 'mono' }, d.subject), el('td', { class: 'mono' }, `${d.stream} #${d.sequence}`),
+    el('td', { class: 'mono' }, d.consumer), el('td', { class: 'num' }, d.deliveries), el('td', {}, d.reason || ''), el('td', { class: 'num' }, d.bytes))));
+  if (!rows.length) $('q-rows').append(el('tr', {}, el('td', { colspan: 7, class: 'muted' }, 'no dead letters')));
+}
+
+// Wiring.
+for (const b of document.querySelectorAll('nav button')) b.addEventListener('click', () => { if (b.dataset.view === 'memory') memoryLoaded = false; show(b.dataset.view); });
+$('back').addEventListener('click', () => show('sessions'));
+for (const id of ['s-agent', 's-status', 's-since']) $(id).addEventListener('change', refresh);
+let typing = null;
+$('s-q').addEventListener('input', () => { clearTimeout(typing); typing = setTimeout(refresh, 250); });
+$('u-since').addEventListener('change', refresh);
+$('m-search').addEventListener('submit', (e) => { e.preventDefault(); memoryLoaded = false; refresh(); });
+for (const id of ['m-agent', 'm-tier', 'm-status']) $(id).addEventListener('change', () => { memoryLoaded = false; refresh(); });
+$('login-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  token = $('token').value.trim();
+  sessionStorage.setItem('skein-token', token);
+  $('login').hidden = true;
+  show('sessions');
+});
+setInterval(() => { if (!document.hidden && view !== 'session' && view !== 'memory') refresh(); }, REFRESH_MS);
+show('sessions');

@@ -1,0 +1,245 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/skein-mesh/skein/memoryd"
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/embed/embedtest"
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// getJSON GETs path with the token and decodes the JSON answer into out.
+func getJSON(t *testing.T, srv *httptest.Server, path string, out any) int {
+	t.Helper()
+	resp, err := testClient.Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("GET %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
+	}
+	return resp.StatusCode
+}
+
+func postJSON(t *testing.T, srv *httptest.Server, path, body string, out any) int {
+	t.Helper()
+	resp, err := testClient.Post(srv.URL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("POST %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
+	}
+	return resp.StatusCode
+}
+
+func publishUsage(t *testing.T, f *fixture, session string, cost float64) {
+	t.Helper()
+	ev := protocol.Event{SessionID: session, Agent: testAgent, Type: protocol.EvUsage, Role: protocol.RolePlanner, Time: time.Now().UTC(),
+		Report: &protocol.UsageReport{Usage: protocol.Usage{InputTokens: 120, OutputTokens: 30}, Steps: 1, WallTimeS: 1.5, CostUSD: &cost,
+			ByModel: map[string]protocol.Usage{"claude-sonnet-4-5": {InputTokens: 120, OutputTokens: 30}}}}
+	data, err := protocol.Marshal(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.mesh.Conn.JS.Publish(testCtx(t), f.mesh.Names.Usage(testAgent), data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHTTPSessionsListAndUsage(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	for _, body := range []string{`{"task": "Greet Ada", "session_id": "list-1"}`, `{"task": "Count the stars", "session_id": "list-2"}`} {
+		if status, out := postTask(t, srv, body); status != http.StatusAccepted {
+			t.Fatalf("status %d %v", status, out)
+		}
+	}
+	publishUsage(t, f, "list-1", 0.25)
+
+	var list struct {
+		Sessions  []SessionRow `json:"sessions"`
+		Truncated bool         `json:"truncated"`
+	}
+	if status := getJSON(t, srv, "/v1/sessions", &list); status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	if len(list.Sessions) != 2 || list.Sessions[0].SessionID != "list-2" || list.Sessions[1].SessionID != "list-1" {
+		t.Fatalf("sessions %+v; want list-2 then list-1", list.Sessions)
+	}
+	if u := list.Sessions[1].Usage; u == nil || u.InputTokens != 120 || u.CostUSD == nil || *u.CostUSD != 0.25 || list.Sessions[0].Usage != nil {
+		t.Errorf("usage not attached to its session: %+v / %+v", list.Sessions[1].Usage, list.Sessions[0].Usage)
+	}
+	if getJSON(t, srv, "/v1/sessions?q=STARS", &list); len(list.Sessions) != 1 || list.Sessions[0].SessionID != "list-2" {
+		t.Errorf("search: %+v", list.Sessions)
+	}
+	if getJSON(t, srv, "/v1/sessions?limit=1", &list); len(list.Sessions) != 1 || !list.Truncated {
+		t.Errorf("limit 1: %d sessions, truncated %v", len(list.Sessions), list.Truncated)
+	}
+	if getJSON(t, srv, "/v1/sessions?agent=nobody", &list); len(list.Sessions) != 0 {
+		t.Errorf("agent filter: %+v", list.Sessions)
+	}
+	var e map[string]string
+	for _, bad := range []string{"/v1/sessions?since=yesterday", "/v1/sessions?limit=0", "/v1/usage?limit=999999"} {
+		if status := getJSON(t, srv, bad, &e); status != http.StatusBadRequest || e["code"] != "bad_request" {
+			t.Errorf("%s: %d %v; want 400 bad_request", bad, status, e)
+		}
+	}
+
+	var usage struct {
+		Sessions []SessionUsage `json:"sessions"`
+	}
+	if status := getJSON(t, srv, "/v1/usage?since=1h", &usage); status != http.StatusOK || len(usage.Sessions) != 1 {
+		t.Fatalf("usage: %d %+v", status, usage)
+	}
+	if u := usage.Sessions[0]; u.SessionID != "list-1" || u.Agent != testAgent || u.ModelCostUSD["claude-sonnet-4-5"] <= 0 {
+		t.Errorf("usage row %+v; want list-1 with the model priced", u)
+	}
+}
+
+func TestHTTPDeadLetters(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	msg := nats.NewMsg(f.mesh.Names.DLQ(protocol.StreamWork))
+	msg.Data = []byte("payload")
+	msg.Header.Set(bus.HeaderDLQSubject, f.mesh.Names.Work(testAgent))
+	msg.Header.Set(bus.HeaderDLQStream, f.mesh.Names.Stream(protocol.StreamWork))
+	msg.Header.Set(bus.HeaderDLQSequence, "42")
+	msg.Header.Set(bus.HeaderDLQConsumer, "executor-"+testAgent)
+	msg.Header.Set(bus.HeaderDLQDeliveries, "5")
+	if _, err := f.mesh.Conn.JS.PublishMsg(testCtx(t), msg); err != nil {
+		t.Fatal(err)
+	}
+	var rows []DeadLetter
+	if status := getJSON(t, srv, "/v1/dlq", &rows); status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	if len(rows) != 1 || rows[0].Subject != f.mesh.Names.Work(testAgent) || rows[0].Sequence != "42" || rows[0].Deliveries != "5" || rows[0].Bytes != 7 {
+		t.Fatalf("dead letters %+v", rows)
+	}
+}
+
+func TestHTTPMemory(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	var e map[string]string
+	if status := getJSON(t, srv, "/v1/memory", &e); status != http.StatusServiceUnavailable || e["code"] != "memory_unavailable" {
+		t.Fatalf("without memoryd: %d %v; want 503 memory_unavailable", status, e)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- memoryd.Run(ctx, memoryd.Deps{Conn: f.mesh.Connect(t, "memoryd"), Names: f.mesh.Names, Config: config.Default(),
+			Embedder: embedtest.Hash{}, Ready: ready})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	<-ready
+	now := time.Now().UTC()
+	c := memoryd.Client{NC: f.mesh.Conn.NC, Names: f.mesh.Names}
+	entries := []memory.Entry{
+		{ID: "m-1", Agent: testAgent, Text: "Check the CSV file exists before reading it.", Polarity: protocol.PolarityAvoid, Tier: protocol.TierTactical,
+			Sessions: []string{"s1"}, Source: "human", Status: memory.StatusActive, Created: now, Updated: now},
+		{ID: "m-2", Agent: testAgent, Text: "Greet people by name.", Polarity: protocol.PolarityPattern, Tier: protocol.TierStrategic,
+			Sessions: []string{"s1", "s2", "s3"}, Helpful: 2, Source: "human", Status: memory.StatusActive, Created: now, Updated: now},
+	}
+	if rep, err := c.Import(testCtx(t), protocol.MemoryImportRequest{Entries: entries}); err != nil || rep.Imported != 2 {
+		t.Fatalf("import: %+v %v", rep, err)
+	}
+
+	var list protocol.MemoryListReply
+	if status := getJSON(t, srv, "/v1/memory?agent="+testAgent, &list); status != http.StatusOK || list.Total != 2 || list.Entries[0].ID != "m-2" {
+		t.Fatalf("list: %d %+v", status, list)
+	}
+	var ins protocol.MemoryInspectReply
+	if status := getJSON(t, srv, "/v1/memory/search?q=read+the+csv+file&top_k=1", &ins); status != http.StatusOK || len(ins.Hits) != 1 ||
+		ins.Hits[0].Entry.ID != "m-1" || ins.Hits[0].Why == "" || len(ins.Counts) != 2 {
+		t.Fatalf("search: %d %+v", status, ins)
+	}
+	if status := getJSON(t, srv, "/v1/memory/search?tier=middle", &e); status != http.StatusBadRequest {
+		t.Errorf("bad tier: %d %v", status, e)
+	}
+
+	var ret protocol.MemoryRetireReply
+	if status := postJSON(t, srv, "/v1/memory/m-1/retire", `{"reason": "wrong"}`, &ret); status != http.StatusOK || ret.Status != protocol.MemoryRetired {
+		t.Fatalf("retire: %d %+v", status, ret)
+	}
+	var got memory.Entry
+	if status := getJSON(t, srv, "/v1/memory/m-1", &got); status != http.StatusOK || got.Status != protocol.MemoryRetired {
+		t.Fatalf("retired entry: %d %+v", status, got)
+	}
+	if getJSON(t, srv, "/v1/memory?status=retired", &list); list.Total != 1 || list.Entries[0].ID != "m-1" {
+		t.Errorf("retired list: %+v", list)
+	}
+	if status := postJSON(t, srv, "/v1/memory/m-2/retire", `{"evict": true}`, &ret); status != http.StatusOK || !ret.Evicted {
+		t.Fatalf("evict: %d %+v", status, ret)
+	}
+	if status := getJSON(t, srv, "/v1/memory/m-2", &e); status != http.StatusNotFound || e["code"] != "not_found" {
+		t.Errorf("evicted entry: %d %v; want 404", status, e)
+	}
+	if status := postJSON(t, srv, "/v1/memory/m-1/retire", `{"evict": "yes"}`, &e); status != http.StatusBadRequest {
+		t.Errorf("malformed body: %d %v", status, e)
+	}
+}
+
+// The console's files are public (the browser cannot send the token when it loads a page) but
+// locked to their own origin; the API behind them still wants the token.
+func TestConsoleIsServedOutsideTheTokenCheck(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/console/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
+		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Fatalf("console: %d %v", resp.StatusCode, resp.Header)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err = noRedirect.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/console/" {
+		t.Errorf("/: %d %s; want a redirect to /console/", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	r, _ := http.NewRequest("GET", srv.URL+"/v1/sessions", nil)
+	if status, out, _ := do(t, r); status != http.StatusUnauthorized {
+		t.Errorf("sessions without a token: %d %v", status, out)
+	}
+	for path, allow := range map[string]string{"/v1/sessions": "GET", "/v1/memory/x": "GET", "/v1/memory/x/retire": "POST"} {
+		method := "POST"
+		if allow == "POST" {
+			method = "GET"
+		}
+		r, _ := http.NewRequest(method, srv.URL+path, strings.NewReader("{}"))
+		r.Header.Set("Authorization", "Bearer "+testToken)
+		r.Header.Set("Content-Type", "application/json")
+		if status, out, h := do(t, r); status != http.StatusMethodNotAllowed || h.Get("Allow") != allow {
+			t.Errorf("%s %s: %d %v Allow %q; want 405 with Allow %s", method, path, status, out, h.Get("Allow"), allow)
+		}
+	}
+	r, _ = http.NewRequest("POST", srv.URL+"/console/", strings.NewReader("{}"))
+	if status, _, _ := do(t, r); status != http.StatusMethodNotAllowed {
+		t.Errorf("POST /console/: %d; want 405", status)
+	}
+}
