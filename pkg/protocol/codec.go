@@ -122,3 +122,7 @@ const (
 	ServiceErrInternal    = "500"
 	ServiceErrUnavailable = "503" // the mesh could not serve it now (ErrCodeTransient)
 )
+
+// Stamp sets m's schema version, for a message written by other means than Marshal (the HTTP
+// API's JSON replies).
+func Stamp(m Message) { m.header().V = SchemaVersion }
