@@ -92,6 +92,7 @@ type Gateway struct {
 	sessions jetstream.KeyValue
 	agents   jetstream.KeyValue
 	guard    *guard
+	patterns []string // the HTTP routes Handler registered
 }
 
 // New opens the gateway's buckets.

@@ -24,11 +24,13 @@ import (
 //	POST /v1/sessions/{id}/cancel   {"reason"?: "..."} → 200 CancelReply (a finished session: no_op)
 //	GET  /v1/sessions/{id}/tree     the session with its steps and child sessions (docs/json.md)
 //	POST /v1/sessions/{id}/messages {"text": "..."} → 202 {"session_id"} of the conversation's next turn
+//	GET  /v1/openapi.json           the OpenAPI document of all this (openapi.go, docs/openapi.json)
 //
 // Every request needs the bearer token; bodies must be application/json; browsers' cross-site
 // requests are refused; each rejection is {"error", "code"} (see httpsec.go).
 func (g *Gateway) Handler() http.Handler {
-	mux := http.NewServeMux()
+	mux := newRouteMux(&g.patterns) // docs/openapi.json must describe every route (openapi.go)
+	mux.HandleFunc("GET /v1/openapi.json", g.httpOpenAPI)
 	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
 	mux.HandleFunc("GET /v1/sessions/{id}", g.httpSession)
 	mux.HandleFunc("GET /v1/sessions/{id}/events", g.httpEvents)
@@ -70,18 +72,16 @@ func (g *Gateway) serveListener(ctx context.Context, ln net.Listener) error {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	if m, ok := v.(protocol.Message); ok {
+		protocol.Stamp(m) // a message says its schema version, as on NATS
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
 
 func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		Task      string           `json:"task"`
-		Agent     string           `json:"agent"`
-		SessionID string           `json:"session_id"`
-		Budget    *protocol.Budget `json:"budget"`
-	}
+	var in protocol.TaskBody
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
@@ -104,7 +104,7 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 		httpError(w, status, ErrorCode(err), err.Error())
 		return
 	}
-	writeJSON(w, http.StatusAccepted, rep)
+	writeJSON(w, http.StatusAccepted, &rep)
 }
 
 // lookup answers the request itself (and returns false) when the session id is bad or unknown.
@@ -133,7 +133,7 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (protocol.Sessi
 
 func (g *Gateway) httpSession(w http.ResponseWriter, r *http.Request) {
 	if s, ok := g.lookup(w, r); ok {
-		writeJSON(w, http.StatusOK, s)
+		writeJSON(w, http.StatusOK, &s)
 	}
 }
 
@@ -215,9 +215,7 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 	if _, ok := g.lookup(w, r); !ok {
 		return
 	}
-	var in struct {
-		Reason string `json:"reason"`
-	}
+	var in protocol.CancelBody
 	if r.ContentLength != 0 {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 		dec.DisallowUnknownFields()
@@ -231,7 +229,7 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, rep)
+	writeJSON(w, http.StatusOK, &rep)
 }
 
 func (g *Gateway) httpTree(w http.ResponseWriter, r *http.Request) {
@@ -263,10 +261,7 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var in struct {
-		Text   string           `json:"text"`
-		Budget *protocol.Budget `json:"budget"`
-	}
+	var in protocol.MessageBody
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
@@ -283,5 +278,5 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 		httpError(w, status, ErrorCode(err), err.Error())
 		return
 	}
-	writeJSON(w, http.StatusAccepted, rep)
+	writeJSON(w, http.StatusAccepted, &rep)
 }
