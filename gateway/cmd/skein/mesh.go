@@ -311,7 +311,7 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 	select {
 	case <-ready:
 		if _, lazy := emb.(lazyEmbedder); lazy {
-			go m.loadIfRemembered(c, names, l)
+			go m.loadIfRemembered(names, l)
 		}
 		return cfg
 	case err := <-failed:
@@ -331,7 +331,14 @@ func (m *embeddedMesh) runMemoryd(cfg *config.Config, names protocol.Names, home
 
 // loadIfRemembered starts loading the embedding model at once when memory already holds
 // guidelines (the first retrieval will need it), and says once, clearly, if it cannot load.
-func (m *embeddedMesh) loadIfRemembered(c *bus.Conn, names protocol.Names, l *slog.Logger) {
+func (m *embeddedMesh) loadIfRemembered(names protocol.Names, l *slog.Logger) {
+	// It asks as a client: memoryd's own identity serves memory requests and may not send them.
+	c, err := m.conn(string(auth.Client))
+	if err != nil {
+		l.Warn("memory: cannot ask memoryd whether it holds guidelines; the model loads at the first retrieval", "err", err)
+		return
+	}
+	defer c.Close()
 	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
 	defer cancel()
 	var rep protocol.MemoryHealthReply
