@@ -186,6 +186,11 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 		t.Errorf("submit without credentials: %v %s; want a failure naming --creds", err, out)
 	}
 
+	// Typed: the package passes mypy --strict.
+	if r := runPy("-m", "mypy", "--strict", "--no-incremental", filepath.Join(root, "clients", "python", "src", "skein_client")); r.code != 0 {
+		t.Errorf("mypy --strict clients/python: %s", r)
+	}
+
 	suite := runPy("-m", "unittest", "discover", "-v", "-s", filepath.Join(root, "clients", "python", "tests"))
 	if suite.code != 0 || !strings.Contains(suite.stderr, "OK") || strings.Contains(suite.stderr, "skipped") {
 		t.Errorf("Python client tests: %s", suite)

@@ -2,6 +2,7 @@
 starts the mesh; by hand: SKEIN_NATS_URL, SKEIN_HOME (its creds/client.nk) and SKEIN_TEST_AGENT
 name a running mesh and one of its agents."""
 
+import datetime as dt
 import os
 import unittest
 
@@ -74,6 +75,8 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         u = await self.c.usage()
         row = [r for r in u["rows"] if r["key"] == AGENT]
         self.assertTrue(row and row[0]["sessions"] >= 1 and row[0]["input_tokens"] > 0, u)
+        recent = await self.c.usage(by="day", since=dt.timedelta(hours=1))
+        self.assertEqual(sum(r["sessions"] for r in recent["rows"]), sum(r["sessions"] for r in u["rows"]))
         page = await self.c.memory_list(agent=AGENT)
         self.assertIsInstance(page["entries"], list)
         self.assertEqual(page["total"], len(page["entries"]))

@@ -9,12 +9,13 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional
+from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional
 
 import nats
 import nats.errors
 import nats.js.api as jsapi
 import nats.js.errors
+from nats.aio.client import Client as NATS
 
 from . import creds as _creds
 from . import wire
@@ -95,7 +96,7 @@ class Client:
     """An async client. Make one with ``await Client.connect()``; close it with ``await close()``
     or ``async with``."""
 
-    def __init__(self, nc: "nats.aio.client.Client", namespace: str = DEFAULT_NAMESPACE) -> None:
+    def __init__(self, nc: NATS, namespace: str = DEFAULT_NAMESPACE) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.namespace = namespace or DEFAULT_NAMESPACE
@@ -139,7 +140,7 @@ class Client:
                 raise SkeinError("%s refused these credentials (%s): pass --creds FILE or set $SKEIN_CREDS; "
                                  "skein up writes $SKEIN_HOME/creds/client.nk" % (url, path or "none found")) from e
             raise Unavailable("cannot connect to %s: %s" % (url, why)) from e
-        return cls(nc, namespace or os.environ.get("SKEIN_NAMESPACE") or DEFAULT_NAMESPACE)
+        return cls(nc, namespace or DEFAULT_NAMESPACE)
 
     async def close(self) -> None:
         await self.nc.drain()
@@ -246,7 +247,7 @@ class Client:
             raise Rejected("no session %s" % session_id, code="not_found", service_code="404") from e
         return wire.decode(entry.value or b"")
 
-    async def events(self, session_id: str, *, follow: bool = True, idle_timeout: Optional[float] = None) -> AsyncIterator[Message]:
+    async def events(self, session_id: str, *, follow: bool = True, idle_timeout: Optional[float] = None) -> AsyncGenerator[Message, None]:
         """The session's trace events from the first, in order. With follow it waits for new
         events (stop iterating when you have what you need); without, it ends at the last event
         written so far. idle_timeout bounds the wait for one event (None: no bound)."""
@@ -318,7 +319,7 @@ class Client:
         config = None
         if since is not None:
             start = _dt.datetime.now(_dt.timezone.utc) - since
-            config = jsapi.ConsumerConfig(opt_start_time=start.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+            config = jsapi.ConsumerConfig(opt_start_time=start)
             kw = {"deliver_policy": jsapi.DeliverPolicy.BY_START_TIME}
         sub = await self.js.subscribe(self.subject("usage", ">"), stream=self.stream("USAGE"), ordered_consumer=True, config=config, **kw)
         out: Dict[str, Message] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import threading
-from typing import Any, Coroutine, Dict, Iterator, List, Mapping, Optional, TypeVar
+from typing import Any, Awaitable, Dict, Iterator, List, Mapping, Optional, TypeVar
 
 from .client import Client, Message, RunResult
 
@@ -27,8 +27,11 @@ class SyncClient:
             self._stop()
             raise
 
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+    def _call(self, aw: Awaitable[T]) -> T:
+        async def run() -> T:
+            return await aw
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result()
 
     def _stop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

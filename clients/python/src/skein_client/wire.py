@@ -7,7 +7,7 @@ import datetime as _dt
 import json
 from typing import Any, Dict, Mapping
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 
 SCHEMA_VERSION = 1
 CONTENT_TYPE = "Content-Type"
@@ -46,7 +46,7 @@ def decode(data: bytes) -> Dict[str, Any]:
     v = msgpack.unpackb(data, raw=False, timestamp=3)
     if not isinstance(v, dict):
         raise ValueError("a message is a msgpack map, got %s" % type(v).__name__)
-    m = _plain(v)
+    m: Dict[str, Any] = _plain(v)
     check_version(m)
     return m
 
@@ -66,7 +66,8 @@ def check_version(m: Mapping[str, Any]) -> None:
 
 def encode(m: Mapping[str, Any]) -> bytes:
     """Encodes a request as msgpack with the schema version."""
-    return msgpack.packb({"v": SCHEMA_VERSION, **m}, use_bin_type=True)
+    data: bytes = msgpack.packb({"v": SCHEMA_VERSION, **m}, use_bin_type=True)
+    return data
 
 
 def encode_json(m: Mapping[str, Any]) -> bytes:
