@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,7 +139,8 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 	dir := initProject(t, env)
 	addr := freePort(t)
 	url := "nats://" + addr
-	up := start(t, env, "skein-up", "skein", "up", "--listen", addr, "--config", filepath.Join(dir, "agent.offline.yaml"))
+	httpAddr := freePort(t)
+	up := start(t, env, "skein-up", "skein", "up", "--listen", addr, "--http", httpAddr, "--config", filepath.Join(dir, "agent.offline.yaml"))
 	waitForLine(t, up, "skein mesh up")
 	rec := record(t, url, home)
 
@@ -204,6 +207,8 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 		}
 	}
 
+	checkHTTPAgainstOpenAPI(t, root, "http://"+httpAddr, home, "py-1")
+
 	raw, err := os.ReadFile(filepath.Join(root, "docs", "asyncapi.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +225,67 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 		}
 	}
 	t.Logf("messages read with docs/asyncapi.json alone, per channel: %v", seen)
+}
+
+// checkHTTPAgainstOpenAPI reads a finished session over HTTP (its record, its tree, its event
+// stream) and checks each answer with docs/openapi.json alone.
+func checkHTTPAgainstOpenAPI(t *testing.T, root, base, home, session string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, "docs", "openapi.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := contract.ReadDocument(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := os.ReadFile(filepath.Join(home, "http.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := func(path, contentType string) string {
+		op, _ := doc.Raw()["paths"].(map[string]any)[path].(map[string]any)["get"].(map[string]any)
+		rs, _ := op["responses"].(map[string]any)["200"].(map[string]any)
+		c, _ := rs["content"].(map[string]any)[contentType].(map[string]any)
+		ref, _ := c["schema"].(map[string]any)["$ref"].(string)
+		if ref == "" {
+			t.Fatalf("docs/openapi.json: GET %s 200 %s has no schema", path, contentType)
+		}
+		return strings.TrimPrefix(ref, contract.SchemaRef)
+	}
+	get := func(path string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+		}
+		return resp, body
+	}
+	for path, tmpl := range map[string]string{"/v1/sessions/" + session: "/v1/sessions/{id}", "/v1/sessions/" + session + "/tree": "/v1/sessions/{id}/tree"} {
+		_, body := get(path)
+		if err := doc.ValidateJSON(schema(tmpl, "application/json"), body); err != nil {
+			t.Errorf("GET %s read with docs/openapi.json: %v\n%s", path, err, body)
+		}
+	}
+	_, body := get("/v1/sessions/" + session + "/events")
+	name, n := schema("/v1/sessions/{id}/events", "text/event-stream"), 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			n++
+			if err := doc.ValidateJSON(name, []byte(data)); err != nil {
+				t.Errorf("event read with docs/openapi.json: %v\n%s", err, data)
+			}
+		}
+	}
+	if n < 5 {
+		t.Errorf("the event stream of %s had %d events:\n%s", session, n, body)
+	}
 }
 
 // serviceKind is the document's x-skein.kind of a channel.
