@@ -92,6 +92,7 @@ type Gateway struct {
 	sessions jetstream.KeyValue
 	agents   jetstream.KeyValue
 	guard    *guard
+	patterns []string // the HTTP routes Handler registered
 }
 
 // New opens the gateway's buckets.
@@ -121,25 +122,67 @@ func New(ctx context.Context, d Deps) (*Gateway, error) {
 }
 
 func (g *Gateway) handleSubmit(req micro.Request) {
-	var in protocol.SubmitRequest
-	reply := protocol.SubmitReply{}
-	if err := protocol.Unmarshal(req.Data(), &in); err != nil {
-		reply.Error, reply.Code = "malformed submit request: "+err.Error(), protocol.ErrCodeRejected
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := g.Submit(ctx, in)
-		cancel()
-		reply = r
-		if err != nil {
-			reply.Error, reply.Code = err.Error(), ErrorCode(err)
-		}
-	}
-	data, err := protocol.Marshal(&reply)
+	ct, err := protocol.ContentType(req.Headers().Get(protocol.HeaderContentType))
 	if err != nil {
-		_ = req.Error("500", err.Error(), nil)
+		reply := protocol.SubmitReply{Error: err.Error(), Code: protocol.ErrCodeRejected}
+		respond(req, protocol.ContentTypeMsgpack, &reply, protocol.ServiceErrContentType, reply.Error)
 		return
 	}
-	_ = req.Respond(data)
+	var in protocol.SubmitRequest
+	if err := protocol.UnmarshalAs(ct, req.Data(), &in); err != nil {
+		reply := protocol.SubmitReply{Error: "malformed submit request: " + err.Error(), Code: protocol.ErrCodeRejected}
+		respond(req, ct, &reply, protocol.ServiceErrBadRequest, reply.Error)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	reply, err := g.Submit(ctx, in)
+	cancel()
+	if err != nil {
+		reply.Error, reply.Code = err.Error(), ErrorCode(err)
+		respond(req, ct, &reply, serviceErrCode(err), reply.Error)
+		return
+	}
+	respond(req, ct, &reply, "", "")
+}
+
+// respond answers req with reply encoded in ct. A non-empty svcCode makes the answer a micro
+// service error (headers Nats-Service-Error and Nats-Service-Error-Code, counted in the service's
+// stats) that still carries reply, whose Error and Code say the same to a reader of the body.
+func respond(req micro.Request, ct string, reply protocol.Message, svcCode, reason string) {
+	data, err := protocol.MarshalAs(ct, reply)
+	if err != nil {
+		_ = req.Error(protocol.ServiceErrInternal, headerValue(err.Error()), nil)
+		return
+	}
+	opt := micro.WithHeaders(micro.Headers{protocol.HeaderContentType: {ct}})
+	if svcCode == "" {
+		_ = req.Respond(data, opt)
+		return
+	}
+	_ = req.Error(svcCode, headerValue(reason), data, opt)
+}
+
+// headerValue makes s fit a header value: one line, bounded.
+func headerValue(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 1024 {
+		s = s[:1021] + "..."
+	}
+	if s == "" {
+		s = "error"
+	}
+	return s
+}
+
+// serviceErrCode is the service error code of a Submit or Cancel error.
+func serviceErrCode(err error) string {
+	switch {
+	case errors.Is(err, errNoSession):
+		return protocol.ServiceErrNotFound
+	case errors.Is(err, ErrRejected):
+		return protocol.ServiceErrRejected
+	}
+	return protocol.ServiceErrUnavailable
 }
 
 // ErrRejected wraps every reason a task is refused.

@@ -216,24 +216,26 @@ func (g *Gateway) cancel(ctx context.Context, req protocol.CancelRequest, seen m
 }
 
 func (g *Gateway) handleCancel(req micro.Request) {
-	var in protocol.CancelRequest
-	reply := protocol.CancelReply{}
-	if err := protocol.Unmarshal(req.Data(), &in); err != nil {
-		reply.Error = "malformed cancel request: " + err.Error()
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := g.Cancel(ctx, in)
-		cancel()
-		reply = r
-		reply.SessionID = in.SessionID
-		if err != nil {
-			reply.Error = err.Error()
-		}
-	}
-	data, err := protocol.Marshal(&reply)
+	ct, err := protocol.ContentType(req.Headers().Get(protocol.HeaderContentType))
 	if err != nil {
-		_ = req.Error("500", err.Error(), nil)
+		reply := protocol.CancelReply{Error: err.Error()}
+		respond(req, protocol.ContentTypeMsgpack, &reply, protocol.ServiceErrContentType, reply.Error)
 		return
 	}
-	_ = req.Respond(data)
+	var in protocol.CancelRequest
+	if err := protocol.UnmarshalAs(ct, req.Data(), &in); err != nil {
+		reply := protocol.CancelReply{Error: "malformed cancel request: " + err.Error()}
+		respond(req, ct, &reply, protocol.ServiceErrBadRequest, reply.Error)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	reply, err := g.Cancel(ctx, in)
+	cancel()
+	reply.SessionID = in.SessionID
+	if err != nil {
+		reply.Error = err.Error()
+		respond(req, ct, &reply, serviceErrCode(err), reply.Error)
+		return
+	}
+	respond(req, ct, &reply, "", "")
 }

@@ -32,6 +32,7 @@ import (
 //	GET  /v1/memory/search          ?q=&agent=&tier=&top_k= → MemoryInspectReply (ranked as retrieval ranks)
 //	GET  /v1/memory/{id}            one entry
 //	POST /v1/memory/{id}/retire     {"evict"?: bool, "reason"?: "..."} → MemoryRetireReply
+//	GET  /v1/openapi.json           the OpenAPI document of all this (openapi.go, docs/openapi.json)
 //
 // The console (package console) is served beside it at /console/, outside the token check: its
 // files are public; every request it makes carries the token like any other client's.
@@ -39,7 +40,8 @@ import (
 // Every request needs the bearer token; bodies must be application/json; browsers' cross-site
 // requests are refused; each rejection is {"error", "code"} (see httpsec.go).
 func (g *Gateway) Handler() http.Handler {
-	mux := http.NewServeMux()
+	mux := newRouteMux(&g.patterns) // docs/openapi.json must describe every route (openapi.go)
+	mux.HandleFunc("GET /v1/openapi.json", g.httpOpenAPI)
 	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
 	mux.HandleFunc("GET /v1/sessions/{id}", g.httpSession)
 	mux.HandleFunc("GET /v1/sessions/{id}/events", g.httpEvents)
@@ -92,18 +94,16 @@ func (g *Gateway) serveListener(ctx context.Context, ln net.Listener) error {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	if m, ok := v.(protocol.Message); ok {
+		protocol.Stamp(m) // a message says its schema version, as on NATS
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
 
 func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		Task      string           `json:"task"`
-		Agent     string           `json:"agent"`
-		SessionID string           `json:"session_id"`
-		Budget    *protocol.Budget `json:"budget"`
-	}
+	var in protocol.TaskBody
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
@@ -126,7 +126,7 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 		httpError(w, status, ErrorCode(err), err.Error())
 		return
 	}
-	writeJSON(w, http.StatusAccepted, rep)
+	writeJSON(w, http.StatusAccepted, &rep)
 }
 
 // lookup answers the request itself (and returns false) when the session id is bad or unknown.
@@ -155,7 +155,7 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (protocol.Sessi
 
 func (g *Gateway) httpSession(w http.ResponseWriter, r *http.Request) {
 	if s, ok := g.lookup(w, r); ok {
-		writeJSON(w, http.StatusOK, s)
+		writeJSON(w, http.StatusOK, &s)
 	}
 }
 
@@ -237,9 +237,7 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 	if _, ok := g.lookup(w, r); !ok {
 		return
 	}
-	var in struct {
-		Reason string `json:"reason"`
-	}
+	var in protocol.CancelBody
 	if r.ContentLength != 0 {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 		dec.DisallowUnknownFields()
@@ -253,7 +251,7 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, rep)
+	writeJSON(w, http.StatusOK, &rep)
 }
 
 func (g *Gateway) httpTree(w http.ResponseWriter, r *http.Request) {
@@ -285,10 +283,7 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var in struct {
-		Text   string           `json:"text"`
-		Budget *protocol.Budget `json:"budget"`
-	}
+	var in protocol.MessageBody
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
@@ -305,5 +300,5 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 		httpError(w, status, ErrorCode(err), err.Error())
 		return
 	}
-	writeJSON(w, http.StatusAccepted, rep)
+	writeJSON(w, http.StatusAccepted, &rep)
 }

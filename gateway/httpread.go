@@ -125,7 +125,13 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 	if rows == nil {
 		rows = []SessionRow{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": rows, "truncated": truncated})
+	writeJSON(w, http.StatusOK, SessionList{Sessions: rows, Truncated: truncated})
+}
+
+// SessionList is GET /v1/sessions's answer, newest first.
+type SessionList struct {
+	Sessions  []SessionRow `json:"sessions"`
+	Truncated bool         `json:"truncated"`
 }
 
 func preview(s string) string {
@@ -191,7 +197,14 @@ func (g *Gateway) httpUsage(w http.ResponseWriter, r *http.Request) {
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Time.Before(rows[j].Time) })
 	truncated := len(rows) > limit
 	rows = rows[len(rows)-min(limit, len(rows)):] // the newest
-	writeJSON(w, http.StatusOK, map[string]any{"since": from.UTC(), "sessions": rows, "truncated": truncated})
+	writeJSON(w, http.StatusOK, UsageList{Since: from.UTC(), Sessions: rows, Truncated: truncated})
+}
+
+// UsageList is GET /v1/usage's answer: each session's last usage report, oldest first.
+type UsageList struct {
+	Since     time.Time      `json:"since"`
+	Sessions  []SessionUsage `json:"sessions"`
+	Truncated bool           `json:"truncated"`
 }
 
 // DeadLetter is one element of GET /v1/dlq: where the message came from and why it died.
@@ -336,13 +349,16 @@ func (g *Gateway) httpMemoryGet(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// RetireBody is POST /v1/memory/{id}/retire's optional body.
+type RetireBody struct {
+	Evict  bool   `json:"evict,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // httpMemoryRetire takes one entry out of retrieval: {"evict": false} retires it (kept, listed,
 // never retrieved), {"evict": true} deletes it.
 func (g *Gateway) httpMemoryRetire(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		Evict  bool   `json:"evict"`
-		Reason string `json:"reason"`
-	}
+	var in RetireBody
 	if !decodeSmall(w, r, &in) {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -58,8 +59,13 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply prot
 	if err != nil {
 		return fmt.Errorf("request %s: %w", subject, err)
 	}
-	if e := msg.Header.Get("Nats-Service-Error"); e != "" {
-		return fmt.Errorf("request %s: service error: %s", subject, e)
+	if e := msg.Header.Get(micro.ErrorHeader); e != "" {
+		// The gateway's refusals carry their reply too, whose Error and Code the caller reads;
+		// a service error without one (memoryd's, a tool's) is the error itself.
+		if len(msg.Data) > 0 && protocol.Unmarshal(msg.Data, reply) == nil {
+			return nil
+		}
+		return fmt.Errorf("request %s: service error %s: %s", subject, msg.Header.Get(micro.ErrorCodeHeader), e)
 	}
 	if err := protocol.Unmarshal(msg.Data, reply); err != nil {
 		return fmt.Errorf("request %s: %w", subject, err)

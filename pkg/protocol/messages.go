@@ -65,9 +65,10 @@ const (
 type SubmitRequest struct {
 	Header
 	SessionID string `msgpack:"session_id,omitempty" json:"session_id,omitempty"`
-	Agent     string `msgpack:"agent" json:"agent"`
-	Task      string `msgpack:"task" json:"task"`
-	Caller    string `msgpack:"caller,omitempty" json:"caller,omitempty"`
+	// Agent "" is the gateway's default agent (agent.name of its config).
+	Agent  string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Task   string `msgpack:"task" json:"task"`
+	Caller string `msgpack:"caller,omitempty" json:"caller,omitempty"`
 	// Parent and Depth link a sub-agent session to the session whose tool call started it, so
 	// agent-as-tool chains can be bounded.
 	Parent string `msgpack:"parent,omitempty" json:"parent,omitempty"`

@@ -1,0 +1,388 @@
+"""The asyncio client of a skein mesh, built on the published contract (docs/contract.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional
+
+import nats
+import nats.errors
+import nats.js.api as jsapi
+import nats.js.errors
+from nats.aio.client import Client as NATS
+
+from . import creds as _creds
+from . import wire
+
+DEFAULT_NAMESPACE = "skein"
+SUCCESS_OUTCOMES = frozenset({"success", "success_with_recovery"})
+TERMINAL_EVENTS = frozenset({"final", "incomplete", "failed"})
+
+Message = Dict[str, Any]
+
+
+class SkeinError(Exception):
+    """Something the mesh refused or could not do; str() says what and, where it can, the fix."""
+
+
+class Rejected(SkeinError):
+    """The request is refused as it is: sending it again will not help."""
+
+    def __init__(self, message: str, code: str = "rejected", service_code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.service_code = service_code  # Nats-Service-Error-Code: 400, 404, 415, 422
+
+
+class Unavailable(SkeinError):
+    """The mesh could not serve the request now; the same request may succeed later."""
+
+
+@dataclass
+class RunResult:
+    """What `skein run --json` prints for a finished session."""
+
+    session_id: str
+    outcome: str = ""
+    final_text: str = ""
+    reason: str = ""
+    usage: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome in SUCCESS_OUTCOMES
+
+    def to_dict(self) -> Dict[str, Any]:
+        d: Dict[str, Any] = {"session_id": self.session_id, "outcome": self.outcome, "final_text": self.final_text}
+        if self.reason:
+            d["reason"] = self.reason
+        u = self.usage
+        d["usage"] = {
+            "input_tokens": u.get("input_tokens", 0),
+            "output_tokens": u.get("output_tokens", 0),
+            "cache_creation_input_tokens": u.get("cache_creation_input_tokens", 0),
+            "cache_read_input_tokens": u.get("cache_read_input_tokens", 0),
+            "steps": u.get("steps", 0),
+            "wall_time_s": float(u.get("wall_time_s", 0.0)),
+            "cost_usd": None if u.get("cost_usd") is None else float(u["cost_usd"]),
+        }
+        return d
+
+    def to_json(self) -> str:
+        """The same bytes `skein run --json` writes (without its newline)."""
+        return wire.go_json(self.to_dict())
+
+
+def new_session_id() -> str:
+    """A fresh, subject-safe session id, minted by the client so a retried submit is one session."""
+    return "s-" + uuid.uuid4().hex[:20]
+
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _check_token(kind: str, s: str) -> None:
+    if not _TOKEN.match(s or ""):
+        raise Rejected("%s %r may hold only letters, digits, '-' and '_'" % (kind, s), service_code="400")
+
+
+class Client:
+    """An async client. Make one with ``await Client.connect()``; close it with ``await close()``
+    or ``async with``."""
+
+    def __init__(self, nc: NATS, namespace: str = DEFAULT_NAMESPACE) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.namespace = namespace or DEFAULT_NAMESPACE
+
+    @classmethod
+    async def connect(
+        cls,
+        url: Optional[str] = None,
+        *,
+        creds: Optional[str] = None,
+        namespace: Optional[str] = None,
+        name: str = "skein-python",
+        connect_timeout: float = 5.0,
+    ) -> "Client":
+        """Connects to the mesh at url (default $SKEIN_NATS_URL) with the credentials found as the
+        CLI finds them: creds, $SKEIN_CREDS, $SKEIN_CREDS_DIR/client.nk, $SKEIN_HOME/creds/client.nk."""
+        url = url or os.environ.get("SKEIN_NATS_URL")
+        if not url:
+            raise SkeinError("no NATS URL: pass url=, --nats, or set $SKEIN_NATS_URL (skein up prints it)")
+        opts: Dict[str, Any] = {}
+        path = _creds.resolve(creds)
+        if path:
+            c = _creds.load(path)
+            if c.jwt:
+                opts["user_credentials"] = path
+            else:
+                opts["nkeys_seed_str"] = c.seed
+            opts["inbox_prefix"] = c.inbox_prefix
+        errors: List[str] = []
+
+        async def on_error(e: Exception) -> None:
+            errors.append(str(e))
+
+        try:
+            nc = await nats.connect(
+                servers=[url], name=name, connect_timeout=connect_timeout, allow_reconnect=False, error_cb=on_error, **opts
+            )
+        except Exception as e:  # nats-py raises several types for one cause
+            why = "; ".join(errors) or str(e) or type(e).__name__
+            if "authorization" in why.lower():
+                raise SkeinError("%s refused these credentials (%s): pass --creds FILE or set $SKEIN_CREDS; "
+                                 "skein up writes $SKEIN_HOME/creds/client.nk" % (url, path or "none found")) from e
+            raise Unavailable("cannot connect to %s: %s" % (url, why)) from e
+        return cls(nc, namespace or DEFAULT_NAMESPACE)
+
+    async def close(self) -> None:
+        await self.nc.drain()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # Names, as pkg/protocol derives them from the namespace.
+    def subject(self, *parts: str) -> str:
+        return ".".join((self.namespace,) + parts)
+
+    def stream(self, base: str) -> str:
+        if self.namespace == DEFAULT_NAMESPACE:
+            return base
+        return _sanitize(self.namespace).upper() + "_" + base
+
+    def bucket(self, base: str) -> str:
+        if self.namespace == DEFAULT_NAMESPACE:
+            return base
+        return _sanitize(self.namespace) + "_" + base
+
+    # Requests.
+    async def _request_json(self, subject: str, body: Mapping[str, Any], timeout: float) -> Message:
+        """Sends a JSON request to the gateway and returns its reply; refusals raise."""
+        try:
+            msg = await self.nc.request(subject, wire.encode_json(body), timeout=timeout, headers={wire.CONTENT_TYPE: wire.JSON})
+        except nats.errors.NoRespondersError as e:
+            raise Unavailable("no gateway answers on %s (is the mesh up?)" % subject) from e
+        except nats.errors.TimeoutError as e:
+            raise Unavailable("the gateway did not answer on %s within %.0fs" % (subject, timeout)) from e
+        headers = msg.headers or {}
+        ct = headers.get(wire.CONTENT_TYPE, wire.MSGPACK)
+        reply = wire.decode_json(msg.data) if ct.startswith(wire.JSON) else wire.decode(msg.data)
+        svc = headers.get(wire.SERVICE_ERROR_CODE, "")
+        if svc or reply.get("error"):
+            why = reply.get("error") or headers.get(wire.SERVICE_ERROR, "refused")
+            if svc == "503" or reply.get("code") == "transient":
+                raise Unavailable(why)
+            raise Rejected(why, code=reply.get("code") or "rejected", service_code=svc)
+        return reply
+
+    async def _request_msgpack(self, subject: str, body: Mapping[str, Any], timeout: float) -> Message:
+        try:
+            msg = await self.nc.request(subject, wire.encode(body), timeout=timeout)
+        except nats.errors.NoRespondersError as e:
+            raise Unavailable("nothing answers on %s (is memoryd running?)" % subject) from e
+        except nats.errors.TimeoutError as e:
+            raise Unavailable("no answer on %s within %.0fs" % (subject, timeout)) from e
+        headers = msg.headers or {}
+        if headers.get(wire.SERVICE_ERROR):
+            raise SkeinError("%s: %s (%s)" % (subject, headers[wire.SERVICE_ERROR], headers.get(wire.SERVICE_ERROR_CODE, "")))
+        reply = wire.decode(msg.data)
+        if reply.get("error"):
+            raise SkeinError("%s: %s" % (subject, reply["error"]))
+        return reply
+
+    async def submit(
+        self,
+        task: str,
+        *,
+        agent: Optional[str] = None,
+        session_id: Optional[str] = None,
+        budget: Optional[Mapping[str, float]] = None,
+        timeout: float = 30.0,
+    ) -> Message:
+        """Starts a session and returns the gateway's reply ({"v", "session_id", "duplicate"?}).
+        The session id is minted here when not given, so the tries this makes while the gateway
+        is starting or slow are one session. Raises Rejected or Unavailable."""
+        session_id = session_id or new_session_id()
+        body: Dict[str, Any] = {"session_id": session_id, "task": task, "caller": "python"}
+        if agent:
+            body["agent"] = agent
+        if budget:
+            body["budget"] = dict(budget)
+        deadline = time.monotonic() + timeout
+        wait = 0.05
+        while True:
+            try:
+                return await self._request_json(self.subject("gateway", "submit"), body, timeout=min(5.0, max(0.1, deadline - time.monotonic())))
+            except Unavailable:
+                if time.monotonic() + wait >= deadline:
+                    raise
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, 1.0)
+
+    async def cancel(self, session_id: str, reason: str = "", by: str = "python", timeout: float = 15.0) -> Message:
+        """Cancels a session and its children; returns the cancel reply (status cancelling,
+        already_cancelled or already_finished). An unknown session raises Rejected (404)."""
+        body: Dict[str, Any] = {"session_id": session_id, "by": by}
+        if reason:
+            body["reason"] = reason
+        return await self._request_json(self.subject("gateway", "cancel"), body, timeout=timeout)
+
+    async def session(self, session_id: str) -> Message:
+        """The session's record (protocol.Session in its JSON form)."""
+        _check_token("session id", session_id)
+        kv = await self.js.key_value(self.bucket("sessions"))
+        try:
+            entry = await kv.get(session_id)
+        except nats.js.errors.KeyNotFoundError as e:
+            raise Rejected("no session %s" % session_id, code="not_found", service_code="404") from e
+        return wire.decode(entry.value or b"")
+
+    async def events(self, session_id: str, *, follow: bool = True, idle_timeout: Optional[float] = None) -> AsyncGenerator[Message, None]:
+        """The session's trace events from the first, in order. With follow it waits for new
+        events (stop iterating when you have what you need); without, it ends at the last event
+        written so far. idle_timeout bounds the wait for one event (None: no bound)."""
+        _check_token("session id", session_id)
+        sub = await self.js.subscribe(
+            self.subject("trace", session_id),
+            stream=self.stream("TRACE"),
+            ordered_consumer=True,
+            deliver_policy=jsapi.DeliverPolicy.ALL,
+        )
+        try:
+            if not follow:
+                info = await sub.consumer_info()
+                if info.num_pending == 0 and (info.delivered is None or not info.delivered.consumer_seq):
+                    return
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=idle_timeout if idle_timeout is not None else 3600)
+                except nats.errors.TimeoutError:
+                    if idle_timeout is not None:
+                        raise Unavailable("no event of session %s for %.0fs" % (session_id, idle_timeout))
+                    continue
+                yield wire.decode(msg.data)
+                if not follow and msg.metadata.num_pending == 0:
+                    return
+        finally:
+            try:
+                await sub.unsubscribe()
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError, nats.errors.BadSubscriptionError):
+                pass  # closing the connection ends the subscription anyway
+
+    async def trace(self, session_id: str) -> List[Message]:
+        """Every event of the session written so far."""
+        return [ev async for ev in self.events(session_id, follow=False)]
+
+    async def wait(self, session_id: str, timeout: Optional[float] = None) -> RunResult:
+        """Follows the session until its usage event and returns what `skein run --json` prints."""
+        res = RunResult(session_id=session_id)
+
+        async def follow() -> RunResult:
+            events = self.events(session_id)
+            try:
+                async for ev in events:
+                    if ev.get("type") in TERMINAL_EVENTS:
+                        res.outcome, res.final_text, res.reason = ev.get("outcome", ""), ev.get("text", ""), ev.get("reason", "")
+                    elif ev.get("type") == "usage":
+                        res.usage = dict(ev.get("report") or {})
+                        if not res.outcome:
+                            res.outcome = ev.get("outcome", "")
+                        return res
+            finally:
+                await events.aclose()
+            return res
+
+        try:
+            return await asyncio.wait_for(follow(), timeout)
+        except asyncio.TimeoutError as e:
+            raise Unavailable("session %s did not finish within %ss" % (session_id, timeout)) from e
+
+    async def run(self, task: str, *, agent: Optional[str] = None, session_id: Optional[str] = None,
+                  budget: Optional[Mapping[str, float]] = None, timeout: Optional[float] = None) -> RunResult:
+        """Submits a task and waits for its result."""
+        rep = await self.submit(task, agent=agent, session_id=session_id, budget=budget)
+        return await self.wait(rep["session_id"], timeout=timeout)
+
+    async def usage_reports(self, since: Optional[_dt.timedelta] = None) -> Dict[str, Message]:
+        """The last usage event of every session on the usage stream (ended within since)."""
+        kw: Dict[str, Any] = {"deliver_policy": jsapi.DeliverPolicy.ALL}
+        config = None
+        if since is not None:
+            start = _dt.datetime.now(_dt.timezone.utc) - since
+            config = jsapi.ConsumerConfig(opt_start_time=start)
+            kw = {"deliver_policy": jsapi.DeliverPolicy.BY_START_TIME}
+        sub = await self.js.subscribe(self.subject("usage", ">"), stream=self.stream("USAGE"), ordered_consumer=True, config=config, **kw)
+        out: Dict[str, Message] = {}
+        try:
+            info = await sub.consumer_info()
+            if info.num_pending == 0 and (info.delivered is None or not info.delivered.consumer_seq):
+                return out
+            while True:
+                msg = await sub.next_msg(timeout=10)
+                try:
+                    ev = wire.decode(msg.data)
+                except (ValueError, wire.VersionError):
+                    ev = {}
+                if ev.get("report"):
+                    out[ev["session_id"]] = ev
+                if msg.metadata.num_pending == 0:
+                    return out
+        finally:
+            await sub.unsubscribe()
+
+    async def usage(self, by: str = "agent", since: Optional[_dt.timedelta] = None) -> Dict[str, Any]:
+        """Totals per agent or per day, as `skein usage --json --by agent|day` prints them.
+        (--by model needs the model price table, which is not part of the contract.)"""
+        if by not in ("agent", "day"):
+            raise ValueError("by must be agent or day (use `skein usage --by model` for models)")
+        rows: Dict[str, Dict[str, Any]] = {}
+        for ev in (await self.usage_reports(since)).values():
+            if by == "agent":
+                key = ev.get("agent", "")
+            else:
+                t = _dt.datetime.fromisoformat(ev["time"].replace("Z", "+00:00"))
+                key = t.astimezone().strftime("%Y-%m-%d")
+            r = rows.setdefault(key, {"key": key, "sessions": 0, "input_tokens": 0, "output_tokens": 0,
+                                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                                      "cost_usd": 0.0, "cost_complete": True})
+            rep = ev["report"]
+            r["sessions"] += 1
+            for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+                r[k] += rep.get(k, 0)
+            if rep.get("cost_usd") is None:
+                r["cost_complete"] = False
+            else:
+                r["cost_usd"] += rep["cost_usd"]
+        return {"by": by, "rows": [rows[k] for k in sorted(rows)]}
+
+    # Memory (memoryd speaks msgpack).
+    async def memory_inspect(self, *, agent: str = "", query: str = "", top_k: int = 0, tier: str = "", timeout: float = 30.0) -> Message:
+        """Counts per agent, tier and status, and with a query the entries nearest it, scored as
+        retrieval scores them."""
+        body = {k: v for k, v in (("agent", agent), ("query", query), ("top_k", top_k), ("tier", tier)) if v}
+        return await self._request_msgpack(self.subject("memory", "inspect"), body, timeout)
+
+    async def memory_list(self, *, agent: str = "", tier: str = "", status: str = "", offset: int = 0, limit: int = 0,
+                          timeout: float = 30.0) -> Message:
+        """A page of entries ({"entries", "total"}); status "" is active, "*" every status."""
+        body = {k: v for k, v in (("agent", agent), ("tier", tier), ("status", status), ("offset", offset), ("limit", limit)) if v}
+        return await self._request_msgpack(self.subject("memory", "list"), body, timeout)
+
+    async def memory_get(self, entry_id: str, timeout: float = 30.0) -> Message:
+        """One entry."""
+        rep = await self._request_msgpack(self.subject("memory", "get"), {"id": entry_id}, timeout)
+        return rep.get("entry") or {}
+
+
+def _sanitize(s: str) -> str:
+    return re.sub(r"[.*> ]", "_", s)

@@ -1,0 +1,126 @@
+package gateway
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// The submit and cancel subjects speak JSON to a caller that says so, answer in the caller's
+// encoding, and mark every refusal with the micro service error headers so the service's stats
+// count it.
+func TestSubmitAndCancelSpeakJSONAndCountRefusals(t *testing.T) {
+	f := newFixture(t)
+	runGateway(t, f)
+	ctx := testCtx(t)
+	nc := f.mesh.Conn.NC
+	// Wait until the gateway serves (a msgpack submit through the retrying client).
+	var warm protocol.SubmitReply
+	if err := bus.Request(ctx, nc, f.mesh.Names.Submit(), &protocol.SubmitRequest{Task: "Greet Ada", SessionID: "json-warm"}, &warm, 5*time.Second); err != nil || warm.Error != "" {
+		t.Fatalf("warm-up submit: %+v %v", warm, err)
+	}
+
+	send := func(subject, contentType, body string) *nats.Msg {
+		t.Helper()
+		msg := nats.NewMsg(subject)
+		if contentType != "" {
+			msg.Header.Set(protocol.HeaderContentType, contentType)
+		}
+		msg.Data = []byte(body)
+		rep, err := nc.RequestMsgWithContext(ctx, msg)
+		if err != nil {
+			t.Fatalf("%s %q: %v", subject, body, err)
+		}
+		return rep
+	}
+	jsonReply := func(rep *nats.Msg) map[string]any {
+		t.Helper()
+		if ct := rep.Header.Get(protocol.HeaderContentType); ct != protocol.ContentTypeJSON {
+			t.Errorf("reply Content-Type %q; want %s", ct, protocol.ContentTypeJSON)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(rep.Data, &m); err != nil {
+			t.Fatalf("reply is not JSON: %v (%q)", err, rep.Data)
+		}
+		return m
+	}
+
+	rep := send(f.mesh.Names.Submit(), "application/json; charset=utf-8", `{"v":1,"agent":"greeter","task":"Greet Ada","session_id":"json-1"}`)
+	if e := rep.Header.Get(micro.ErrorHeader); e != "" {
+		t.Fatalf("accepted JSON submit carries a service error: %s", e)
+	}
+	if m := jsonReply(rep); m["session_id"] != "json-1" || m["v"] != 1.0 || m["error"] != nil {
+		t.Errorf("JSON submit reply %v; want session_id json-1, v 1, no error", m)
+	}
+	if s := f.session(t, "json-1"); s.Task != "Greet Ada" || s.Status != protocol.StatusQueued {
+		t.Errorf("JSON submit recorded %+v", s)
+	}
+
+	refusals := []struct {
+		name, subject, contentType, body string
+		code, inBody                     string
+	}{
+		{"empty task", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"v":1,"task":"  "}`, protocol.ServiceErrRejected, "task is empty"},
+		{"no version", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"task":"Greet Ada"}`, protocol.ServiceErrBadRequest, `send "v": 1`},
+		{"misspelt field", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"v":1,"task":"Greet Ada","agnet":"greeter"}`, protocol.ServiceErrBadRequest, `unknown field "agnet"`},
+		{"not JSON", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `task: Greet Ada`, protocol.ServiceErrBadRequest, "malformed submit request"},
+		{"unknown agent", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"v":1,"task":"Greet Ada","agent":"nobody"}`, protocol.ServiceErrRejected, `unknown agent "nobody"`},
+		{"unknown session", f.mesh.Names.Cancel(), protocol.ContentTypeJSON, `{"v":1,"session_id":"no-such-session"}`, protocol.ServiceErrNotFound, "no such session"},
+		{"bad cancel", f.mesh.Names.Cancel(), protocol.ContentTypeJSON, `{"v":1,"session":"json-1"}`, protocol.ServiceErrBadRequest, "malformed cancel request"},
+	}
+	for _, r := range refusals {
+		rep := send(r.subject, r.contentType, r.body)
+		if got := rep.Header.Get(micro.ErrorCodeHeader); got != r.code {
+			t.Errorf("%s: Nats-Service-Error-Code %q; want %q (headers %v)", r.name, got, r.code, rep.Header)
+		}
+		if e := rep.Header.Get(micro.ErrorHeader); !strings.Contains(e, r.inBody) {
+			t.Errorf("%s: Nats-Service-Error %q; want it to say %q", r.name, e, r.inBody)
+		}
+		if m := jsonReply(rep); !strings.Contains(m["error"].(string), r.inBody) {
+			t.Errorf("%s: body %v; want error saying %q", r.name, m, r.inBody)
+		}
+	}
+	// msgpack callers get msgpack refusals with the same headers; an unknown encoding is 415.
+	rep = send(f.mesh.Names.Submit(), "", "not msgpack")
+	var mp protocol.SubmitReply
+	if err := protocol.Unmarshal(rep.Data, &mp); err != nil || !strings.Contains(mp.Error, "malformed submit request") || mp.Code != protocol.ErrCodeRejected {
+		t.Errorf("msgpack garbage: reply %+v, %v", mp, err)
+	}
+	if got := rep.Header.Get(micro.ErrorCodeHeader); got != protocol.ServiceErrBadRequest {
+		t.Errorf("msgpack garbage: code %q", got)
+	}
+	rep = send(f.mesh.Names.Submit(), "text/plain", "Greet Ada")
+	if got := rep.Header.Get(micro.ErrorCodeHeader); got != protocol.ServiceErrContentType || !strings.Contains(rep.Header.Get(micro.ErrorHeader), "application/json") {
+		t.Errorf("text/plain: headers %v; want 415 naming the encodings to use", rep.Header)
+	}
+	wantErrors := len(refusals) + 2
+
+	// A JSON cancel of a live session answers in JSON without an error.
+	rep = send(f.mesh.Names.Cancel(), protocol.ContentTypeJSON, `{"v":1,"session_id":"json-1","reason":"test"}`)
+	if m := jsonReply(rep); m["status"] != protocol.CancelStatusCancelling || rep.Header.Get(micro.ErrorHeader) != "" {
+		t.Errorf("JSON cancel: %v %v", m, rep.Header)
+	}
+
+	stats, err := nc.RequestWithContext(ctx, "$SRV.STATS."+protocol.ServiceGateway, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st micro.Stats
+	if err := json.Unmarshal(stats.Data, &st); err != nil {
+		t.Fatal(err)
+	}
+	errs := 0
+	for _, e := range st.Endpoints {
+		errs += e.NumErrors
+	}
+	if errs != wantErrors {
+		t.Errorf("micro stats count %d errors; want %d (one per refusal): %+v", errs, wantErrors, st.Endpoints)
+	}
+}

@@ -1,0 +1,248 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/protocol/contract"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// apiRoute documents one route of Handler for the OpenAPI document (docs/openapi.json, served
+// at GET /v1/openapi.json). A test fails when a /v1/ route is served without a row here.
+type apiRoute struct {
+	Pattern   string // as registered: "METHOD /path"
+	ID        string // operationId
+	Summary   string
+	Body      any // the JSON request body's type; nil: none
+	Optional  bool
+	Query     []string // optional query parameters (strings; the summary says what they take)
+	Responses []apiResponse
+}
+
+type apiResponse struct {
+	Status int
+	Doc    string
+	Body   any  // JSON reply type; nil: APIError
+	Events bool // text/event-stream of Body
+}
+
+var errorResponses = map[int]string{
+	http.StatusBadRequest:            "bad_request: the body or the session id cannot be read",
+	http.StatusNotFound:              "not_found: no such session",
+	http.StatusRequestEntityTooLarge: "too_large: the body is over the limit",
+	http.StatusUnprocessableEntity:   "rejected: the task is refused as it is (sending it again will not help)",
+	http.StatusTooManyRequests:       "too_many_streams: this client holds gateway.max_event_streams streams already",
+	http.StatusServiceUnavailable:    "transient: the mesh could not take it now (try again); no_token: the API has no token configured",
+	http.StatusInternalServerError:   "internal",
+	http.StatusBadGateway:            "memory_error: memoryd answered with an error",
+}
+
+func errs(statuses ...int) []apiResponse {
+	var out []apiResponse
+	for _, s := range statuses {
+		out = append(out, apiResponse{Status: s, Doc: errorResponses[s]})
+	}
+	return out
+}
+
+var apiRoutes = []apiRoute{
+	{Pattern: "POST /v1/tasks", ID: "submitTask", Summary: "Submit a task; the session runs on the mesh.", Body: protocol.TaskBody{},
+		Responses: append([]apiResponse{{Status: 202, Doc: "accepted (duplicate: this session id was submitted before)", Body: protocol.SubmitReply{}}},
+			errs(400, 413, 422, 503)...)},
+	{Pattern: "GET /v1/sessions/{id}", ID: "getSession", Summary: "The session's record: status, outcome, plan, lineage, cancel, budget.",
+		Responses: append([]apiResponse{{Status: 200, Doc: "the session", Body: protocol.Session{}}}, errs(400, 404, 500)...)},
+	{Pattern: "GET /v1/sessions/{id}/events", ID: "streamEvents", Summary: "The session's trace as server-sent events (`event: <type>`, `data: <Event>`), from the first event until the last usage event.",
+		Responses: append([]apiResponse{{Status: 200, Doc: "one server-sent event per trace event", Body: protocol.Event{}, Events: true}}, errs(400, 404, 429, 500)...)},
+	{Pattern: "POST /v1/sessions/{id}/cancel", ID: "cancelSession", Summary: "Cancel the session and its child sessions; a session that already ended is a no-op.",
+		Body: protocol.CancelBody{}, Optional: true,
+		Responses: append([]apiResponse{{Status: 200, Doc: "cancelling, already_cancelled or already_finished", Body: protocol.CancelReply{}}}, errs(400, 404, 500)...)},
+	{Pattern: "GET /v1/sessions/{id}/tree", ID: "sessionTree", Summary: "The session with its steps and child sessions, recursively, with tokens, cost and wall time per node.",
+		Responses: append([]apiResponse{{Status: 200, Doc: "the tree", Body: trace.TreeNode{}}}, errs(400, 404)...)},
+	{Pattern: "POST /v1/sessions/{id}/messages", ID: "continueConversation", Summary: "Continue a finished session's conversation with a new turn.", Body: protocol.MessageBody{},
+		Responses: append([]apiResponse{{Status: 202, Doc: "the next turn's session", Body: protocol.SubmitReply{}}}, errs(400, 404, 422, 503)...)},
+	{Pattern: "GET /v1/openapi.json", ID: "openapi", Summary: "This document.",
+		Responses: []apiResponse{{Status: 200, Doc: "the OpenAPI document", Body: struct{}{}}}},
+	{Pattern: "GET /v1/sessions", ID: "listSessions", Summary: "Sessions updated within `since` (a duration, default 168h), newest first, at most `limit` (1..2000, default 200); `agent`, `status` (status or outcome) and `q` (substring of id or task) filter.",
+		Query:     []string{"since", "limit", "agent", "status", "q"},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the sessions", Body: SessionList{}}}, errs(400, 500)...)},
+	{Pattern: "GET /v1/usage", ID: "listUsage", Summary: "Each session's last usage report within `since`, oldest first, with each model's cost.",
+		Query:     []string{"since", "limit"},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the usage reports", Body: UsageList{}}}, errs(400, 500)...)},
+	{Pattern: "GET /v1/dlq", ID: "listDeadLetters", Summary: "The newest dead letters within `since`, with their origin and reason.",
+		Query:     []string{"since", "limit"},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the dead letters", Body: []DeadLetter{}}}, errs(400, 500)...)},
+	{Pattern: "GET /v1/memory", ID: "listMemory", Summary: "Memory entries by `agent`, `tier`, `status` (active, superseded, retired or all), paged by `offset` and `limit` (at most 200).",
+		Query:     []string{"agent", "tier", "status", "offset", "limit"},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the entries", Body: protocol.MemoryListReply{}}}, errs(400, 502, 503)...)},
+	{Pattern: "GET /v1/memory/search", ID: "searchMemory", Summary: "Counts per agent, tier and status, and the entries nearest `q` ranked as retrieval ranks them (`top_k` 1..100).",
+		Query:     []string{"q", "agent", "tier", "top_k"},
+		Responses: append([]apiResponse{{Status: 200, Doc: "counts and ranked hits", Body: protocol.MemoryInspectReply{}}}, errs(400, 502, 503)...)},
+	{Pattern: "GET /v1/memory/{id}", ID: "getMemoryEntry", Summary: "One memory entry.",
+		Responses: append([]apiResponse{{Status: 200, Doc: "the entry", Body: protocol.MemoryEntry{}}}, errs(404, 502, 503)...)},
+	{Pattern: "POST /v1/memory/{id}/retire", ID: "retireMemoryEntry", Summary: "Take an entry out of retrieval: retire it (kept and listed) or, with evict, delete it.",
+		Body: RetireBody{}, Optional: true,
+		Responses: append([]apiResponse{{Status: 200, Doc: "retired or evicted", Body: protocol.MemoryRetireReply{}}}, errs(400, 404, 502, 503)...)},
+}
+
+var (
+	openAPIOnce sync.Once
+	openAPIDoc  []byte
+	openAPIErr  error
+)
+
+// OpenAPI returns the OpenAPI 3.1 document of the HTTP API, as kept in docs/openapi.json.
+func OpenAPI() ([]byte, error) {
+	openAPIOnce.Do(func() { openAPIDoc, openAPIErr = buildOpenAPI() })
+	return openAPIDoc, openAPIErr
+}
+
+func buildOpenAPI() ([]byte, error) {
+	values := []any{protocol.APIError{}}
+	for _, r := range apiRoutes {
+		if r.Body != nil {
+			values = append(values, r.Body)
+		}
+		for _, rs := range r.Responses {
+			if rs.Body == nil {
+				continue
+			}
+			if t := reflect.TypeOf(rs.Body); t.Kind() == reflect.Slice {
+				values = append(values, reflect.Zero(t.Elem()).Interface())
+			} else if t.Name() != "" {
+				values = append(values, rs.Body)
+			}
+		}
+	}
+	schemas, err := contract.Schemas(values...)
+	if err != nil {
+		return nil, err
+	}
+	ref := func(v any) map[string]any {
+		if v == nil {
+			v = protocol.APIError{}
+		}
+		t := reflect.TypeOf(v)
+		if t.Kind() == reflect.Slice {
+			return map[string]any{"type": "array", "items": map[string]any{"$ref": contract.SchemaRef + t.Elem().Name()}}
+		}
+		name := t.Name()
+		if name == "" {
+			return map[string]any{"type": "object"}
+		}
+		return map[string]any{"$ref": contract.SchemaRef + name}
+	}
+	paths := map[string]map[string]any{}
+	for _, r := range apiRoutes {
+		method, path, ok := strings.Cut(r.Pattern, " ")
+		if !ok {
+			return nil, fmt.Errorf("openapi: route %q has no method", r.Pattern)
+		}
+		op := map[string]any{"operationId": r.ID, "summary": r.Summary}
+		var params []any
+		if strings.Contains(path, "{id}") {
+			what := "session id"
+			if strings.HasPrefix(path, "/v1/memory/") {
+				what = "memory entry id"
+			}
+			params = append(params, map[string]any{"name": "id", "in": "path", "required": true, "description": what,
+				"schema": map[string]any{"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}})
+		}
+		for _, q := range r.Query {
+			params = append(params, map[string]any{"name": q, "in": "query", "required": false, "schema": map[string]any{"type": "string"}})
+		}
+		if params != nil {
+			op["parameters"] = params
+		}
+		if r.Body != nil {
+			op["requestBody"] = map[string]any{"required": !r.Optional,
+				"content": map[string]any{"application/json": map[string]any{"schema": ref(r.Body)}}}
+		}
+		responses := map[string]any{}
+		all := append(append([]apiResponse{}, r.Responses...),
+			apiResponse{Status: 401, Doc: "unauthorized: missing or wrong bearer token"},
+			apiResponse{Status: 403, Doc: "cross_site: a browser's cross-site request"})
+		if r.Body != nil {
+			all = append(all, apiResponse{Status: 415, Doc: "unsupported_media_type: the body is not application/json"})
+		}
+		for _, rs := range all {
+			ct := "application/json"
+			if rs.Events {
+				ct = "text/event-stream"
+			}
+			doc := rs.Doc
+			if doc == "" {
+				doc = http.StatusText(rs.Status)
+			}
+			responses[strconv.Itoa(rs.Status)] = map[string]any{"description": doc,
+				"content": map[string]any{ct: map[string]any{"schema": ref(rs.Body)}}}
+		}
+		op["responses"] = responses
+		if paths[path] == nil {
+			paths[path] = map[string]any{}
+		}
+		paths[path][strings.ToLower(method)] = op
+	}
+	doc := map[string]any{
+		"openapi": "3.1.0",
+		"info": map[string]any{"title": "skein gateway HTTP API", "version": strconv.Itoa(protocol.SchemaVersion),
+			"description": "Every request needs the bearer token (`Authorization: Bearer <token>`; `skein up --http` says where it is). " +
+				"Bodies are application/json; unknown fields are refused. Every refusal is an APIError {error, code}. " +
+				"Replies that are mesh messages carry \"v\", the schema version (docs/asyncapi.json describes the NATS side)."},
+		"security":   []any{map[string]any{"bearer": []any{}}},
+		"paths":      paths,
+		"components": map[string]any{"schemas": schemas, "securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}}},
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+func (g *Gateway) httpOpenAPI(w http.ResponseWriter, r *http.Request) {
+	doc, err := OpenAPI()
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(doc)
+}
+
+// routeMux is the API's ServeMux that remembers its patterns, so a test can hold the route
+// table against the OpenAPI document.
+type routeMux struct {
+	*http.ServeMux
+	patterns *[]string
+}
+
+func newRouteMux(patterns *[]string) routeMux {
+	*patterns = (*patterns)[:0]
+	return routeMux{ServeMux: http.NewServeMux(), patterns: patterns}
+}
+
+func (m routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	*m.patterns = append(*m.patterns, pattern)
+	m.ServeMux.HandleFunc(pattern, h)
+}
+
+func (m routeMux) Handle(pattern string, h http.Handler) {
+	*m.patterns = append(*m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+// routes are the patterns Handler registered, sorted.
+func (g *Gateway) routes() []string {
+	g.Handler()
+	out := append([]string(nil), g.patterns...)
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,219 @@
+package contract
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/asyncapi.json from the Go types")
+
+const docPath = "../../../docs/asyncapi.json"
+
+// The committed document is what the Go types say; `make contract` rewrites it.
+func TestAsyncAPIDocumentIsCurrent(t *testing.T) {
+	got, err := AsyncAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile(docPath, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(docPath)
+	if err != nil {
+		t.Fatalf("%v (write it with `make contract`)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("docs/asyncapi.json is not what the pkg/protocol types say: run `make contract` and commit it")
+	}
+}
+
+// Every type of pkg/protocol that is a message (embeds Header) is on a channel, so a message
+// added later cannot be left out of the document.
+func TestEveryMessageTypeIsOnAChannel(t *testing.T) {
+	listed := map[string]bool{}
+	for _, c := range Channels() {
+		listed[reflect.TypeOf(c.Message).Name()] = true
+		if c.Reply != nil {
+			listed[reflect.TypeOf(c.Reply).Name()] = true
+		}
+	}
+	files, err := filepath.Glob("../*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok {
+				return true
+			}
+			st, ok := ts.Type.(*ast.StructType)
+			if !ok {
+				return true
+			}
+			for _, fl := range st.Fields.List {
+				if id, ok := fl.Type.(*ast.Ident); ok && len(fl.Names) == 0 && id.Name == "Header" {
+					found++
+					if !listed[ts.Name.Name] {
+						t.Errorf("protocol.%s is a message on no channel of Channels()", ts.Name.Name)
+					}
+				}
+			}
+			return true
+		})
+	}
+	if found < 20 {
+		t.Fatalf("found %d message types in pkg/protocol; the scan is broken", found)
+	}
+}
+
+// Each message, empty and with every field set, is written by Go in msgpack and in JSON and then
+// read with the published document alone: the msgpack form through the document's decoding rules.
+func TestMessagesRoundTripThroughTheDocument(t *testing.T) {
+	raw, err := os.ReadFile(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := ReadDocument(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range Channels() {
+		for _, v := range []any{c.Message, c.Reply} {
+			if v == nil {
+				continue
+			}
+			name := reflect.TypeOf(v).Name()
+			for _, sample := range []reflect.Value{reflect.New(reflect.TypeOf(v)), filled(reflect.TypeOf(v))} {
+				m := sample.Interface().(protocol.Message)
+				protocol.Stamp(m)
+				mp, err := msgpack.Marshal(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				asJSON, err := MsgpackToJSON(mp)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if err := doc.ValidateJSON(name, asJSON); err != nil {
+					t.Errorf("msgpack %s read by the document: %v\n%s", name, err, asJSON)
+				}
+				js, err := json.Marshal(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := doc.ValidateJSON(name, js); err != nil {
+					t.Errorf("JSON %s against the document: %v\n%s", name, err, js)
+				}
+			}
+		}
+		// The document finds the channel's messages from a concrete subject.
+		subject := strings.NewReplacer("{session_id}", "s-1", "{agent}", "greeter", "{tool}", "sum", "{call_id}", "c1", "{step_key}", "s-1_s1").Replace(c.Address)
+		if _, names := doc.Messages(subject); !contains(names, reflect.TypeOf(c.Message).Name()) {
+			t.Errorf("subject %s: document lists %v", subject, names)
+		}
+	}
+	// And a message that breaks the contract is caught: a wrong type, a missing required field.
+	if doc.ValidateJSON("SubmitRequest", []byte(`{"v":1,"task":3}`)) == nil {
+		t.Error("a number as task passed the document")
+	}
+	if doc.ValidateJSON("Event", []byte(`{"v":1,"type":"final","time":"2026-01-01T00:00:00Z"}`)) == nil {
+		t.Error("an event without session_id passed the document")
+	}
+	if doc.ValidateJSON("SubmitRequest", []byte(`{"v":1,"task":"x","agnet":"y"}`)) == nil {
+		t.Error("an unknown field passed the document")
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, s := range xs {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// filled returns a *T with every field set: one element per slice, one entry per map, pointers
+// to filled values, JSON objects in raw JSON fields.
+func filled(t reflect.Type) reflect.Value {
+	p := reflect.New(t)
+	fill(p.Elem(), 0)
+	return p
+}
+
+var rawJSONType = reflect.TypeOf(json.RawMessage(nil))
+var timeType = reflect.TypeOf(time.Time{})
+
+func fill(v reflect.Value, depth int) {
+	if depth > 6 {
+		return
+	}
+	switch {
+	case v.Type() == rawJSONType:
+		v.SetBytes([]byte(`{"a":[1,"x"]}`))
+		return
+	case v.Type() == reflect.TypeOf(protocol.Header{}):
+		v.Set(reflect.ValueOf(protocol.Header{V: protocol.SchemaVersion})) // nested messages too
+		return
+	case v.Type() == timeType:
+		v.Set(reflect.ValueOf(time.Date(2026, 11, 25, 10, 0, 0, 123456789, time.UTC)))
+		return
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(2)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(2)
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(0.5)
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem(), depth+1)
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 1, 1)
+		fill(s.Index(0), depth+1)
+		v.Set(s)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k, depth+1)
+		fill(e, depth+1)
+		m.SetMapIndex(k, e)
+		v.Set(m)
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i), depth+1)
+			}
+		}
+	}
+}

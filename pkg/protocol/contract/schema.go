@@ -1,0 +1,103 @@
+// Package contract publishes skein's wire contract as documents any language can read: JSON
+// Schemas of the message types, reflected from pkg/protocol so they cannot drift from the code,
+// and the AsyncAPI document of the NATS subjects (docs/asyncapi.json). The gateway builds the
+// OpenAPI document of its HTTP API from the same schemas.
+package contract
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/invopop/jsonschema"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// SchemaRef is where a document keeps its schemas: both AsyncAPI 3 and OpenAPI 3.1 use
+// components.schemas, so one set of schemas serves both.
+const SchemaRef = "#/components/schemas/"
+
+// Schemas returns a JSON Schema per named type reachable from values, keyed by the Go type's
+// name, with references between them as SchemaRef+name. The schemas describe the JSON form of
+// the types (their json tags); a field is required when Go always writes it (no omitempty),
+// and may be null when Go writes a nil slice, map or pointer as null.
+func Schemas(values ...any) (map[string]json.RawMessage, error) {
+	types := map[string]reflect.Type{}
+	r := &jsonschema.Reflector{
+		Anonymous:                 true,
+		AllowAdditionalProperties: false,
+		Namer: func(t reflect.Type) string {
+			if t.Name() == "" {
+				return ""
+			}
+			if prev, ok := types[t.Name()]; ok && prev != t {
+				panic(fmt.Sprintf("contract: two types named %s (%s and %s)", t.Name(), prev, t))
+			}
+			types[t.Name()] = t
+			return t.Name()
+		},
+	}
+	defs := jsonschema.Definitions{}
+	for _, v := range values {
+		t := reflect.TypeOf(v)
+		s := r.ReflectFromType(t)
+		for name, d := range s.Definitions {
+			defs[name] = d
+		}
+	}
+	out := map[string]json.RawMessage{}
+	for name, d := range defs {
+		if t, ok := types[name]; ok {
+			nullable(t, d)
+		}
+		if v, ok := d.Properties.Get("v"); ok && v != nil {
+			v.Const = protocol.SchemaVersion // the schema version: a reader refuses any other
+		}
+		b, err := json.Marshal(d)
+		if err != nil {
+			return nil, fmt.Errorf("schema %s: %w", name, err)
+		}
+		out[name] = bytes.ReplaceAll(b, []byte(`"#/$defs/`), []byte(`"`+SchemaRef))
+	}
+	return out, nil
+}
+
+// nullable lets the properties Go may write as null be null: encoding/json writes a nil slice,
+// map or pointer without omitempty as null.
+func nullable(t reflect.Type, s *jsonschema.Schema) {
+	if t.Kind() != reflect.Struct || s.Properties == nil {
+		return
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		name, opts, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			nullable(ft, s) // embedded: its fields are inlined
+			continue
+		}
+		if name == "-" || !f.IsExported() || strings.Contains(","+opts+",", ",omitempty,") {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		switch f.Type.Kind() {
+		case reflect.Slice, reflect.Map, reflect.Pointer:
+		default:
+			continue
+		}
+		p, ok := s.Properties.Get(name)
+		if !ok || p == nil || (p.Type == "" && p.Ref == "" && p.AnyOf == nil && p.OneOf == nil) {
+			continue // absent, or any JSON value already (json.RawMessage)
+		}
+		s.Properties.Set(name, &jsonschema.Schema{AnyOf: []*jsonschema.Schema{p, {Type: "null"}}})
+	}
+}

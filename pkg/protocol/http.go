@@ -1,0 +1,30 @@
+package protocol
+
+// Bodies of the gateway's HTTP API (docs/openapi.json is generated from these types). Replies
+// reuse the message types: SubmitReply, Session, CancelReply, Event.
+
+// TaskBody is the body of POST /v1/tasks.
+type TaskBody struct {
+	Task      string  `json:"task"`
+	Agent     string  `json:"agent,omitempty"`
+	SessionID string  `json:"session_id,omitempty"`
+	Budget    *Budget `json:"budget,omitempty"`
+}
+
+// MessageBody is the body of POST /v1/sessions/{id}/messages: the conversation's next turn.
+type MessageBody struct {
+	Text   string  `json:"text"`
+	Budget *Budget `json:"budget,omitempty"`
+}
+
+// CancelBody is the optional body of POST /v1/sessions/{id}/cancel.
+type CancelBody struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// APIError is every HTTP refusal's body; Code is a stable word (bad_request, not_found,
+// unauthorized, rejected, transient, ...), Error says why in words.
+type APIError struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
