@@ -57,6 +57,11 @@ memory:
 
 const govAssistantScript = `
 rules:
+  # A give-up in plain text after a failed tool, even when asked to report through finish.
+  - when: {last: "(no tool named|answered in plain text)", any: "deploy in words"}
+    reply: {text: "Could not deploy."}
+  - when: {last: "^deploy in words"}
+    reply: {tool_calls: [{name: deploy, args: {env: prod}}]}
   - when: {last: "^my name is"}
     reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: "Nice to meet you."}}]}
   - when: {last: "^what is two plus two"}
@@ -597,6 +602,42 @@ func TestGovernance(t *testing.T) {
 		}
 		if res.Outcome != string(protocol.OutcomeNotAccomplished) || res.FinalText != "Could not deploy." || !strings.Contains(res.Reason, "no credentials") {
 			t.Fatalf("result %+v; want not_accomplished with the answer and the reason", res)
+		}
+	})
+
+	// A model that gives up in plain text after a failed tool, and does not report through finish
+	// when asked: not a success, exit status 1.
+	t.Run("plain-text give-up exits non-zero", func(t *testing.T) {
+		cmd := exec.Command(filepath.Join(binaries(t), "skein"), "run", "--nats", m.url, "--config", m.assistantCfg, "--json", "deploy in words")
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("skein run: %v; want exit 1\n%s", err, out)
+		}
+		var res struct {
+			SessionID string `json:"session_id"`
+			Outcome   string `json:"outcome"`
+			FinalText string `json:"final_text"`
+			Reason    string `json:"reason"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("skein run --json printed %q: %v", out, err)
+		}
+		if res.Outcome != string(protocol.OutcomeNotAccomplished) || res.FinalText != "Could not deploy." || !strings.Contains(res.Reason, "without reporting through finish") {
+			t.Fatalf("result %+v; want not_accomplished with the answer and why", res)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		evs, err := readEvents(ctx, m, res.SessionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asked := false
+		for _, ev := range evs {
+			asked = asked || ev.Type == protocol.EvDecision && strings.Contains(ev.Text, "report through finish")
+		}
+		if !asked {
+			t.Fatal("the trace does not show the model was asked to report through finish")
 		}
 	})
 
