@@ -12,7 +12,6 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/usage"
 )
 
 // guard applies a session tree's cancellation and budget to one step: the step's context ends
@@ -193,12 +192,8 @@ func (g *guard) chargeModel(ctx context.Context, model, ttl string, u protocol.U
 	if !g.limited() || g.e.ledger == nil {
 		return
 	}
-	d := protocol.LedgerEntry{Turns: 1, OutputTokens: u.OutputTokens,
-		InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens}
-	if usd, known := usage.Cost(model, u, ttl); known {
-		d.CostUSD = usd
-	} else {
-		d.UnpricedModels = []string{model}
+	d, known := govern.ModelDelta(model, ttl, u)
+	if !known {
 		g.mu.Lock()
 		first := !g.unpriced
 		g.unpriced = true
