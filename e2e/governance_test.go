@@ -21,10 +21,10 @@ import (
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
-// The governance mesh: agent assistant (which may delegate to agent helper) and agent helper,
-// each on its own executor process, one toolhost serving the example tools, the test tools and
-// helper as an agent tool. The scripted model is named after a priced model so money budgets
-// count offline.
+// The governance mesh: agent assistant (which may delegate to agent helper) and agent helper
+// (which may delegate to assistant), each on its own executor process, two toolhosts serving the
+// example tools and the test tools, one of them helper as an agent tool, the other assistant.
+// The scripted model is named after a priced model so money budgets count offline.
 const govAssistant = `
 agent:
   name: assistant
@@ -51,6 +51,7 @@ llm:
   script: helper.script.yaml
 tools:
   manifest_dirs: [$TOOLS, $TESTTOOLS]
+  agents: [assistant]
 memory:
   enabled: false
 `
@@ -62,6 +63,9 @@ rules:
     reply: {text: "Could not deploy."}
   - when: {last: "^deploy in words"}
     reply: {tool_calls: [{name: deploy, args: {env: prod}}]}
+  # Delegates to helper, which delegates again (depth 2); a loop unless a budget stops it.
+  - when: {any: "nest loop"}
+    reply: {tool_calls: [{name: helper, args: {task: "nest deeper"}}]}
   - when: {last: "^my name is"}
     reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: "Nice to meet you."}}]}
   - when: {last: "^what is two plus two"}
@@ -100,6 +104,8 @@ rules:
 
 const govHelperScript = `
 rules:
+  - when: {last: "^nest deeper"}
+    reply: {tool_calls: [{name: assistant, args: {task: "say hi from below"}}]}
   - when: {last: "^hang child"}
     reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/child.pid"}}]}
   - when: {last: "say hi"}
@@ -140,6 +146,8 @@ func startGovMesh(t *testing.T) *govMesh {
 	c := connect(t, url)
 	env := []string{"SKEIN_HOME=" + t.TempDir()}
 	start(t, env, "toolhost", "toolhost", "--nats", url, "--config", acfg)
+	// A second toolhost serves assistant as helper's agent tool (a tree two levels deep).
+	start(t, env, "toolhost-helper", "toolhost", "--nats", url, "--config", hcfg)
 	start(t, env, "executor-assistant", "executor", "--nats", url, "--config", acfg)
 	start(t, env, "executor-helper", "executor", "--nats", url, "--config", hcfg)
 	start(t, env, "planner", "planner", "--nats", url, "--config", acfg)
@@ -412,6 +420,13 @@ func TestGovernance(t *testing.T) {
 			{"loop money", protocol.Budget{MaxUSD: 0.002}, protocol.LimitUSD, nil},
 			{"crawl deadline", protocol.Budget{DeadlineS: 2}, protocol.LimitDeadline, nil},
 			{"fan out", protocol.Budget{MaxFanout: 1}, protocol.LimitFanout, nil},
+			// The child's call at depth 2 is refused, and the limit, reached in the child, stops
+			// the looping root too: one delegation, not one per turn.
+			{"nest loop", protocol.Budget{MaxDepth: 1}, protocol.LimitDepth, func(t *testing.T, models, _ int) {
+				if models != 1 {
+					t.Errorf("%d model calls of the root; want 1 (the limit reached below stops it)", models)
+				}
+			}},
 		}
 		ids := make([]string, len(cases))
 		for i, c := range cases {
@@ -443,12 +458,87 @@ func TestGovernance(t *testing.T) {
 				if c.check != nil {
 					c.check(t, models, toolsOK)
 				}
+				// The trace's budget event says which limit, the figure reached, the limit and
+				// what was done (the root's own budget here, so its scope is the root).
+				be := hasEvent(evs, protocol.EvBudget)
+				if be == nil {
+					t.Fatal("no budget event in the trace")
+				}
+				if be.Attrs["limit"] != c.limit || be.Attrs["reached"] == "" || be.Attrs["max"] == "" ||
+					be.Attrs["scope"] != ids[i] || !strings.Contains(be.Attrs["done"], "model turn(s)") {
+					t.Errorf("budget event attrs %v; want limit %s, reached, max, scope %s and done", be.Attrs, c.limit, ids[i])
+				}
+				if c.limit == protocol.LimitDepth && (be.Attrs["reached"] != "2" || be.Attrs["max"] != "1") {
+					t.Errorf("max_depth event attrs %v; want reached 2 of 1", be.Attrs)
+				}
 				if models > 30 {
 					t.Errorf("%d model calls: the budget did not stop the loop early", models)
 				}
 				t.Logf("%s: %d model calls, %d tool calls, usage in %d out %d; %s", c.limit, models, toolsOK,
 					usage.Report.InputTokens, usage.Report.OutputTokens, term.Reason)
 			})
+		}
+	})
+
+	// The child runs on the helper's executor; its tokens are charged to the root's ledger entry,
+	// and the root, under its limit before the child ran, stops at its next check.
+	t.Run("child's spending stops its root", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		input := func(u *protocol.Usage) int64 {
+			return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+		}
+		// A free run measures the root's first call and the child's.
+		free, err := waitSession(ctx, m.c, m.submit(ctx, t, "delegate a greeting", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var root, child int64
+		for _, ev := range free {
+			switch {
+			case ev.Type == protocol.EvModelCall && ev.Role == protocol.RoleExecutor && root == 0:
+				root = input(ev.Usage)
+			case ev.Type == protocol.EvModelCall && ev.Role == protocol.RoleSubagent:
+				child += input(ev.Usage)
+			}
+		}
+		if root == 0 || child == 0 {
+			t.Fatalf("free run: root's first call %d tokens, child %d", root, child)
+		}
+		// Room for the root's first call, not for the child's on top.
+		id := m.submit(ctx, t, "delegate a greeting", &protocol.Budget{MaxInputTokens: root + 1})
+		evs, err := waitSession(ctx, m.c, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		term, _ := ending(t, id, evs)
+		if term.Outcome != protocol.OutcomeBudgetExceeded {
+			t.Fatalf("root outcome %s (%s); want budget_exceeded", term.Outcome, term.Reason)
+		}
+		be := hasEvent(evs, protocol.EvBudget)
+		want := map[string]string{"limit": protocol.LimitInputTokens, "reached": strconv.FormatInt(root+child, 10),
+			"max": strconv.FormatInt(root+1, 10), "scope": id}
+		for k, v := range want {
+			if be == nil || be.Attrs[k] != v {
+				t.Fatalf("root's budget event %+v; want %v (the child's tokens counted)", be, want)
+			}
+		}
+		var childID string
+		for _, ev := range evs {
+			if ev.Type == protocol.EvModelCall && ev.Role == protocol.RoleSubagent {
+				childID = ev.Attrs["child_session"]
+			}
+		}
+		cevs, err := readEvents(ctx, m, childID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cterm, _ := ending(t, childID, cevs); cterm.Outcome != protocol.OutcomeSuccess {
+			t.Fatalf("child %s ended %s; want success (it ran before the limit was reached)", childID, cterm.Outcome)
+		}
+		started := hasEvent(cevs, protocol.EvStepStarted)
+		if started == nil || started.Attrs["executor"] == hasEvent(evs, protocol.EvStepStarted).Attrs["executor"] {
+			t.Fatalf("the child did not run on another executor than its root")
 		}
 	})
 

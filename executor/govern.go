@@ -163,6 +163,7 @@ func (g *guard) stopFor(ex *govern.Exceeded) (protocol.Outcome, string, bool) {
 	if first {
 		g.e.emit(g.step, protocol.Event{Type: protocol.EvBudget, Role: protocol.RoleExecutor, Reason: ex.Error(),
 			Attrs: map[string]string{"limit": ex.Limit, "reached": ex.Reached, "max": ex.Max, "scope": ex.Scope, "done": done}})
+		g.markReached(ex)
 	}
 	return protocol.OutcomeBudgetExceeded, ex.Error() + "; done until then: " + done, true
 }
@@ -270,4 +271,18 @@ func interrupted(ctx context.Context, reply protocol.ToolReply) protocol.ToolRep
 		}
 	}
 	return reply
+}
+
+// markReached records the limit in the ledger entry of the budget it belongs to, so every other
+// session of the tree (the root waiting on this child, its siblings on other executors) stops
+// at its next check, whatever the limit: a depth or fan-out limit has no figure they could see.
+func (g *guard) markReached(ex *govern.Exceeded) {
+	if g.e.ledger == nil || ex.Scope == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.e.ledger.Charge(ctx, protocol.LedgerEntry{Exceeded: ex.Stop()}, ex.Scope); err != nil {
+		g.e.d.Logger.Warn("record budget limit in the ledger", "session", g.session, "scope", ex.Scope, "err", err)
+	}
 }
