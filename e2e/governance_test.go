@@ -80,6 +80,8 @@ rules:
     reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/direct.pid"}}]}
   - when: {last: "^hang cli"}
     reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/cli.pid"}}]}
+  - when: {last: "^hang chat"}
+    reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/chat.pid"}}]}
   - when: {last: "^delegate"}
     reply: {tool_calls: [{name: helper, args: {task: "say hi"}}]}
   - when: {last: "^hang parent"}
@@ -648,6 +650,42 @@ func TestGovernance(t *testing.T) {
 		}
 		if !strings.Contains(stdout.String(), "assistant> Your name is Bob.") || !strings.Contains(stderr.String(), "2 turn(s)") {
 			t.Fatalf("chat printed:\n%s\n-- stderr --\n%s", stdout.String(), stderr.String())
+		}
+	})
+
+	// /cancel in skein chat stops the running turn (its tool is killed), and the chat goes on.
+	t.Run("chat /cancel", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(binaries(t), "skein"), "chat", "--nats", m.url, "--config", m.assistantCfg)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprintln(stdin, "hang chat"); err != nil {
+			t.Fatal(err)
+		}
+		pids := readPIDs(ctx, t, filepath.Join(m.pids, "chat.pid"))
+		if _, err := fmt.Fprintln(stdin, "/cancel\nwhat is two plus two"); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, pids, 2*time.Second)
+		_ = stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("skein chat: %v\n%s", err, stderr.String())
+		}
+		for _, want := range []string{"cancelling turn", "(cancelled · turn"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("chat stderr lacks %q:\n%s", want, stderr.String())
+			}
+		}
+		if !strings.Contains(stdout.String(), "assistant> Four.") {
+			t.Errorf("the turn after the cancelled one did not run:\n%s\n-- stderr --\n%s", stdout.String(), stderr.String())
 		}
 	})
 
