@@ -21,10 +21,10 @@ import (
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
-// The governance mesh: agent assistant (which may delegate to agent helper) and agent helper,
-// each on its own executor process, one toolhost serving the example tools, the test tools and
-// helper as an agent tool. The scripted model is named after a priced model so money budgets
-// count offline.
+// The governance mesh: agent assistant (which may delegate to agent helper) and agent helper
+// (which may delegate to assistant), each on its own executor process, two toolhosts serving the
+// example tools and the test tools, one of them helper as an agent tool, the other assistant.
+// The scripted model is named after a priced model so money budgets count offline.
 const govAssistant = `
 agent:
   name: assistant
@@ -51,12 +51,21 @@ llm:
   script: helper.script.yaml
 tools:
   manifest_dirs: [$TOOLS, $TESTTOOLS]
+  agents: [assistant]
 memory:
   enabled: false
 `
 
 const govAssistantScript = `
 rules:
+  # A give-up in plain text after a failed tool, even when asked to report through finish.
+  - when: {last: "(no tool named|answered in plain text)", any: "deploy in words"}
+    reply: {text: "Could not deploy."}
+  - when: {last: "^deploy in words"}
+    reply: {tool_calls: [{name: deploy, args: {env: prod}}]}
+  # Delegates to helper, which delegates again (depth 2); a loop unless a budget stops it.
+  - when: {any: "nest loop"}
+    reply: {tool_calls: [{name: helper, args: {task: "nest deeper"}}]}
   - when: {last: "^my name is"}
     reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: "Nice to meet you."}}]}
   - when: {last: "^what is two plus two"}
@@ -71,6 +80,8 @@ rules:
     reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/direct.pid"}}]}
   - when: {last: "^hang cli"}
     reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/cli.pid"}}]}
+  - when: {last: "^hang chat"}
+    reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/chat.pid"}}]}
   - when: {last: "^delegate"}
     reply: {tool_calls: [{name: helper, args: {task: "say hi"}}]}
   - when: {last: "^hang parent"}
@@ -95,6 +106,8 @@ rules:
 
 const govHelperScript = `
 rules:
+  - when: {last: "^nest deeper"}
+    reply: {tool_calls: [{name: assistant, args: {task: "say hi from below"}}]}
   - when: {last: "^hang child"}
     reply: {tool_calls: [{name: hang, args: {pidfile: "$PIDS/child.pid"}}]}
   - when: {last: "say hi"}
@@ -135,6 +148,8 @@ func startGovMesh(t *testing.T) *govMesh {
 	c := connect(t, url)
 	env := []string{"SKEIN_HOME=" + t.TempDir()}
 	start(t, env, "toolhost", "toolhost", "--nats", url, "--config", acfg)
+	// A second toolhost serves assistant as helper's agent tool (a tree two levels deep).
+	start(t, env, "toolhost-helper", "toolhost", "--nats", url, "--config", hcfg)
 	start(t, env, "executor-assistant", "executor", "--nats", url, "--config", acfg)
 	start(t, env, "executor-helper", "executor", "--nats", url, "--config", hcfg)
 	start(t, env, "planner", "planner", "--nats", url, "--config", acfg)
@@ -407,6 +422,13 @@ func TestGovernance(t *testing.T) {
 			{"loop money", protocol.Budget{MaxUSD: 0.002}, protocol.LimitUSD, nil},
 			{"crawl deadline", protocol.Budget{DeadlineS: 2}, protocol.LimitDeadline, nil},
 			{"fan out", protocol.Budget{MaxFanout: 1}, protocol.LimitFanout, nil},
+			// The child's call at depth 2 is refused, and the limit, reached in the child, stops
+			// the looping root too: one delegation, not one per turn.
+			{"nest loop", protocol.Budget{MaxDepth: 1}, protocol.LimitDepth, func(t *testing.T, models, _ int) {
+				if models != 1 {
+					t.Errorf("%d model calls of the root; want 1 (the limit reached below stops it)", models)
+				}
+			}},
 		}
 		ids := make([]string, len(cases))
 		for i, c := range cases {
@@ -438,12 +460,87 @@ func TestGovernance(t *testing.T) {
 				if c.check != nil {
 					c.check(t, models, toolsOK)
 				}
+				// The trace's budget event says which limit, the figure reached, the limit and
+				// what was done (the root's own budget here, so its scope is the root).
+				be := hasEvent(evs, protocol.EvBudget)
+				if be == nil {
+					t.Fatal("no budget event in the trace")
+				}
+				if be.Attrs["limit"] != c.limit || be.Attrs["reached"] == "" || be.Attrs["max"] == "" ||
+					be.Attrs["scope"] != ids[i] || !strings.Contains(be.Attrs["done"], "model turn(s)") {
+					t.Errorf("budget event attrs %v; want limit %s, reached, max, scope %s and done", be.Attrs, c.limit, ids[i])
+				}
+				if c.limit == protocol.LimitDepth && (be.Attrs["reached"] != "2" || be.Attrs["max"] != "1") {
+					t.Errorf("max_depth event attrs %v; want reached 2 of 1", be.Attrs)
+				}
 				if models > 30 {
 					t.Errorf("%d model calls: the budget did not stop the loop early", models)
 				}
 				t.Logf("%s: %d model calls, %d tool calls, usage in %d out %d; %s", c.limit, models, toolsOK,
 					usage.Report.InputTokens, usage.Report.OutputTokens, term.Reason)
 			})
+		}
+	})
+
+	// The child runs on the helper's executor; its tokens are charged to the root's ledger entry,
+	// and the root, under its limit before the child ran, stops at its next check.
+	t.Run("child's spending stops its root", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		input := func(u *protocol.Usage) int64 {
+			return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+		}
+		// A free run measures the root's first call and the child's.
+		free, err := waitSession(ctx, m.c, m.submit(ctx, t, "delegate a greeting", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var root, child int64
+		for _, ev := range free {
+			switch {
+			case ev.Type == protocol.EvModelCall && ev.Role == protocol.RoleExecutor && root == 0:
+				root = input(ev.Usage)
+			case ev.Type == protocol.EvModelCall && ev.Role == protocol.RoleSubagent:
+				child += input(ev.Usage)
+			}
+		}
+		if root == 0 || child == 0 {
+			t.Fatalf("free run: root's first call %d tokens, child %d", root, child)
+		}
+		// Room for the root's first call, not for the child's on top.
+		id := m.submit(ctx, t, "delegate a greeting", &protocol.Budget{MaxInputTokens: root + 1})
+		evs, err := waitSession(ctx, m.c, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		term, _ := ending(t, id, evs)
+		if term.Outcome != protocol.OutcomeBudgetExceeded {
+			t.Fatalf("root outcome %s (%s); want budget_exceeded", term.Outcome, term.Reason)
+		}
+		be := hasEvent(evs, protocol.EvBudget)
+		want := map[string]string{"limit": protocol.LimitInputTokens, "reached": strconv.FormatInt(root+child, 10),
+			"max": strconv.FormatInt(root+1, 10), "scope": id}
+		for k, v := range want {
+			if be == nil || be.Attrs[k] != v {
+				t.Fatalf("root's budget event %+v; want %v (the child's tokens counted)", be, want)
+			}
+		}
+		var childID string
+		for _, ev := range evs {
+			if ev.Type == protocol.EvModelCall && ev.Role == protocol.RoleSubagent {
+				childID = ev.Attrs["child_session"]
+			}
+		}
+		cevs, err := readEvents(ctx, m, childID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cterm, _ := ending(t, childID, cevs); cterm.Outcome != protocol.OutcomeSuccess {
+			t.Fatalf("child %s ended %s; want success (it ran before the limit was reached)", childID, cterm.Outcome)
+		}
+		started := hasEvent(cevs, protocol.EvStepStarted)
+		if started == nil || started.Attrs["executor"] == hasEvent(evs, protocol.EvStepStarted).Attrs["executor"] {
+			t.Fatalf("the child did not run on another executor than its root")
 		}
 	})
 
@@ -556,6 +653,42 @@ func TestGovernance(t *testing.T) {
 		}
 	})
 
+	// /cancel in skein chat stops the running turn (its tool is killed), and the chat goes on.
+	t.Run("chat /cancel", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(binaries(t), "skein"), "chat", "--nats", m.url, "--config", m.assistantCfg)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprintln(stdin, "hang chat"); err != nil {
+			t.Fatal(err)
+		}
+		pids := readPIDs(ctx, t, filepath.Join(m.pids, "chat.pid"))
+		if _, err := fmt.Fprintln(stdin, "/cancel\nwhat is two plus two"); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, pids, 2*time.Second)
+		_ = stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("skein chat: %v\n%s", err, stderr.String())
+		}
+		for _, want := range []string{"cancelling turn", "(cancelled · turn"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("chat stderr lacks %q:\n%s", want, stderr.String())
+			}
+		}
+		if !strings.Contains(stdout.String(), "assistant> Four.") {
+			t.Errorf("the turn after the cancelled one did not run:\n%s\n-- stderr --\n%s", stdout.String(), stderr.String())
+		}
+	})
+
 	// skein run --budget: the flag's budget stops the loop; a bad one is refused before anything runs.
 	t.Run("run --budget", func(t *testing.T) {
 		cmd := exec.Command(filepath.Join(binaries(t), "skein"), "run", "--nats", m.url, "--config", m.assistantCfg, "--json",
@@ -597,6 +730,42 @@ func TestGovernance(t *testing.T) {
 		}
 		if res.Outcome != string(protocol.OutcomeNotAccomplished) || res.FinalText != "Could not deploy." || !strings.Contains(res.Reason, "no credentials") {
 			t.Fatalf("result %+v; want not_accomplished with the answer and the reason", res)
+		}
+	})
+
+	// A model that gives up in plain text after a failed tool, and does not report through finish
+	// when asked: not a success, exit status 1.
+	t.Run("plain-text give-up exits non-zero", func(t *testing.T) {
+		cmd := exec.Command(filepath.Join(binaries(t), "skein"), "run", "--nats", m.url, "--config", m.assistantCfg, "--json", "deploy in words")
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("skein run: %v; want exit 1\n%s", err, out)
+		}
+		var res struct {
+			SessionID string `json:"session_id"`
+			Outcome   string `json:"outcome"`
+			FinalText string `json:"final_text"`
+			Reason    string `json:"reason"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("skein run --json printed %q: %v", out, err)
+		}
+		if res.Outcome != string(protocol.OutcomeNotAccomplished) || res.FinalText != "Could not deploy." || !strings.Contains(res.Reason, "without reporting through finish") {
+			t.Fatalf("result %+v; want not_accomplished with the answer and why", res)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		evs, err := readEvents(ctx, m, res.SessionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asked := false
+		for _, ev := range evs {
+			asked = asked || ev.Type == protocol.EvDecision && strings.Contains(ev.Text, "report through finish")
+		}
+		if !asked {
+			t.Fatal("the trace does not show the model was asked to report through finish")
 		}
 	})
 

@@ -15,8 +15,10 @@ import (
 // finishTool is the built-in tool a model ends a step with, reporting in a structured way
 // whether the task was accomplished. It is a tool call because every provider (and the scripted
 // model) supports tool calls, where a text trailer would depend on the model's formatting. A
-// plain-text answer is still accepted as before; a finish with accomplished false is the
-// outcome not_accomplished, which is not a success, whatever tools did on the way.
+// plain-text answer without a tool failure is still a success; a finish with accomplished false is the
+// outcome not_accomplished, which is not a success, whatever tools did on the way. A plain-text
+// answer after a tool failure is not taken as a success: the model is asked once to report
+// through finish, and an answer that still does not is not_accomplished.
 const finishTool = protocol.ToolFinish
 
 var finishDef = llm.ToolDef{
@@ -89,4 +91,23 @@ func (r *run) reported(res protocol.StepResult, turn int, rep finishReport, skip
 		outcome = protocol.OutcomeSuccessWithRecovery
 	}
 	return r.finish(res, turn, outcome, answer, "")
+}
+
+// askFinishText is the message that asks a model which answered in plain text after a tool
+// failure to report through finish.
+const askFinishText = "A tool failed during this task and you answered in plain text. Report the outcome now by " +
+	"calling finish: accomplished true only if the task was actually done despite the failure, false if it was not " +
+	"(say why in reason), with your final answer in answer."
+
+// unreportedReason is the reason of a step whose model answered in plain text after a tool
+// failure and did not report through finish when asked.
+const unreportedReason = "a tool failed and the model answered in plain text without reporting through finish " +
+	"that the task was accomplished"
+
+// askFinish asks the model, once, to report through finish.
+func (r *run) askFinish(turn int) {
+	r.askedFinish = true
+	r.e.emit(r.step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Turn: turn,
+		Text: "asking the model to report through finish", Reason: "plain-text answer after a tool failure"})
+	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: askFinishText}}})
 }

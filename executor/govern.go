@@ -12,7 +12,6 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/usage"
 )
 
 // guard applies a session tree's cancellation and budget to one step: the step's context ends
@@ -164,6 +163,7 @@ func (g *guard) stopFor(ex *govern.Exceeded) (protocol.Outcome, string, bool) {
 	if first {
 		g.e.emit(g.step, protocol.Event{Type: protocol.EvBudget, Role: protocol.RoleExecutor, Reason: ex.Error(),
 			Attrs: map[string]string{"limit": ex.Limit, "reached": ex.Reached, "max": ex.Max, "scope": ex.Scope, "done": done}})
+		g.markReached(ex)
 	}
 	return protocol.OutcomeBudgetExceeded, ex.Error() + "; done until then: " + done, true
 }
@@ -193,12 +193,8 @@ func (g *guard) chargeModel(ctx context.Context, model, ttl string, u protocol.U
 	if !g.limited() || g.e.ledger == nil {
 		return
 	}
-	d := protocol.LedgerEntry{Turns: 1, OutputTokens: u.OutputTokens,
-		InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens}
-	if usd, known := usage.Cost(model, u, ttl); known {
-		d.CostUSD = usd
-	} else {
-		d.UnpricedModels = []string{model}
+	d, known := govern.ModelDelta(model, ttl, u)
+	if !known {
 		g.mu.Lock()
 		first := !g.unpriced
 		g.unpriced = true
@@ -275,4 +271,18 @@ func interrupted(ctx context.Context, reply protocol.ToolReply) protocol.ToolRep
 		}
 	}
 	return reply
+}
+
+// markReached records the limit in the ledger entry of the budget it belongs to, so every other
+// session of the tree (the root waiting on this child, its siblings on other executors) stops
+// at its next check, whatever the limit: a depth or fan-out limit has no figure they could see.
+func (g *guard) markReached(ex *govern.Exceeded) {
+	if g.e.ledger == nil || ex.Scope == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.e.ledger.Charge(ctx, protocol.LedgerEntry{Exceeded: ex.Stop()}, ex.Scope); err != nil {
+		g.e.d.Logger.Warn("record budget limit in the ledger", "session", g.session, "scope", ex.Scope, "err", err)
+	}
 }

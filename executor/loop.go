@@ -36,10 +36,13 @@ type run struct {
 	usage    protocol.Usage
 	toolFail bool
 	badTurns int
-	ts       *toolset    // offered and known tools (toolset.go)
-	rs       resultState // stored large results (results.go)
-	gov      *guard
-	ctx      context.Context
+	// askedFinish: the model answered in plain text after a tool failure and was asked to report
+	// through finish (once per step).
+	askedFinish bool
+	ts          *toolset    // offered and known tools (toolset.go)
+	rs          resultState // stored large results (results.go)
+	gov         *guard
+	ctx         context.Context
 }
 
 // RunStep runs the ReAct loop for one step and returns its result. It never panics on bad model
@@ -76,11 +79,16 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 			if text == "" {
 				return r.finish(res, turn, protocol.OutcomeFailed, "", fmt.Sprintf("model returned an empty answer (stop reason %s)", resp.StopReason))
 			}
-			outcome := protocol.OutcomeSuccess
-			if r.toolFail {
-				outcome = protocol.OutcomeSuccessWithRecovery
+			if !r.toolFail {
+				return r.finish(res, turn, protocol.OutcomeSuccess, text, "")
 			}
-			return r.finish(res, turn, outcome, text, "")
+			// After a tool failure a plain-text answer may well be a give-up ("could not deploy"):
+			// only the model can say, so it is asked once to report through finish.
+			if !r.askedFinish && turn < maxTurns {
+				r.askFinish(turn)
+				continue
+			}
+			return r.finish(res, turn, protocol.OutcomeNotAccomplished, text, unreportedReason)
 		}
 		if fc, ok := finishCall(resp.ToolCalls); ok {
 			if rep, err := parseFinish(fc.Args); err == nil {

@@ -142,9 +142,29 @@ rules:
 		{name: "recovery after a failed tool", script: `
 rules:
   - when: {last: "could not write the report"}
-    reply: {text: "the report tool failed; here is the summary instead"}
+    reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: "the report tool failed; here is the summary instead"}}]}
   - reply: {tool_calls: [{name: fail}]}
 `, outcome: protocol.OutcomeSuccessWithRecovery, sees: "disk quota exceeded"},
+		{name: "plain-text give-up after a failed tool, asked for finish", script: `
+rules:
+  - when: {last: "answered in plain text"}
+    reply: {tool_calls: [{name: finish, args: {accomplished: false, answer: "Could not deploy.", reason: "disk full"}}]}
+  - when: {last: "could not write the report"}
+    reply: {text: "Could not deploy."}
+  - reply: {tool_calls: [{name: fail}]}
+`, outcome: protocol.OutcomeNotAccomplished, reason: "disk full"},
+		{name: "plain-text answer after a failed tool, never reported", script: `
+rules:
+  - when: {last: "(could not write the report|answered in plain text)"}
+    reply: {text: "Could not deploy."}
+  - reply: {tool_calls: [{name: fail}]}
+`, outcome: protocol.OutcomeNotAccomplished, reason: "without reporting through finish"},
+		{name: "plain-text answer after a failed tool at the step limit", maxSteps: 2, script: `
+rules:
+  - when: {last: "could not write the report"}
+    reply: {text: "Could not deploy."}
+  - reply: {tool_calls: [{name: fail}]}
+`, outcome: protocol.OutcomeNotAccomplished, reason: "without reporting through finish"},
 		{name: "step limit", maxSteps: 3, script: `
 rules:
   - reply: {tool_calls: [{name: sleep, args: {seconds: 0}}]}
@@ -160,7 +180,7 @@ rules:
 		{name: "malformed arguments once", script: `
 rules:
   - when: {last: "not a valid JSON object"}
-    reply: {text: "sorry, fixed"}
+    reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: "sorry, fixed"}}]}
   - reply: {tool_calls: [{name: sleep, args_raw: '{"seconds": '}]}
 `, outcome: protocol.OutcomeSuccessWithRecovery, sees: "not a valid JSON object"},
 		{name: "malformed arguments twice", script: `
@@ -170,7 +190,7 @@ rules:
 		{name: "unknown tool", script: `
 rules:
   - when: {last: "no tool named"}
-    reply: {text: "that tool does not exist"}
+    reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: "that tool does not exist"}}]}
   - reply: {tool_calls: [{name: teleport, args: {to: mars}}]}
 `, outcome: protocol.OutcomeSuccessWithRecovery, sees: `teleport\"; the available tools are: fail, rendezvous, sleep`},
 	}

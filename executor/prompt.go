@@ -19,6 +19,12 @@ const toonNote = "Tool results are written in TOON (Token-Oriented Object Notati
 	"`key[N]: a,b,c` is an array of N values; `key[N]{f1,f2}:` is followed by N rows, one per line, of comma-separated values " +
 	"for fields f1,f2; `- ` starts a list item; strings are quoted only when needed."
 
+// finishNote asks the model to end every task through finish. It is the same for every task, so
+// it sits in the stable (cached) block; the finish tool's own description says the same.
+const finishNote = "End every task by calling the finish tool, alone: accomplished true only if the task was actually done, " +
+	"false when a required action failed or you had to give up (say why in reason), with your final answer in answer. " +
+	"Do not end with a plain-text answer."
+
 // buildPrompt lays out the prompt for caching: the stable part (identity, policies, format note)
 // and the strategic guidelines are system blocks, each ending a cache breakpoint; the task and the
 // tactical guidelines, which change per task, go in the first user message.
@@ -29,6 +35,8 @@ func buildPrompt(cfg *config.Config, step protocol.Step, guides []protocol.Guide
 		stable.WriteString("\n- ")
 		stable.WriteString(strings.TrimSpace(p))
 	}
+	stable.WriteString("\n\n")
+	stable.WriteString(finishNote)
 	if cfg.Tools.ResultFormat != "json" {
 		stable.WriteString("\n\n")
 		stable.WriteString(toonNote)

@@ -29,6 +29,15 @@ func TestBuildPromptLayout(t *testing.T) {
 	if !strings.Contains(sys[0].Text, "Never delete data.") || !strings.Contains(sys[0].Text, "TOON") {
 		t.Errorf("stable block %q: want the policies and the TOON note", sys[0].Text)
 	}
+	// The model is told to end through finish, in the stable block, so the cached prefix is the
+	// same for every task.
+	if !strings.Contains(sys[0].Text, finishNote) {
+		t.Errorf("stable block %q: want the note to end with finish", sys[0].Text)
+	}
+	other, _ := buildPrompt(cfg, protocol.Step{SessionID: "s-2", StepID: "s-2.1", Task: "Something else."}, guides, true)
+	if other[0].Text != sys[0].Text {
+		t.Errorf("the stable block changes with the task:\n%q\n%q", sys[0].Text, other[0].Text)
+	}
 	if !strings.Contains(sys[1].Text, "Prefer the sum tool.") || strings.Contains(sys[1].Text, "pass numbers") {
 		t.Errorf("strategic block %q", sys[1].Text)
 	}
@@ -50,7 +59,7 @@ func TestBuildPromptLayout(t *testing.T) {
 	// No guidelines, JSON results, caching off: one unmarked block without the note.
 	cfg.Tools.ResultFormat = "json"
 	sys, _ = buildPrompt(cfg, st, nil, false)
-	if len(sys) != 1 || sys[0].Cache || strings.Contains(sys[0].Text, "TOON") {
+	if len(sys) != 1 || sys[0].Cache || strings.Contains(sys[0].Text, "TOON") || !strings.Contains(sys[0].Text, finishNote) {
 		t.Fatalf("system %+v: want one unmarked block without the TOON note", sys)
 	}
 }

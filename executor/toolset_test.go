@@ -199,7 +199,7 @@ func TestUnknownToolAndWideningLimit(t *testing.T) {
 	cfg.Tools.Retrieval.MaxWiden = 1
 	rec := &recorder{Backend: scriptBackend(t, `rules:
   - when: {last: "not added"}
-    reply: {text: Done.}
+    reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: Done.}}]}
   - when: {last: "Tools added"}
     reply:
       tool_calls:

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -135,9 +136,19 @@ func parsePlan(text string, maxItems int) ([]protocol.PlanStep, error) {
 
 // decompose asks the planning model for a plan. It never fails: a model error or a plan that
 // breaks the rules becomes a single step, and a decision event says why. The call's tokens are
-// recorded as a model_call event so the session's usage counts them.
-func (p *Planner) decompose(ctx context.Context, t protocol.Task) []protocol.PlanStep {
+// recorded as a model_call event so the session's usage counts them. Like an executor's, the
+// call is checked against the session tree's budget first and charged to its ledger after: a
+// tree whose budget is spent is not planned, and its one step then ends budget_exceeded.
+func (p *Planner) decompose(ctx context.Context, t protocol.Task, scope govern.Scope) []protocol.PlanStep {
 	cfg := p.d.Config.ForRole(protocol.RolePlanner)
+	if ex := p.checkBudget(ctx, scope); ex != nil {
+		return p.fallback(t, "not planning: "+ex.Error())
+	}
+	if !scope.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, scope.Deadline)
+		defer cancel()
+	}
 	req := llm.Request{
 		Model:  cfg.Model,
 		System: []llm.SystemBlock{{Text: plannerPrompt(p.mode, p.maxItems)}},
@@ -163,6 +174,7 @@ func (p *Planner) decompose(ctx context.Context, t protocol.Task) []protocol.Pla
 		ev.Model = resp.Model
 	}
 	p.emit(ev)
+	p.charge(ctx, scope, ev.Model, cfg.CacheTTL, u)
 	plan, err := parsePlan(resp.Text, p.maxItems)
 	if err != nil {
 		return p.fallback(t, "bad plan: "+err.Error())
@@ -204,4 +216,44 @@ func sinkTexts(plan []protocol.PlanStep) []string {
 		}
 	}
 	return out
+}
+
+// scope is the session's budget scope; a root that cannot be read leaves only the session's own
+// budget, and the log says so.
+func (p *Planner) scope(ctx context.Context, sess protocol.Session) govern.Scope {
+	if sess.Root == "" {
+		return govern.ScopeOf(sess, nil)
+	}
+	root, err := p.get(ctx, sess.Root)
+	if err != nil {
+		p.d.Logger.Warn("read root session for its budget", "session", sess.SessionID, "root", sess.Root, "err", err)
+		return govern.ScopeOf(sess, nil)
+	}
+	return govern.ScopeOf(sess, &root)
+}
+
+// checkBudget reports a limit the session tree has reached before a planning call.
+func (p *Planner) checkBudget(ctx context.Context, scope govern.Scope) *govern.Exceeded {
+	if !scope.Limited() && scope.Deadline.IsZero() {
+		return nil
+	}
+	ex, err := p.ledger.CheckTurn(ctx, scope, time.Now())
+	if err != nil {
+		p.d.Logger.Warn("read budget ledger", "session", scope.Session, "err", err)
+	}
+	return ex
+}
+
+// charge records the planning call's usage against the session and its root.
+func (p *Planner) charge(ctx context.Context, scope govern.Scope, model, ttl string, u protocol.Usage) {
+	if !scope.Limited() {
+		return
+	}
+	d, known := govern.ModelDelta(model, ttl, u)
+	if !known && (scope.Own.MaxUSD > 0 || scope.RootBudget.MaxUSD > 0) {
+		p.d.Logger.Warn("model has no known price: max_usd cannot count its calls (add it to the price table)", "model", model, "session", scope.Session)
+	}
+	if err := p.ledger.Charge(ctx, d, scope.Keys()...); err != nil {
+		p.d.Logger.Warn("charge budget ledger", "session", scope.Session, "err", err)
+	}
 }

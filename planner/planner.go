@@ -20,6 +20,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -41,6 +42,7 @@ type Deps struct {
 type Planner struct {
 	d        Deps
 	sessions jetstream.KeyValue
+	ledger   *govern.Ledger
 	trace    *trace.Publisher
 	// mode is planner.mode; model, built once at start, is nil when mode is off.
 	mode     string
@@ -65,7 +67,12 @@ func Run(ctx context.Context, d Deps) error {
 	if err != nil {
 		return err
 	}
-	p := &Planner{d: d, sessions: sessions, trace: trace.NewPublisher(d.Conn.JS, d.Names, d.ID)}
+	// The ledger charges the planning calls to the session tree, as the executors charge theirs.
+	ledger, err := govern.OpenLedger(ctx, d.Conn.JS, d.Names)
+	if err != nil {
+		return fmt.Errorf("planner: %w", err)
+	}
+	p := &Planner{d: d, sessions: sessions, ledger: ledger, trace: trace.NewPublisher(d.Conn.JS, d.Names, d.ID)}
 	if err := p.configure(); err != nil {
 		return err
 	}
@@ -216,7 +223,7 @@ func (p *Planner) onTask(ctx context.Context, data []byte) error {
 	}
 	var plan []protocol.PlanStep
 	if cur.Status == protocol.StatusQueued {
-		plan = p.plan(ctx, t)
+		plan = p.plan(ctx, t, cur)
 	}
 	planned := false
 	sess, err := p.update(ctx, t.SessionID, func(s *protocol.Session) (bool, error) {
@@ -268,11 +275,11 @@ func (p *Planner) get(ctx context.Context, id string) (protocol.Session, error) 
 
 // plan makes the session's steps: one step carrying the whole task when planning is off, else
 // the planning model's plan (see decompose).
-func (p *Planner) plan(ctx context.Context, t protocol.Task) []protocol.PlanStep {
+func (p *Planner) plan(ctx context.Context, t protocol.Task, sess protocol.Session) []protocol.PlanStep {
 	if p.mode == ModeOff || p.model == nil || t.Previous != "" {
 		return singleStep() // a conversation's follow-up continues one transcript
 	}
-	return p.decompose(ctx, t)
+	return p.decompose(ctx, t, p.scope(ctx, sess))
 }
 
 // publishReady publishes every step whose dependencies are done. Publishing is idempotent (the

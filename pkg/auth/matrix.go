@@ -177,7 +177,8 @@ var Matrix = []Row{
 	{Kind: KindBucket, Base: protocol.BucketSteps, Doc: "finished steps' results, for redeliveries",
 		Grants: map[Identity]Access{Executor: RW, Gateway: Create}},
 	{Kind: KindBucket, Base: protocol.BucketLedger, Doc: "budget ledger: what each session and each session tree's root has spent",
-		Grants: map[Identity]Access{Executor: RW, Gateway: Create}},
+		// The planner checks and charges its planning calls like the executors their model calls.
+		Grants: map[Identity]Access{Executor: RW, Planner: RW, Gateway: Create}},
 	{Kind: KindObjectStore, Base: protocol.ObjectPayloads, Doc: "large payloads (tool results over the cap, paged by read_result)",
 		Grants: map[Identity]Access{Toolhost: RW, Executor: RW, Gateway: Create}},
 }

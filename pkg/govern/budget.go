@@ -18,6 +18,11 @@ type Exceeded struct {
 	Scope string
 }
 
+// Stop is the record of e kept in the ledger.
+func (e *Exceeded) Stop() *protocol.BudgetStop {
+	return &protocol.BudgetStop{Limit: e.Limit, Reached: e.Reached, Max: e.Max, Scope: e.Scope}
+}
+
 func (e *Exceeded) Error() string {
 	return fmt.Sprintf("budget %s reached: %s of %s (session %s)", e.Limit, e.Reached, e.Max, e.Scope)
 }
@@ -28,6 +33,11 @@ func (e *Exceeded) Error() string {
 func Check(scope string, b protocol.Budget, spent protocol.LedgerEntry, deadline, now time.Time) *Exceeded {
 	ex := func(limit string, reached, maxv any) *Exceeded {
 		return &Exceeded{Limit: limit, Reached: fmt.Sprint(reached), Max: fmt.Sprint(maxv), Scope: scope}
+	}
+	if spent.Exceeded != nil {
+		// A session elsewhere in the tree reached this budget's limit: the whole tree stops.
+		st := spent.Exceeded
+		return &Exceeded{Limit: st.Limit, Reached: st.Reached, Max: st.Max, Scope: st.Scope}
 	}
 	switch {
 	case !deadline.IsZero() && !now.Before(deadline):

@@ -101,6 +101,39 @@ func TestLedgerConcurrentCharges(t *testing.T) {
 	}
 }
 
+// A limit reached anywhere in a tree is kept in its budget's ledger entry (the first one wins),
+// and every later check of that entry stops on it, even with figures under every limit, and
+// before a planning or model call (CheckTurn) as before a tool call.
+func TestLimitReachedStopsEveryCheckOfItsEntry(t *testing.T) {
+	m := bustest.Start(t)
+	ctx := context.Background()
+	l, err := govern.OpenLedger(ctx, m.Conn.JS, m.Names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	depth := &govern.Exceeded{Limit: protocol.LimitDepth, Reached: "2", Max: "1", Scope: "root"}
+	later := &govern.Exceeded{Limit: protocol.LimitFanout, Reached: "3", Max: "3", Scope: "root"}
+	for _, ex := range []*govern.Exceeded{depth, later} {
+		if err := l.Charge(ctx, protocol.LedgerEntry{Exceeded: ex.Stop()}, "root"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spent, err := l.Get(ctx, "root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := protocol.Budget{MaxDepth: 1, MaxTurns: 100}
+	now := time.Now()
+	for name, got := range map[string]*govern.Exceeded{
+		"turn": govern.CheckTurn("root", b, spent, time.Time{}, now),
+		"tool": govern.CheckTool("root", b, spent, time.Time{}, now, false, 0),
+	} {
+		if got == nil || *got != *depth {
+			t.Errorf("%s check: %+v; want the depth limit the tree reached first", name, got)
+		}
+	}
+}
+
 func TestWatcherCancelsTrackedWork(t *testing.T) {
 	m := bustest.Start(t)
 	w, err := govern.Watch(m.Conn.NC, m.Names)

@@ -91,6 +91,9 @@ func add(a, d protocol.LedgerEntry) protocol.LedgerEntry {
 			a.UnpricedModels = append(a.UnpricedModels, m)
 		}
 	}
+	if a.Exceeded == nil && d.Exceeded != nil {
+		a.Exceeded = d.Exceeded // the first limit reached stays the tree's reason
+	}
 	a.Updated = time.Now().UTC()
 	return a
 }

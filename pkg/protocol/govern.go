@@ -101,6 +101,15 @@ const (
 	LimitFanout       = "max_fanout"
 )
 
+// BudgetStop says which limit a session tree reached: the limit's key, the figure reached, the
+// limit, and the session whose budget it is (the root for tree-wide figures).
+type BudgetStop struct {
+	Limit   string `msgpack:"limit" json:"limit"`
+	Reached string `msgpack:"reached" json:"reached"`
+	Max     string `msgpack:"max" json:"max"`
+	Scope   string `msgpack:"scope" json:"scope"`
+}
+
 // LedgerEntry is what a session tree has spent so far, kept in the ledger KV under the root
 // session's id (and under each session's own id for its own limits) and updated with
 // compare-and-set, so executors anywhere in the mesh charge the same figures.
@@ -113,6 +122,10 @@ type LedgerEntry struct {
 	ToolCalls    int     `msgpack:"tool_calls" json:"tool_calls"`
 	Children     int     `msgpack:"children" json:"children"`
 	// UnpricedModels are models whose calls could not be priced (max_usd cannot count them).
-	UnpricedModels []string  `msgpack:"unpriced_models,omitempty" json:"unpriced_models,omitempty"`
-	Updated        time.Time `msgpack:"updated" json:"updated"`
+	UnpricedModels []string `msgpack:"unpriced_models,omitempty" json:"unpriced_models,omitempty"`
+	// Exceeded is the first limit of this entry's budget that a session of the tree reached,
+	// wherever it ran: every session that checks this entry then stops too (depth and fan-out
+	// limits leave no figure of their own to check).
+	Exceeded *BudgetStop `msgpack:"exceeded,omitempty" json:"exceeded,omitempty"`
+	Updated  time.Time   `msgpack:"updated" json:"updated"`
 }

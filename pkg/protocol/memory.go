@@ -38,7 +38,7 @@ type MemoryEntry struct {
 	Mined    []string  `msgpack:"mined,omitempty" json:"mined,omitempty"`
 	Created  time.Time `msgpack:"created" json:"created"`
 	Updated  time.Time `msgpack:"updated" json:"updated"`
-	LastUsed time.Time `msgpack:"last_used,omitempty" json:"last_used,omitempty"`
+	LastUsed time.Time `msgpack:"last_used,omitempty" json:"last_used,omitzero"`
 	Revision uint64    `msgpack:"-" json:"-"` // store revision for compare-and-set
 }
 

@@ -30,8 +30,9 @@ func newChatCmd() *cobra.Command {
 		Short: "Talk with an agent: each message is a turn of one conversation, traced and mined like a session",
 		Long: "chat reads messages from stdin. The first starts a session (or, with --session-id, continues that\n" +
 			"finished session); every later one continues the conversation with its whole transcript (compacted\n" +
-			"by the usual rules, so the provider's cache keeps reading the stable prefix). Progress streams as\n" +
-			"it happens. " + chatHelp + ". Ctrl-C cancels the running turn; a second Ctrl-C leaves.",
+			"by the usual rules, so the provider's cache keeps reading the stable prefix). Progress lines (tool\n" +
+			"calls, thoughts) stream as they happen; the answer prints whole when the turn ends (the model\n" +
+			"clients do not stream tokens). " + chatHelp + ". Ctrl-C cancels the running turn; a second Ctrl-C leaves.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)

@@ -62,7 +62,8 @@ func newDLQCmd() *cobra.Command {
 						}
 						if asJSON {
 							it := dlqItem{Subject: h.Get(bus.HeaderDLQSubject), Stream: h.Get(bus.HeaderDLQStream), Sequence: h.Get(bus.HeaderDLQSequence),
-								Consumer: h.Get(bus.HeaderDLQConsumer), Deliveries: h.Get(bus.HeaderDLQDeliveries), Bytes: len(msg.Data())}
+								Consumer: h.Get(bus.HeaderDLQConsumer), Deliveries: h.Get(bus.HeaderDLQDeliveries), Reason: h.Get(bus.HeaderDLQReason),
+								Bytes: len(msg.Data())}
 							if meta != nil {
 								it.Time = meta.Timestamp.UTC()
 							}
@@ -89,7 +90,7 @@ func newDLQCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&since, "since", 0, "only dead letters newer than this (e.g. 24h)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of {time, subject, stream, sequence, consumer, deliveries, bytes}")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of {time, subject, stream, sequence, consumer, deliveries, reason, bytes}")
 	return cmd
 }
 
@@ -101,5 +102,7 @@ type dlqItem struct {
 	Sequence   string    `json:"sequence"`
 	Consumer   string    `json:"consumer"`
 	Deliveries string    `json:"deliveries"`
-	Bytes      int       `json:"bytes"`
+	// Reason is why it was dead-lettered ("" when the producer gave none).
+	Reason string `json:"reason"`
+	Bytes  int    `json:"bytes"`
 }

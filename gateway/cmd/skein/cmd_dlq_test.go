@@ -52,6 +52,19 @@ func TestDLQCommandListsDeadLetters(t *testing.T) {
 			if !strings.Contains(out, "consumer poison") || !strings.Contains(out, "6 bytes") {
 				t.Fatalf("dead letter line lacks its origin: %q", out)
 			}
+			// --json: the same facts, the reason included (docs/json.md).
+			js, err := runCLI(t, m, "dlq", "--json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			letters := jsonArray(t, "dlq", []byte(js))
+			if len(letters) != 1 {
+				t.Fatalf("dlq --json: %s", js)
+			}
+			l := jsonObject(t, "dlq letter", letters[0], []string{"time", "subject", "stream", "sequence", "consumer", "deliveries", "reason", "bytes"}, nil)
+			if string(l["consumer"]) != `"poison"` || string(l["bytes"]) != "6" || len(l["reason"]) <= 2 || !strings.Contains(out, "reason: "+strings.Trim(string(l["reason"]), `"`)) {
+				t.Fatalf("dlq --json letter %s; want consumer, size and the reason the text shows:\n%s", letters[0], out)
+			}
 			return
 		}
 		select {

@@ -259,7 +259,7 @@ func newMemoryCmd() *cobra.Command {
 	}
 	export.Flags().StringVar(&exAgent, "agent", "", "only this agent")
 
-	var replace bool
+	var replace, impJSON bool
 	imp := &cobra.Command{
 		Use: "import FILE", Short: "Read JSONL entries (from export, or hand-written) into memory", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -289,9 +289,18 @@ func newMemoryCmd() *cobra.Command {
 					problems = append(problems, rep.Problems...)
 				}
 				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "imported %d, skipped %d (already present%s)\n", imported, skipped, map[bool]string{true: "", false: "; --replace overwrites"}[replace])
-				for _, p := range problems {
-					fmt.Fprintln(w, "  problem:", p)
+				if impJSON {
+					if problems == nil {
+						problems = []string{}
+					}
+					if err := writeJSON(w, memoryImportJSON{Imported: imported, Skipped: skipped, Problems: problems}); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(w, "imported %d, skipped %d (already present%s)\n", imported, skipped, map[bool]string{true: "", false: "; --replace overwrites"}[replace])
+					for _, p := range problems {
+						fmt.Fprintln(w, "  problem:", p)
+					}
 				}
 				if len(problems) > 0 {
 					return &exitError{code: 1}
@@ -301,8 +310,9 @@ func newMemoryCmd() *cobra.Command {
 		},
 	}
 	imp.Flags().BoolVar(&replace, "replace", false, "overwrite entries whose id exists")
+	imp.Flags().BoolVar(&impJSON, "json", false, `print {"imported", "skipped", "problems": [...]} (exit 1 when there are problems)`)
 
-	var dryRun bool
+	var dryRun, evJSON bool
 	var evAgent string
 	evict := &cobra.Command{
 		Use: "evict", Short: "Apply the capacity policy now (least helpful, then least recent)", Args: cobra.NoArgs,
@@ -317,6 +327,12 @@ func newMemoryCmd() *cobra.Command {
 					return err
 				}
 				w := cmd.OutOrStdout()
+				if evJSON {
+					if rep.Evicted == nil {
+						rep.Evicted = []protocol.MemoryEviction{}
+					}
+					return writeJSON(w, rep)
+				}
 				verb := "evicted"
 				if rep.DryRun {
 					verb = "would evict"
@@ -331,7 +347,9 @@ func newMemoryCmd() *cobra.Command {
 	}
 	evict.Flags().BoolVar(&dryRun, "dry-run", false, "only show what would be removed")
 	evict.Flags().StringVar(&evAgent, "agent", "", "only this agent")
+	evict.Flags().BoolVar(&evJSON, "json", false, `print {"v", "evicted": [{"id", "agent", "tier", "status", "text", "helpful", "harmful", "last_at", "reason", "polarity"}], "dry_run", "capacity"}`)
 
+	var migJSON bool
 	migrate := &cobra.Command{
 		Use: "migrate", Short: "Re-embed every entry with memoryd's current embedding model", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -350,11 +368,15 @@ func newMemoryCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if migJSON {
+					return writeJSON(cmd.OutOrStdout(), rep)
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "re-embedded %d entries: %s -> %s\n", rep.Reembedded, rep.From, rep.Model)
 				return nil
 			})
 		},
 	}
+	migrate.Flags().BoolVar(&migJSON, "json", false, `print {"v", "reembedded", "from", "model"}`)
 	cmd.AddCommand(list, show, export, imp, evict, migrate)
 	return cmd
 }
@@ -422,7 +444,8 @@ func printMined(w io.Writer, r *miner.Result) {
 }
 
 func newIngestTracesCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "ingest-traces SESSION",
 		Short: "Re-mine one session's trace into memory (idempotent)",
 		Args:  cobra.ExactArgs(1),
@@ -436,12 +459,45 @@ func newIngestTracesCmd() *cobra.Command {
 					return &exitError{code: 1, msg: fmt.Sprintf("skein: no trace for session %s", args[0])}
 				}
 				if r != nil {
-					printMined(cmd.OutOrStdout(), r)
+					if asJSON {
+						if jerr := writeJSON(cmd.OutOrStdout(), minedJSON(r)); jerr != nil {
+							return jerr
+						}
+					} else {
+						printMined(cmd.OutOrStdout(), r)
+					}
 				}
 				return err
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print what mining did: {"session", "agent", "outcome", "candidates", "actions", "feedback", "usage"}`)
+	return cmd
+}
+
+// minedJSON fills a mining result's empty lists, so `--json` always has arrays to read.
+func minedJSON(r *miner.Result) *miner.Result {
+	out := *r
+	if out.Candidates == nil {
+		out.Candidates = []protocol.Candidate{}
+	}
+	if out.Actions == nil {
+		out.Actions = []protocol.IngestAction{}
+	}
+	return &out
+}
+
+// memoryImportJSON is `skein memory import --json`.
+type memoryImportJSON struct {
+	Imported int      `json:"imported"`
+	Skipped  int      `json:"skipped"`
+	Problems []string `json:"problems"`
+}
+
+// replayJSON is `skein replay --json`: each session mined, as ingest-traces --json prints it.
+type replayJSON struct {
+	Replayed int             `json:"replayed"`
+	Sessions []*miner.Result `json:"sessions"`
 }
 
 func minerDeps(env meshEnv) miner.Deps {
@@ -451,6 +507,7 @@ func minerDeps(env meshEnv) miner.Deps {
 func newReplayCmd() *cobra.Command {
 	var since time.Duration
 	var fromSeq uint64
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "replay (--since DURATION | --from-seq N)",
 		Short: "Re-mine every session that ended in a range of the trace stream (idempotent)",
@@ -465,13 +522,25 @@ func newReplayCmd() *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				d := minerDeps(env)
-				// Each session is printed as soon as it is mined, numbered, so a long replay shows
-				// how far it has come.
-				d.Progress = func(done, total int, r *miner.Result) {
-					fmt.Fprintf(w, "[%d/%d] ", done, total)
-					printMined(w, r)
+				if !asJSON {
+					// Each session is printed as soon as it is mined, numbered, so a long replay
+					// shows how far it has come.
+					d.Progress = func(done, total int, r *miner.Result) {
+						fmt.Fprintf(w, "[%d/%d] ", done, total)
+						printMined(w, r)
+					}
 				}
 				rs, err := miner.Replay(cmd.Context(), d, since, fromSeq)
+				if asJSON {
+					out := replayJSON{Replayed: len(rs), Sessions: []*miner.Result{}}
+					for _, r := range rs {
+						out.Sessions = append(out.Sessions, minedJSON(r))
+					}
+					if jerr := writeJSON(w, out); jerr != nil {
+						return jerr
+					}
+					return err
+				}
 				fmt.Fprintf(w, "replayed %d sessions\n", len(rs))
 				return err
 			})
@@ -479,6 +548,7 @@ func newReplayCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&since, "since", 0, "sessions that ended within this long ago (e.g. 24h)")
 	cmd.Flags().Uint64Var(&fromSeq, "from-seq", 0, "sessions that ended at or after this TRACE stream sequence")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"replayed", "sessions": [...as ingest-traces --json...]}`)
 	return cmd
 }
 

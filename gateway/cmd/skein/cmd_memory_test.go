@@ -47,7 +47,8 @@ func runCLI(t *testing.T, m *bustest.Mesh, args ...string) (string, error) {
 	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
 	root.PersistentFlags().String("nats", "", "")
 	root.PersistentFlags().String("config", "", "")
-	root.AddCommand(newInspectMemoryCmd(), newMemoryCmd(), newIngestTracesCmd(), newReplayCmd(), newDLQCmd())
+	root.AddCommand(newInspectMemoryCmd(), newMemoryCmd(), newIngestTracesCmd(), newReplayCmd(), newDLQCmd(),
+		newTraceCmd(), newUsageCmd(), newMeshCmd())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&bytes.Buffer{})

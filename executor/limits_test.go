@@ -1,0 +1,59 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/usage"
+)
+
+// A model the table does not know gets a conservative context window, and the log says so once,
+// with the fix; a known model, or llm.context_window, gets its own window without a warning.
+func TestUnknownModelGetsAWarningAndAConservativeWindow(t *testing.T) {
+	m := bustest.Start(t)
+	known, ok := usage.ModelLimits("claude-haiku-4-5")
+	if !ok || known.ContextWindow <= usage.ConservativeWindow {
+		t.Fatalf("table entry for claude-haiku-4-5: %+v %v", known, ok)
+	}
+	cases := []struct {
+		name, model string
+		window      int // llm.context_window
+		want        int
+		warns       bool
+	}{
+		{"unknown model", "mystery-model-9", 0, usage.ConservativeWindow, true},
+		{"known model", "claude-haiku-4-5", 0, known.ContextWindow, false},
+		{"unknown model with llm.context_window", "mystery-model-9", 50_000, 50_000, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			cfg.LLM.Model, cfg.LLM.ContextWindow = c.model, c.window
+			var logs bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)), ID: "executor-under-test",
+				Backend: scriptBackend(t, "rules:\n  - reply: {text: ok}\n"), Home: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := x.contextWindow(); got != c.want {
+				t.Errorf("context window %d; want %d", got, c.want)
+			}
+			warned := strings.Count(logs.String(), "model is not in the model table")
+			if c.warns && (warned != 1 || !strings.Contains(logs.String(), "model=mystery-model-9") ||
+				!strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "context_window=32768")) {
+				t.Errorf("want one warning naming the model and the window assumed, got:\n%s", logs.String())
+			}
+			if !c.warns && warned != 0 {
+				t.Errorf("unexpected warning:\n%s", logs.String())
+			}
+		})
+	}
+}
