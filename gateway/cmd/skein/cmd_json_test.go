@@ -95,7 +95,7 @@ func TestMemoryCommandsJSON(t *testing.T) {
 		t.Fatalf("inspect-memory --json: no counts or hits: %s", out)
 	}
 	jsonObject(t, "inspect-memory count", counts[0], []string{"agent", "tier", "status", "n"}, nil)
-	hit := jsonObject(t, "inspect-memory hit", hits[0], []string{"entry", "score"}, nil)
+	hit := jsonObject(t, "inspect-memory hit", hits[0], []string{"entry", "score"}, []string{"similarity", "why"})
 	jsonObject(t, "inspect-memory hit entry", hit["entry"], []string{"id", "text"}, entryFields)
 
 	out, err = runCLI(t, m, "memory", "evict", "--dry-run", "--json")
