@@ -186,7 +186,8 @@ func (e *Executor) Serve(ctx context.Context) error {
 	}
 	spec.Config.AckWait = ackWait
 	// A busy executor pulls nothing it cannot start, so it never holds work another one could run.
-	w, err := worker.New(ctx, e.d.Conn, e.d.Names, spec, worker.Options{Workers: e.d.Concurrency, Logger: e.d.Logger}, e.handle)
+	w, err := worker.New(ctx, e.d.Conn, e.d.Names, spec, worker.Options{Workers: e.d.Concurrency,
+		MaxWaiting: e.d.Config.Executor.MaxWaiting, Logger: e.d.Logger}, e.handle)
 	if err != nil {
 		return fmt.Errorf("executor consumer for %s: %w", agent, err)
 	}

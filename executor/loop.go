@@ -15,6 +15,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
@@ -243,7 +244,16 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			wait := r.toolTimeout(r.tools[c.Name])
 			req := protocol.ToolRequest{SessionID: r.step.SessionID, StepID: r.step.StepID, CallID: protocol.ToolCallID(r.step.SessionID, r.step.StepID, turn, i),
 				Tool: c.Name, Args: c.Args, Depth: r.step.Depth, DeadlineMS: r.gov.toolDeadline(wait).UnixMilli()}
-			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, wait)
+			var reply protocol.ToolReply
+			var err error
+			call := func() { reply, err = tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, wait) }
+			if r.tools[c.Name].Agent != "" {
+				// The child session may need a step of this very executor (an agent that calls
+				// itself, or concurrency 1): the step waits without holding its place.
+				worker.Waiting(ctx, call)
+			} else {
+				call()
+			}
 			if err != nil {
 				reply = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: err.Error()}}
 			}

@@ -56,6 +56,9 @@ type Executor struct {
 	// Concurrency is how many steps one executor process runs at once; 0 derives it from the
 	// machine (8 per CPU, at least 8): a step mostly waits on a model or a tool.
 	Concurrency int `yaml:"concurrency"`
+	// MaxWaiting bounds the steps that wait for a child agent session without holding one of
+	// the Concurrency places (0: 8 × Concurrency).
+	MaxWaiting int `yaml:"max_waiting"`
 }
 
 // Toolhost is the `toolhost:` section.

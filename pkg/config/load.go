@@ -298,6 +298,9 @@ func (c *Config) Validate() Errors {
 	if c.Executor.Concurrency < 0 {
 		bad("executor.concurrency", "must not be negative (0 derives it from the machine), got %d", c.Executor.Concurrency)
 	}
+	if c.Executor.MaxWaiting < 0 {
+		bad("executor.max_waiting", "must not be negative (0: 8 × executor.concurrency), got %d", c.Executor.MaxWaiting)
+	}
 	if c.Toolhost.Concurrency < 0 {
 		bad("toolhost.concurrency", "must not be negative (0 derives it from the machine), got %d", c.Toolhost.Concurrency)
 	}
