@@ -2,16 +2,19 @@ package toolhost_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/skein-mesh/skein/executor"
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/planner"
 	"github.com/skein-mesh/skein/toolhost"
 )
@@ -141,5 +144,82 @@ func TestAgentCycleEndsAtTheDepthLimit(t *testing.T) {
 	}
 	if f := only(t, deepest, protocol.EvFinal); f.Text != "stopped below pong" {
 		t.Fatalf("deepest ping answered %q, want it to read the refusal", f.Text)
+	}
+}
+
+// catalogSpec waits until the tools KV offers agent as a tool with want in its description.
+func catalogSpec(t *testing.T, m *bustest.Mesh, agent, want string) protocol.ToolSpec {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		specs, err := tools.Catalog(ctx, m.Conn.JS, m.Names, []string{agent})
+		if err == nil && len(specs) == 1 && strings.Contains(specs[0].Description, want) {
+			return specs[0]
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the catalog never offered %s with %q: %+v, %v", agent, want, specs, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// An agent declares itself once (description, input schema) and a caller sees that declaration
+// as the tool's; the arguments are checked against the schema and become the child's task.
+func TestAgentDeclarationIsTheToolSpec(t *testing.T) {
+	researcher := agentConfig(t, "researcher", `rules:
+  - when: {last: "capital of Peru"}
+    reply: {text: "Lima"}
+`, 2)
+	researcher.Agent.Description = "Looks up one fact about a country; give it the question."
+	researcher.Agent.InputSchema = map[string]any{
+		"type":                 "object",
+		"properties":           map[string]any{"question": map[string]any{"type": "string", "minLength": 3}},
+		"required":             []any{"question"},
+		"additionalProperties": false,
+	}
+	if errs := researcher.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	boss := agentConfig(t, "boss", `rules:
+  - when: {last: "(?s)final_text.*Lima"}
+    reply: {text: "Lima, says the researcher."}
+  - when: {last: "Peru"}
+    reply:
+      tool_calls:
+        - {name: researcher, args: {question: "What is the capital of Peru?"}}
+`, 2, "researcher")
+	m := agentMesh(t, boss, researcher)
+
+	spec := catalogSpec(t, m, "researcher", "Looks up one fact")
+	if !strings.Contains(string(spec.InputSchema), `"question"`) || spec.Agent != "researcher" {
+		t.Fatalf("catalog spec of researcher = %+v, want its declared input schema", spec)
+	}
+	root := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "Ask about Peru."})
+	evs := waitDone(t, m, root)
+	if f := only(t, evs, protocol.EvFinal); f.Outcome != protocol.OutcomeSuccess || !strings.Contains(f.Text, "Lima") {
+		t.Fatalf("boss ended %s with %q", f.Outcome, f.Text)
+	}
+	kids := childSessions(t, m, root)
+	if len(kids) != 1 {
+		t.Fatalf("children = %+v", kids)
+	}
+	child := waitDone(t, m, kids[0].SessionID)
+	if st := only(t, child, protocol.EvSessionStarted); !strings.Contains(st.Task, `"question":"What is the capital of Peru?"`) {
+		t.Fatalf("child task %q, want the arguments as JSON", st.Task)
+	}
+
+	// Arguments that break the declared schema are refused before any child starts.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, args := range []string{`{"task": "x"}`, `{"question": "ok"}`, `{}`} {
+		reply, err := tools.Call(ctx, m.Conn.NC, m.Names, protocol.ToolRequest{SessionID: "s-decl", CallID: "c1", Tool: "researcher",
+			Args: json.RawMessage(args)}, time.Minute)
+		if err != nil || reply.OK || reply.Kind != protocol.ToolErrBadArgs || !strings.Contains(reply.Error, "at '") {
+			t.Errorf("args %s: %+v, %v; want invalid_arguments naming the path", args, reply, err)
+		}
+	}
+	if kids := childSessions(t, m, "s-decl"); len(kids) != 0 {
+		t.Fatalf("bad arguments started %+v", kids)
 	}
 }

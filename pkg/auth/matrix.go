@@ -163,7 +163,8 @@ var Matrix = []Row{
 	{Kind: KindBucket, Base: protocol.BucketSessions, Doc: "session records",
 		Grants: map[Identity]Access{Gateway: RW | Create, Planner: RW, Executor: Read, Client: Read}},
 	{Kind: KindBucket, Base: protocol.BucketAgents, Doc: "agent registrations",
-		Grants: map[Identity]Access{Executor: RW, Gateway: Read | Create, Client: Read}},
+		// The toolhost reads an agent's declaration (description, input schema) to offer it as a tool.
+		Grants: map[Identity]Access{Executor: RW, Gateway: Read | Create, Client: Read, Toolhost: Read}},
 	{Kind: KindBucket, Base: protocol.BucketTools, Doc: "tool catalogue",
 		Grants: map[Identity]Access{Toolhost: RW, Executor: Read, Gateway: Create, Client: Read}},
 	{Kind: KindBucket, Base: protocol.BucketMemory, Doc: "strategic and tactical memory (only memoryd)",

@@ -3,6 +3,7 @@
 package config
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -31,15 +32,33 @@ type Config struct {
 
 // Agent is the `agent:` section.
 type Agent struct {
-	Name         string   `yaml:"name"`
-	MaxSteps     int      `yaml:"max_steps"`
-	SystemPrompt string   `yaml:"system_prompt"`
-	Policies     []string `yaml:"policies"`
+	Name string `yaml:"name"`
+	// Description is what an agent that lists this one in tools.agents is shown: what it does
+	// and when to call it ("" gives a generic line).
+	Description string `yaml:"description"`
+	// InputSchema is the arguments callers send when this agent is offered as a tool (a JSON
+	// Schema as YAML; empty: {"task": string}). The child session's task is the arguments.
+	InputSchema  map[string]any `yaml:"input_schema"`
+	MaxSteps     int            `yaml:"max_steps"`
+	SystemPrompt string         `yaml:"system_prompt"`
+	Policies     []string       `yaml:"policies"`
 	// MaxDepth bounds agent-as-tool recursion.
 	MaxDepth int `yaml:"max_depth"`
 	// Budget limits every task of this agent (tokens, money, time, turns, tool calls, depth,
 	// fan-out); a task's own budget at submit can only tighten it.
 	Budget protocol.Budget `yaml:"budget"`
+}
+
+// InputSchemaJSON is agent.input_schema as JSON (nil when none is declared).
+func (a Agent) InputSchemaJSON() json.RawMessage {
+	if a.InputSchema == nil {
+		return nil
+	}
+	raw, err := json.Marshal(a.InputSchema)
+	if err != nil {
+		return nil // Validate reported it
+	}
+	return raw
 }
 
 // Planner is the `planner:` section. LLM, when set, overrides the top-level llm for planning

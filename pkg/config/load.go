@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/pkg/usage"
 )
 
@@ -265,6 +267,16 @@ func (c *Config) Validate() Errors {
 	}
 	if _, err := usage.Default().With(c.Models); err != nil {
 		bad("models", "%v", err)
+	}
+	if len(c.Agent.Description) > tools.MaxDescription {
+		bad("agent.description", "at most %d bytes, got %d", tools.MaxDescription, len(c.Agent.Description))
+	}
+	if c.Agent.InputSchema != nil {
+		if raw, err := json.Marshal(c.Agent.InputSchema); err != nil {
+			bad("agent.input_schema", "cannot be written as JSON: %v", err)
+		} else if _, err := tools.CompileSchema(raw); err != nil {
+			bad("agent.input_schema", "%v", err)
+		}
 	}
 	if c.Agent.MaxDepth < 0 || c.Agent.MaxDepth > 10 {
 		bad("agent.max_depth", "must be between 0 and 10, got %d", c.Agent.MaxDepth)

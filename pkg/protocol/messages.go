@@ -413,12 +413,17 @@ type Ack struct {
 // tasks and for planners to plan them. Executors serving the agent write it at start.
 type AgentSpec struct {
 	Header
-	Name        string   `msgpack:"name" json:"name"`
-	MaxSteps    int      `msgpack:"max_steps" json:"max_steps"`
-	MaxDepth    int      `msgpack:"max_depth" json:"max_depth"`
-	PlannerMode string   `msgpack:"planner_mode" json:"planner_mode"`
-	MaxItems    int      `msgpack:"max_items" json:"max_items"`
-	Tools       []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	Name string `msgpack:"name" json:"name"`
+	// Description and InputSchema are the agent's declaration as a tool: what callers are shown
+	// and what they send (agent.description, agent.input_schema; empty: a generic line and
+	// {"task": string}).
+	Description string          `msgpack:"description,omitempty" json:"description,omitempty"`
+	InputSchema json.RawMessage `msgpack:"input_schema,omitempty" json:"input_schema,omitempty"`
+	MaxSteps    int             `msgpack:"max_steps" json:"max_steps"`
+	MaxDepth    int             `msgpack:"max_depth" json:"max_depth"`
+	PlannerMode string          `msgpack:"planner_mode" json:"planner_mode"`
+	MaxItems    int             `msgpack:"max_items" json:"max_items"`
+	Tools       []string        `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	// Budget is the agent's agent.budget, applied to every task the agent runs.
 	Budget  *Budget   `msgpack:"budget,omitempty" json:"budget,omitempty"`
 	Updated time.Time `msgpack:"updated" json:"updated"`
