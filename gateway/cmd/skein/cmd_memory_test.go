@@ -45,7 +45,7 @@ func runCLI(t *testing.T, m *bustest.Mesh, args ...string) (string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
 	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().String("config", "", "")
+	root.PersistentFlags().StringArray("config", nil, "")
 	root.AddCommand(newInspectMemoryCmd(), newMemoryCmd(), newIngestTracesCmd(), newReplayCmd(), newDLQCmd())
 	var out bytes.Buffer
 	root.SetOut(&out)
