@@ -147,6 +147,9 @@ func (e *Executor) heartbeat(ctx context.Context) error {
 	spec := protocol.AgentSpec{Name: c.Agent.Name, Description: c.Agent.Description, InputSchema: c.Agent.InputSchemaJSON(), MaxSteps: c.Agent.MaxSteps, MaxDepth: c.Agent.MaxDepth,
 		PlannerMode: c.Planner.Mode, MaxItems: c.Planner.MaxItems, Tools: c.Tools.Enabled, Updated: now,
 		Expires: now.Add(c.Mesh.AgentTTLOrDefault()), Executor: e.d.ID}
+	if c.Memory.ShareWithParent {
+		spec.Share = &protocol.ShareSpec{MaxFindings: c.Memory.ShareMaxFindings, MaxChars: c.Memory.ShareMaxChars}
+	}
 	if !c.Agent.Budget.IsZero() {
 		b := c.Agent.Budget
 		spec.Budget = &b

@@ -243,7 +243,7 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			// step asks the toolhost for the same ids and gets recorded results back.
 			wait := r.toolTimeout(r.tools[c.Name])
 			req := protocol.ToolRequest{SessionID: r.step.SessionID, StepID: r.step.StepID, CallID: protocol.ToolCallID(r.step.SessionID, r.step.StepID, turn, i),
-				Tool: c.Name, Args: c.Args, Depth: r.step.Depth, DeadlineMS: r.gov.toolDeadline(wait).UnixMilli()}
+				Tool: c.Name, Args: c.Args, Depth: r.step.Depth, Agent: r.step.Agent, DeadlineMS: r.gov.toolDeadline(wait).UnixMilli()}
 			var reply protocol.ToolReply
 			var err error
 			call := func() { reply, err = tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, wait) }

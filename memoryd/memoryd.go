@@ -138,7 +138,7 @@ func Run(ctx context.Context, d Deps) error {
 		protocol.MemRetrieve: s.retrieve, protocol.MemIngest: s.ingest, protocol.MemFeedback: s.feedback,
 		protocol.MemInspect: s.inspect, protocol.MemList: s.list, protocol.MemGet: s.get,
 		protocol.MemImport: s.importEntries, protocol.MemEvict: s.evict, protocol.MemMigrate: s.migrate,
-		protocol.MemHealth: s.health, protocol.MemEmbed: s.embed,
+		protocol.MemHealth: s.health, protocol.MemEmbed: s.embed, protocol.MemRemember: s.remember,
 	} {
 		if err := svc.AddEndpoint(op, s.handler(ctx, op, h), micro.WithEndpointSubject(d.Names.Memory(op))); err != nil {
 			return fmt.Errorf("memoryd: endpoint %s: %w", op, err)

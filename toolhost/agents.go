@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -58,12 +60,18 @@ func agentSpec(name string, wait time.Duration, reg *protocol.AgentSpec) protoco
 type declaration struct {
 	spec   protocol.ToolSpec
 	schema *tools.Schema
+	// share is the agent's memory.share_with_parent (nil: it keeps its findings to itself).
+	share *protocol.ShareSpec
 }
 
 // declare builds the declaration of an agent from its registration (nil: not registered yet).
 // A schema that does not compile (a registration written by hand) is logged and left out.
 func declare(name string, wait time.Duration, reg *protocol.AgentSpec, log *slog.Logger) *declaration {
 	d := &declaration{spec: agentSpec(name, wait, reg)}
+	if reg != nil && reg.Share != nil {
+		sh := *reg.Share
+		d.share = &sh
+	}
 	if reg != nil && len(reg.InputSchema) > 0 {
 		sch, err := tools.CompileSchema(reg.InputSchema)
 		if err != nil {
@@ -81,6 +89,8 @@ type agentResult struct {
 	SessionID string           `json:"session_id"`
 	Outcome   protocol.Outcome `json:"outcome"`
 	FinalText string           `json:"final_text"`
+	// Shared counts the findings written to the caller's memory (memory.share_with_parent).
+	Shared int `json:"shared_with_parent,omitempty"`
 }
 
 // agentTool delegates a tool call to another agent through the gateway, as a child session of
@@ -185,10 +195,11 @@ func (x *Host) followDeclarations(ctx context.Context, d Deps, w jetstream.KeyWa
 		}
 		next := declare(a.name, a.wait, reg, x.log)
 		prev := a.decl.Load()
-		if prev.spec.Description == next.spec.Description && bytes.Equal(prev.spec.InputSchema, next.spec.InputSchema) {
+		same := prev.spec.Description == next.spec.Description && bytes.Equal(prev.spec.InputSchema, next.spec.InputSchema)
+		a.decl.Store(next)
+		if same {
 			continue
 		}
-		a.decl.Store(next)
 		if err := tools.Publish(ctx, d.Conn.JS, d.Names, []protocol.ToolSpec{next.spec}); err != nil && ctx.Err() == nil {
 			x.log.Warn("could not publish an agent's new declaration; callers see the old one", "agent", a.name, "err", err)
 		}
@@ -283,7 +294,11 @@ func (a *agentTool) call(h *handler, data []byte) protocol.ToolReply {
 		}
 		return toolFailure(protocol.ToolErrUnavailable, "following the %s agent's session %s: %v", a.name, child, err)
 	}
-	res, err := json.Marshal(agentResult{SessionID: child, Outcome: end.outcome, FinalText: end.text})
+	shared := 0
+	if sh := a.decl.Load().share; sh != nil && end.outcome.Succeeded() && req.Agent != "" {
+		shared = a.share(ctx, *sh, req.Agent, child, end)
+	}
+	res, err := json.Marshal(agentResult{SessionID: child, Outcome: end.outcome, FinalText: end.text, Shared: shared})
 	if err != nil {
 		return toolFailure(protocol.ToolErrMalformed, "encode the %s agent's answer: %v", a.name, err)
 	}
@@ -346,6 +361,8 @@ type childEnd struct {
 	text    string
 	reason  string
 	usage   *protocol.UsageReport
+	// notes are what the child stored with remember, in order (at most MaxRememberNotes).
+	notes []string
 }
 
 // followChild reads the child's trace until its planner's usage event, which follows the event
@@ -357,6 +374,14 @@ func followChild(ctx context.Context, js jetstream.JetStream, names protocol.Nam
 		switch {
 		case ev.Type.Terminal():
 			end.outcome, end.text, end.reason = ev.Outcome, ev.Text, ev.Reason
+		case ev.Type == protocol.EvToolCall && ev.Tool == protocol.ToolRemember && ev.Result != nil && ev.Result.OK &&
+			len(end.notes) < protocol.MaxRememberNotes:
+			var args struct {
+				Note string `json:"note"`
+			}
+			if json.Unmarshal(ev.Args, &args) == nil && strings.TrimSpace(args.Note) != "" {
+				end.notes = append(end.notes, strings.TrimSpace(args.Note))
+			}
 		case ev.Type == protocol.EvUsage && ev.Role != protocol.RoleMiner:
 			if ev.Outcome != "" {
 				end.outcome = ev.Outcome
@@ -377,4 +402,57 @@ func followChild(ctx context.Context, js jetstream.JetStream, names protocol.Nam
 		end.outcome = protocol.OutcomeFailed
 	}
 	return end, nil
+}
+
+// share writes what a child found (its final answer, then its remember notes, at most
+// MaxFindings of at most MaxChars each) into the calling agent's memory, tagged with the child
+// agent and session. Each finding's key is fixed by the child session and the text, so a
+// repeated call (a redelivered step, a retried request) writes nothing twice. It returns how
+// many findings memoryd took; a failure is logged and costs the caller nothing else.
+func (a *agentTool) share(ctx context.Context, sh protocol.ShareSpec, parent, child string, end childEnd) int {
+	var notes []protocol.RememberNote
+	add := func(key, text string) {
+		if text = strings.TrimSpace(text); text != "" && len(notes) < sh.MaxFindings {
+			notes = append(notes, protocol.RememberNote{Key: key, Text: clip(text, sh.MaxChars)})
+		}
+	}
+	add("finding:answer", end.text)
+	for _, n := range end.notes {
+		sum := sha256.Sum256([]byte(n))
+		add("finding:note:"+hex.EncodeToString(sum[:8]), n)
+	}
+	if len(notes) == 0 {
+		return 0
+	}
+	req := protocol.RememberRequest{Agent: parent, SessionID: child, Source: protocol.SourceSubagent, SourceAgent: a.name, Notes: notes}
+	var rep protocol.RememberReply
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := bus.Request(rctx, a.conn.NC, a.names.Memory(protocol.MemRemember), &req, &rep, 10*time.Second); err != nil {
+		a.log.Warn("could not share a sub-agent's findings with its parent's memory", "agent", a.name, "parent", parent, "child", child, "err", err)
+		return 0
+	}
+	n := 0
+	for _, act := range rep.Actions {
+		switch act.Action {
+		case "refused", "error":
+			a.log.Warn("a sub-agent finding was not stored", "agent", a.name, "parent", parent, "child", child, "key", act.Key, "detail", act.Detail)
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// clip cuts s to at most n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := max(n-len(mark), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }

@@ -130,6 +130,7 @@ var Matrix = []Row{
 	memRow(protocol.MemRetrieve, "guidelines for a step", Executor, Client),
 	memRow(protocol.MemIngest, "add mined guidelines", Miner),
 	memRow(protocol.MemFeedback, "helpful/harmful counts", Miner),
+	memRow(protocol.MemRemember, "notes written in a session: remember, and sub-agent findings shared with the parent", Executor, Toolhost),
 	memRow(protocol.MemHealth, "memoryd health", Planner, Executor, Toolhost, Miner, Gateway, Client),
 	memRow(protocol.MemEmbed, "embed texts", Executor, Toolhost, Client),
 	memRow(protocol.MemInspect, "read memory", Client),

@@ -182,6 +182,15 @@ type Memory struct {
 	// EmbedCache bounds the vectors kept per (text, model) so repeated texts embed once
 	// (0: 4096; negative: no cache).
 	EmbedCache int `yaml:"embed_cache"`
+	// SessionTools offers the model remember (store a note for this agent) and recall (search
+	// this agent's memory), both through memoryd.
+	SessionTools bool `yaml:"session_tools"`
+	// ShareWithParent writes this agent's findings (its final answer and its remember notes)
+	// into the memory of the agent that called it as a tool, at most ShareMaxFindings of at most
+	// ShareMaxChars each.
+	ShareWithParent  bool `yaml:"share_with_parent"`
+	ShareMaxFindings int  `yaml:"share_max_findings"`
+	ShareMaxChars    int  `yaml:"share_max_chars"`
 }
 
 // Miner is the `miner:` section.

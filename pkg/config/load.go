@@ -63,6 +63,8 @@ func Default() *Config {
 			EvictEvery:          "1h",
 			Store:               "kv",
 			Embedder:            "minilm",
+			ShareMaxFindings:    3,
+			ShareMaxChars:       300,
 		},
 		Planner: Planner{Mode: "off", MaxItems: 8},
 		Miner:   Miner{Enabled: true},
@@ -372,6 +374,12 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Memory.GuidelineMaxTokens < 5 {
 		bad("memory.guideline_max_tokens", "must be at least 5, got %d", c.Memory.GuidelineMaxTokens)
+	}
+	if c.Memory.ShareMaxFindings < 1 || c.Memory.ShareMaxFindings > protocol.MaxRememberNotes {
+		bad("memory.share_max_findings", "must be between 1 and %d, got %d", protocol.MaxRememberNotes, c.Memory.ShareMaxFindings)
+	}
+	if c.Memory.ShareMaxChars < 20 || c.Memory.ShareMaxChars > 600 {
+		bad("memory.share_max_chars", "must be between 20 and 600 (the guideline length cap), got %d", c.Memory.ShareMaxChars)
 	}
 	if c.Memory.TopK < 0 {
 		bad("memory.top_k", "must not be negative, got %d", c.Memory.TopK)

@@ -251,6 +251,12 @@ const (
 )
 
 // Builtin reports whether name is a built-in tool.
+// Built-in memory tools, offered with memory.session_tools (they are not reserved otherwise).
+const (
+	ToolRemember = "remember"
+	ToolRecall   = "recall"
+)
+
 func Builtin(name string) bool {
 	return name == ToolFindTools || name == ToolReadResult || name == ToolFinish
 }
@@ -264,6 +270,9 @@ type ToolRequest struct {
 	Tool      string          `msgpack:"tool" json:"tool"`
 	Args      json.RawMessage `msgpack:"args" json:"args"`
 	Depth     int             `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// Agent is the calling session's agent (a sub-agent that shares its findings writes them
+	// to this agent's memory).
+	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
 	// DeadlineMS is when the caller stops waiting (Unix milliseconds, 0: unknown). A toolhost
 	// never starts a call whose deadline has passed: nobody would read its answer.
 	DeadlineMS int64 `msgpack:"deadline_ms,omitempty" json:"deadline_ms,omitempty"`
@@ -338,6 +347,11 @@ type Guideline struct {
 	Polarity Polarity `msgpack:"polarity" json:"polarity"`
 	Tools    []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	Score    float64  `msgpack:"score" json:"score"`
+	// Source, SourceAgent and SourceSession say where the guideline came from (see
+	// MemoryEntry); the prompt shows it.
+	Source        string `msgpack:"source,omitempty" json:"source,omitempty"`
+	SourceAgent   string `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
+	SourceSession string `msgpack:"source_session,omitempty" json:"source_session,omitempty"`
 }
 
 // RetrieveRequest asks memoryd for the guidelines that fit a task.
@@ -366,6 +380,8 @@ type Candidate struct {
 	// re-mining a session is idempotent.
 	Key    string `msgpack:"key" json:"key"`
 	Source string `msgpack:"source,omitempty" json:"source,omitempty"`
+	// SourceAgent is the sub-agent a subagent candidate came from.
+	SourceAgent string `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
 }
 
 // IngestRequest hands memoryd the candidates mined from one session.
@@ -419,11 +435,14 @@ type AgentSpec struct {
 	// {"task": string}).
 	Description string          `msgpack:"description,omitempty" json:"description,omitempty"`
 	InputSchema json.RawMessage `msgpack:"input_schema,omitempty" json:"input_schema,omitempty"`
-	MaxSteps    int             `msgpack:"max_steps" json:"max_steps"`
-	MaxDepth    int             `msgpack:"max_depth" json:"max_depth"`
-	PlannerMode string          `msgpack:"planner_mode" json:"planner_mode"`
-	MaxItems    int             `msgpack:"max_items" json:"max_items"`
-	Tools       []string        `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	// Share, when set, has the agent's findings written to the memory of the agent that called
+	// it as a tool (memory.share_with_parent).
+	Share       *ShareSpec `msgpack:"share,omitempty" json:"share,omitempty"`
+	MaxSteps    int        `msgpack:"max_steps" json:"max_steps"`
+	MaxDepth    int        `msgpack:"max_depth" json:"max_depth"`
+	PlannerMode string     `msgpack:"planner_mode" json:"planner_mode"`
+	MaxItems    int        `msgpack:"max_items" json:"max_items"`
+	Tools       []string   `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	// Budget is the agent's agent.budget, applied to every task the agent runs.
 	Budget  *Budget   `msgpack:"budget,omitempty" json:"budget,omitempty"`
 	Updated time.Time `msgpack:"updated" json:"updated"`
@@ -432,6 +451,13 @@ type AgentSpec struct {
 	Expires time.Time `msgpack:"expires,omitempty" json:"expires,omitempty"`
 	// Executor names the process that wrote the registration last.
 	Executor string `msgpack:"executor,omitempty" json:"executor,omitempty"`
+}
+
+// ShareSpec bounds what a sub-agent shares with its parent's memory when its session ends: its
+// final answer and its remember notes, at most MaxFindings of at most MaxChars each.
+type ShareSpec struct {
+	MaxFindings int `msgpack:"max_findings" json:"max_findings"`
+	MaxChars    int `msgpack:"max_chars" json:"max_chars"`
 }
 
 // Lapsed reports whether the registration has expired at now: no executor serves the agent.

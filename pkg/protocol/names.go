@@ -63,6 +63,9 @@ const (
 	MemMigrate  = "migrate"
 	MemEmbed    = "embed"
 	MemHealth   = "health"
+	// MemRemember stores notes written inside a session: an agent's own remember calls and a
+	// sub-agent's findings shared with its parent.
+	MemRemember = "remember"
 )
 
 // Queue groups for micro services, so that more replicas share the load.

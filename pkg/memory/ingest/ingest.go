@@ -280,6 +280,9 @@ func (e *Engine) ingestOnce(ctx context.Context, agent, session, key string, c p
 			Model: e.emb.Model(), Embedding: vec, Source: src, Status: memory.StatusActive,
 			Mined: []string{marker}, Created: now, Updated: now,
 		}
+		if src == memory.SourceSubagent || src == memory.SourceRemembered {
+			ent.SourceAgent, ent.SourceSession = c.SourceAgent, session
+		}
 		act = protocol.IngestAction{Key: key, EntryID: id, Action: ActAdded}
 	}
 	if ent.Status == memory.StatusActive && ent.Tier == protocol.TierTactical && ent.DistinctSessions() >= e.opt.PromotionSessions {
