@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/skein-mesh/skein/pkg/devenv"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 )
 
 // Sub-agents as a user meets them: several agents, one file each, served by one `skein run`.
@@ -110,5 +113,143 @@ func TestSubagentConfigMistakes(t *testing.T) {
 	r = skein(t, dir, env, "", "trace", "list", "--config", "a.yaml", "--config", "b.yaml")
 	if r.code == 0 || !strings.Contains(r.stderr, "takes one --config") {
 		t.Errorf("trace list with two configs: %s", r)
+	}
+}
+
+const scoutScript = `rules:
+  - when: {last: "4417"}
+    reply: {text: "The vault code for Peru is 4417."}
+  - when: {last: "vault code"}
+    reply:
+      tool_calls:
+        - {name: lookup, args: {country: Peru}}
+`
+
+// The boss asks the scout the first time; the next time the scout's finding is in its prompt,
+// labelled with where it came from, and it answers from that.
+const bossScript = `rules:
+  - when: {last: "(?s)found by sub-agent scout in session a-[0-9a-f]+\\] The vault code for Peru is 4417"}
+    reply: {text: "4417, from what the scout found before."}
+  - when: {last: "(?s)final_text.*4417"}
+    reply: {text: "4417, says the scout."}
+  - when: {last: "vault code"}
+    reply:
+      tool_calls:
+        - {name: scout, args: {task: "Find the vault code for Peru."}}
+`
+
+const lookupManifest = `{"name": "lookup", "description": "Look up the vault code of a country.", "command": ["python3", "./lookup.py"],
+ "input_schema": {"type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"], "additionalProperties": false}}`
+
+const lookupPy = `import json, sys
+args = json.load(sys.stdin)
+codes = {"Peru": "4417"}
+print(json.dumps({"ok": True, "result": {"country": args["country"], "code": codes.get(args["country"], "unknown")}}))
+`
+
+// The issue's check: a scripted parent delegates to a scripted child that finds a fact with a
+// tool; afterwards the parent's memory holds the finding, tagged subagent with the child agent
+// and session; the parent's next session has it in its prompt and answers without the child.
+// One embedded `skein run` serves both agents each time, with real memory (MiniLM) and the
+// permission matrix enforced.
+func TestSubagentFindingReachesTheParentsNextSession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the CLI with an embedded mesh")
+	}
+	if _, err := os.Stat(filepath.Join(devenv.ToolsDir(), "memory", "minilm")); err != nil {
+		devtest.Missing(t, "the all-MiniLM-L6-v2 embedder")
+	}
+	devtest.NeedProgram(t, "python3")
+	dir := reachableTempDir(t)
+	env := cliEnv(t, filepath.Join(dir, "home"))
+	if err := os.Mkdir(filepath.Join(dir, "tools"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{
+		"boss.yaml":        "agent: {name: boss}\nllm: {provider: scripted, model: scripted, script: boss.script.yaml}\ntools: {agents: [scout]}\n",
+		"boss.script.yaml": bossScript,
+		"scout.yaml": "agent: {name: scout, description: Finds vault codes of countries.}\n" +
+			"llm: {provider: scripted, model: scripted, script: scout.script.yaml}\n" +
+			"tools: {manifest_dirs: [tools], enabled: [lookup]}\nmemory: {share_with_parent: true}\n",
+		"scout.script.yaml": scoutScript,
+		"tools/lookup.json": lookupManifest,
+		"tools/lookup.py":   lookupPy,
+	})
+	run := func(task string) runJSON {
+		t.Helper()
+		r := skein(t, dir, env, "", "run", "--config", "boss.yaml", "--config", "scout.yaml", "--json", task)
+		if r.code != 0 {
+			t.Fatalf("run %q: %s", task, r)
+		}
+		return parseRunJSON(t, r)
+	}
+	children := func(session string) []string {
+		t.Helper()
+		r := skein(t, dir, env, "", "trace", "tree", "--json", "--config", "boss.yaml", session)
+		if r.code != 0 {
+			t.Fatalf("trace tree: %s", r)
+		}
+		var tree struct {
+			Children []struct {
+				SessionID string `json:"session_id"`
+				Agent     string `json:"agent"`
+			} `json:"children"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &tree); err != nil {
+			t.Fatalf("tree: %v\n%s", err, r)
+		}
+		var ids []string
+		for _, c := range tree.Children {
+			ids = append(ids, c.Agent+"/"+c.SessionID)
+		}
+		return ids
+	}
+
+	first := run("What is the vault code for Peru?")
+	if first.FinalText != "4417, says the scout." {
+		t.Fatalf("first session answered %q", first.FinalText)
+	}
+	kids := children(first.SessionID)
+	if len(kids) != 1 || !strings.HasPrefix(kids[0], "scout/") {
+		t.Fatalf("first session's children %v, want one scout session", kids)
+	}
+	child := strings.TrimPrefix(kids[0], "scout/")
+
+	r := skein(t, dir, env, "", "memory", "list", "--json", "--config", "boss.yaml", "--agent", "boss")
+	if r.code != 0 {
+		t.Fatalf("memory list: %s", r)
+	}
+	var entries []struct {
+		Text          string `json:"text"`
+		Source        string `json:"source"`
+		SourceAgent   string `json:"source_agent"`
+		SourceSession string `json:"source_session"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
+		t.Fatalf("memory list: %v\n%s", err, r)
+	}
+	found := false
+	for _, e := range entries {
+		if e.Source == "subagent" {
+			found = found || e.Text == "The vault code for Peru is 4417."
+			if e.SourceAgent != "scout" || e.SourceSession != child {
+				t.Errorf("entry %+v, want it from scout's session %s", e, child)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("boss's memory %+v lacks the scout's finding tagged subagent", entries)
+	}
+	r = skein(t, dir, env, "", "inspect-memory", "--config", "boss.yaml", "vault code for Peru")
+	if r.code != 0 || !strings.Contains(r.stdout, "subagent scout (session "+child+")") {
+		t.Fatalf("inspect-memory does not show the source: %s", r)
+	}
+
+	second := run("Tell me the vault code for Peru again.")
+	if second.FinalText != "4417, from what the scout found before." {
+		t.Fatalf("second session answered %q; the finding should have been in its prompt", second.FinalText)
+	}
+	if kids := children(second.SessionID); len(kids) != 0 {
+		t.Fatalf("second session called %v; it had the finding already", kids)
 	}
 }
