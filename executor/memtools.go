@@ -49,7 +49,7 @@ func (r *run) remember(ctx context.Context, c llm.ToolCall) protocol.ToolReply {
 	if err := json.Unmarshal(c.Args, &args); err != nil || strings.TrimSpace(args.Note) == "" {
 		return memToolFailure(protocol.ToolErrBadArgs, `remember needs {"note": "one self-contained sentence"}`)
 	}
-	req := protocol.RememberRequest{Agent: r.step.Agent, SessionID: r.step.SessionID, Source: protocol.SourceRemembered,
+	req := protocol.RememberRequest{Agent: r.e.d.Config.MemoryAgent(), SessionID: r.step.SessionID, Source: protocol.SourceRemembered,
 		Notes: []protocol.RememberNote{{Text: args.Note}}}
 	var rep protocol.RememberReply
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -81,7 +81,7 @@ func (r *run) recall(ctx context.Context, c llm.ToolCall) protocol.ToolReply {
 	if err := json.Unmarshal(c.Args, &args); err != nil || strings.TrimSpace(args.Query) == "" {
 		return memToolFailure(protocol.ToolErrBadArgs, `recall needs {"query": "what you want to know"}`)
 	}
-	req := protocol.RetrieveRequest{Agent: r.step.Agent, Task: args.Query, TopK: r.e.d.Config.Memory.TopK, SessionID: r.step.SessionID}
+	req := protocol.RetrieveRequest{Agent: r.e.d.Config.MemoryAgent(), Task: args.Query, TopK: r.e.d.Config.Memory.TopK, SessionID: r.step.SessionID}
 	var rep protocol.RetrieveReply
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

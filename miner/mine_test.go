@@ -177,3 +177,18 @@ func TestParseSessionRedactsWhatItMines(t *testing.T) {
 		}
 	}
 }
+
+// A session whose steps used another memory (memory.namespace) learns into it; feedback goes to
+// the same memory.
+func TestSessionLearnsIntoTheMemoryItsStepsUsed(t *testing.T) {
+	evs := failingSession("s1", protocol.OutcomeSuccess)
+	if s := ParseSession("s1", evs); s.MemoryAgent() != "demo" || Feedback(s).Agent != "demo" {
+		t.Fatalf("own memory: %q, feedback to %q", s.MemoryAgent(), Feedback(s).Agent)
+	}
+	started := protocol.Event{SessionID: "s1", Type: protocol.EvStepStarted, Agent: "demo", Attrs: map[string]string{protocol.AttrMemory: "team"}}
+	evs = append(evs[:1], append([]protocol.Event{started}, evs[1:]...)...)
+	s := ParseSession("s1", evs)
+	if s.Agent != "demo" || s.MemoryAgent() != "team" || Feedback(s).Agent != "team" {
+		t.Fatalf("agent %q memory %q feedback %q; want demo, team, team", s.Agent, s.MemoryAgent(), Feedback(s).Agent)
+	}
+}

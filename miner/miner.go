@@ -185,7 +185,7 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 	}
 	if len(res.Candidates) > 0 {
 		var rep protocol.IngestReply
-		req := protocol.IngestRequest{Agent: s.Agent, SessionID: session, Candidates: res.Candidates}
+		req := protocol.IngestRequest{Agent: s.MemoryAgent(), SessionID: session, Candidates: res.Candidates}
 		if err := bus.Request(ctx, d.Conn.NC, d.Names.Memory(protocol.MemIngest), &req, &rep, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("mine %s: ingest: %w", session, err)
 		}

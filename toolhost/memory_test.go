@@ -226,3 +226,46 @@ func TestRememberThenRecall(t *testing.T) {
 		t.Fatalf("second session answered %q", f.Text)
 	}
 }
+
+// Agents that name the same memory.namespace share one memory: what one remembers, the other
+// recalls, and nothing is kept under either agent's own name.
+func TestMemoryNamespaceIsShared(t *testing.T) {
+	writer := agentConfig(t, "writer", `rules:
+  - when: {last: "(?s)stored"}
+    reply: {text: "Noted."}
+  - when: {last: "Note that"}
+    reply:
+      tool_calls:
+        - {name: remember, args: {note: "The staging database is read-only on Fridays."}}
+`, 2)
+	reader := agentConfig(t, "reader", `rules:
+  - when: {last: "Fridays\\.,noted by this agent in session s-"}
+    reply: {text: "Read-only on Fridays."}
+  - when: {last: "(?s)recall|\"found\""}
+    reply: {text: "Nothing."}
+  - when: {last: "staging"}
+    reply:
+      tool_calls:
+        - {name: recall, args: {query: "staging database Fridays"}}
+`, 2)
+	for _, c := range []*config.Config{writer, reader} {
+		c.Memory.Enabled, c.Memory.SessionTools, c.Memory.Namespace = true, true, "team"
+	}
+	m := agentMesh(t, writer, reader)
+	mem := withMemory(t, m)
+	w := submit(t, m, protocol.SubmitRequest{Agent: "writer", Task: "Note that staging is read-only on Fridays."})
+	if f := only(t, waitDone(t, m, w), protocol.EvFinal); f.Text != "Noted." {
+		t.Fatalf("writer answered %q", f.Text)
+	}
+	if team, own := memoryOf(t, mem, "team"), memoryOf(t, mem, "writer"); len(team) != 1 || len(own) != 0 {
+		t.Fatalf("team memory %+v, writer's own %+v; want the note in team only", team, own)
+	}
+	r := submit(t, m, protocol.SubmitRequest{Agent: "reader", Task: "Is staging writable today?"})
+	evs := waitDone(t, m, r)
+	if f := only(t, evs, protocol.EvFinal); f.Text != "Read-only on Fridays." {
+		t.Fatalf("reader answered %q; it should have recalled the writer's note", f.Text)
+	}
+	if st := only(t, evs, protocol.EvStepStarted); st.Attrs[protocol.AttrMemory] != "team" {
+		t.Fatalf("step_started attrs %v, want memory team for the miner", st.Attrs)
+	}
+}

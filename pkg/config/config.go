@@ -49,6 +49,14 @@ type Agent struct {
 	Budget protocol.Budget `yaml:"budget"`
 }
 
+// MemoryAgent is the name this agent's memory is kept under: memory.namespace, else agent.name.
+func (c *Config) MemoryAgent() string {
+	if c.Memory.Namespace != "" {
+		return c.Memory.Namespace
+	}
+	return c.Agent.Name
+}
+
 // InputSchemaJSON is agent.input_schema as JSON (nil when none is declared).
 func (a Agent) InputSchemaJSON() json.RawMessage {
 	if a.InputSchema == nil {
@@ -182,6 +190,9 @@ type Memory struct {
 	// EmbedCache bounds the vectors kept per (text, model) so repeated texts embed once
 	// (0: 4096; negative: no cache).
 	EmbedCache int `yaml:"embed_cache"`
+	// Namespace is the memory this agent reads and writes (""): its own, under agent.name).
+	// Agents that name the same namespace share one memory.
+	Namespace string `yaml:"namespace"`
 	// SessionTools offers the model remember (store a note for this agent) and recall (search
 	// this agent's memory), both through memoryd.
 	SessionTools bool `yaml:"session_tools"`

@@ -375,6 +375,11 @@ func (c *Config) Validate() Errors {
 	if c.Memory.GuidelineMaxTokens < 5 {
 		bad("memory.guideline_max_tokens", "must be at least 5, got %d", c.Memory.GuidelineMaxTokens)
 	}
+	if c.Memory.Namespace != "" {
+		if err := protocol.CheckToken("memory.namespace", c.Memory.Namespace); err != nil {
+			bad("memory.namespace", "%v", err)
+		}
+	}
 	if c.Memory.ShareMaxFindings < 1 || c.Memory.ShareMaxFindings > protocol.MaxRememberNotes {
 		bad("memory.share_max_findings", "must be between 1 and %d, got %d", protocol.MaxRememberNotes, c.Memory.ShareMaxFindings)
 	}

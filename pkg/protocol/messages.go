@@ -270,8 +270,8 @@ type ToolRequest struct {
 	Tool      string          `msgpack:"tool" json:"tool"`
 	Args      json.RawMessage `msgpack:"args" json:"args"`
 	Depth     int             `msgpack:"depth,omitempty" json:"depth,omitempty"`
-	// Agent is the calling session's agent (a sub-agent that shares its findings writes them
-	// to this agent's memory).
+	// Agent is the memory of the calling agent (memory.namespace, else its name): a sub-agent
+	// that shares its findings writes them there.
 	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
 	// DeadlineMS is when the caller stops waiting (Unix milliseconds, 0: unknown). A toolhost
 	// never starts a call whose deadline has passed: nobody would read its answer.

@@ -212,3 +212,7 @@ func StepMsgID(session, step string) string { return session + "/" + step }
 
 // ResultMsgID is the Msg-Id of a step result.
 func ResultMsgID(session, step string) string { return session + "/" + step + "/result" }
+
+// AttrMemory, on a step_started event, names the memory the step used when it is not the
+// agent's own (memory.namespace); the miner learns into it.
+const AttrMemory = "memory"
