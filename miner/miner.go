@@ -169,6 +169,7 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 	if s.Agent == "" {
 		s.Agent = d.Config.Agent.Name
 	}
+	readChildren(ctx, d.Conn.JS, d.Names, &s)
 	res := &Result{Session: session, Agent: s.Agent, Outcome: s.Outcome}
 	c := newCompressor(d, s)
 	for _, ev := range Mine(s) {

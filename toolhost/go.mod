@@ -22,6 +22,7 @@ require (
 	github.com/skein-mesh/skein/executor v0.0.0
 	github.com/skein-mesh/skein/gateway v0.0.0
 	github.com/skein-mesh/skein/memoryd v0.0.0
+	github.com/skein-mesh/skein/miner v0.0.0
 	github.com/skein-mesh/skein/planner v0.0.0
 )
 
@@ -32,3 +33,5 @@ replace github.com/skein-mesh/skein/gateway => ../gateway
 replace github.com/skein-mesh/skein/planner => ../planner
 
 replace github.com/skein-mesh/skein/memoryd => ../memoryd
+
+replace github.com/skein-mesh/skein/miner => ../miner

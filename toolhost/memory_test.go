@@ -3,6 +3,7 @@ package toolhost_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/memoryd"
+	"github.com/skein-mesh/skein/miner"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed/embedtest"
@@ -267,5 +269,51 @@ func TestMemoryNamespaceIsShared(t *testing.T) {
 	}
 	if st := only(t, evs, protocol.EvStepStarted); st.Attrs[protocol.AttrMemory] != "team" {
 		t.Fatalf("step_started attrs %v, want memory team for the miner", st.Attrs)
+	}
+}
+
+// How to use a child is learned for the parent: a child that could not do what it was asked ends
+// not_accomplished with its reason, the parent's tool call carries that reason, and the miner
+// turns it into a guideline in the parent's memory about calling the child.
+func TestParentLearnsHowToUseTheChild(t *testing.T) {
+	scout := agentConfig(t, "scout", `rules:
+  - when: {last: "vault code"}
+    reply:
+      tool_calls:
+        - {name: finish, args: {accomplished: false, answer: "No code found.", reason: "the task names no country; name the country in the task"}}
+`, 2)
+	boss := agentConfig(t, "boss", `rules:
+  - when: {last: "(?s)not_accomplished"}
+    reply: {text: "The scout could not find it."}
+  - when: {last: "vault code"}
+    reply:
+      tool_calls:
+        - {name: scout, args: {task: "Find the vault code."}}
+`, 2, "scout")
+	boss.Memory.Enabled, boss.Miner.Enabled = true, true
+	m := agentMesh(t, boss, scout)
+	mem := withMemory(t, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- miner.Run(ctx, miner.Deps{Conn: m.Connect(t, "miner"), Names: m.Names, Config: boss, Logger: quiet(), NoModel: true})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	s := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "What is the vault code?"})
+	if f := only(t, waitDone(t, m, s), protocol.EvFinal); f.Text != "The scout could not find it." {
+		t.Fatalf("boss answered %q", f.Text)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for _, e := range memoryOf(t, mem, "boss") {
+			if e.Polarity == protocol.PolarityAvoid && slices.Contains(e.Tools, "scout") && strings.Contains(e.Text, "names no country") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("boss's memory %+v holds no lesson about calling scout", memoryOf(t, mem, "boss"))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
