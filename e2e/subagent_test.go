@@ -253,3 +253,37 @@ func TestSubagentFindingReachesTheParentsNextSession(t *testing.T) {
 		t.Fatalf("second session called %v; it had the finding already", kids)
 	}
 }
+
+// `skein up` given several --config serves every agent: a run that joins it with --nats
+// delegates to the second agent, which no other process serves.
+func TestSubagentUpServesEveryConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the CLI with an embedded mesh")
+	}
+	dir := reachableTempDir(t)
+	env := cliEnv(t, filepath.Join(dir, "home"))
+	writeFiles(t, dir, map[string]string{
+		"boss.yaml": "agent: {name: boss}\nllm: {provider: scripted, model: scripted, script: boss.script.yaml}\n" +
+			"tools: {agents: [geographer]}\nmemory: {enabled: false}\nminer: {enabled: false}\n",
+		"boss.script.yaml": parallelBossScript,
+		"geographer.yaml": "agent:\n  name: geographer\n  input_schema: {type: object, properties: {country: {type: string}}, required: [country]}\n" +
+			"llm: {provider: scripted, model: scripted, script: geographer.script.yaml}\nmemory: {enabled: false}\n",
+		"geographer.script.yaml": geographerScript,
+	})
+	addr := freePort(t)
+	up := start(t, env, "skein-up", "skein", "up", "--listen", addr, "--config", filepath.Join(dir, "boss.yaml"),
+		"--config", filepath.Join(dir, "geographer.yaml"))
+	waitForLine(t, up, "skein mesh up")
+	r := skein(t, dir, env, "", "run", "--nats", "nats://"+addr, "--config", "boss.yaml", "--json", "Name the capitals of France and Italy.")
+	if r.code != 0 {
+		t.Fatalf("run against up: %s", r)
+	}
+	if res := parseRunJSON(t, r); res.FinalText != "Paris and Rome." {
+		t.Fatalf("answer %q, want both capitals from the geographer", res.FinalText)
+	}
+	// Several --config need the embedded mesh: with --nats, say what to do instead.
+	r = skein(t, dir, env, "", "run", "--nats", "nats://"+addr, "--config", "boss.yaml", "--config", "geographer.yaml", "hi")
+	if r.code != 2 || !strings.Contains(r.stderr, "start an executor") {
+		t.Errorf("run --nats with two configs: %s", r)
+	}
+}
