@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -58,10 +59,9 @@ func readChildren(ctx context.Context, js jetstream.JetStream, names protocol.Na
 				break
 			}
 		}
-		ev := protocol.Event{Reason: ChildReason(events)}
-		trace.Scrub(&ev) // what is mined becomes prompt text
-		if ev.Reason != "" {
-			c.Result.Error = ev.Reason
+		// What is mined becomes prompt text: redact it as the trace's own text is.
+		if reason := redact.String(ChildReason(events)); reason != "" {
+			c.Result.Error = reason
 		}
 	}
 }
