@@ -287,3 +287,42 @@ func TestSubagentUpServesEveryConfig(t *testing.T) {
 		t.Errorf("run --nats with two configs: %s", r)
 	}
 }
+
+func relayScript(next string) string {
+	return `rules:
+  - when: {last: "(?s)refused the task"}
+    reply: {text: "stopped below ` + next + `"}
+  - when: {last: "(?s)final_text"}
+    reply: {text: "relayed from ` + next + `"}
+  - when: {last: "(?i)relay"}
+    reply:
+      tool_calls:
+        - {name: ` + next + `, args: {task: "relay this on"}}
+`
+}
+
+// A cycle in one embedded `skein run` on executors with one place each: ping's step at depth 2
+// runs on the executor whose only place ping's root step had (it waits without it), and the call
+// past the depth limit is refused, so the run ends instead of hanging.
+func TestSubagentCycleInOneRunEndsAtTheDepthLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the CLI with an embedded mesh")
+	}
+	dir := reachableTempDir(t)
+	env := cliEnv(t, filepath.Join(dir, "home"))
+	agent := func(name, next string) string {
+		return "agent: {name: " + name + ", max_depth: 2}\nllm: {provider: scripted, model: scripted, script: " + name + ".script.yaml}\n" +
+			"tools: {agents: [" + next + "]}\nexecutor: {concurrency: 1}\nmemory: {enabled: false}\nminer: {enabled: false}\n"
+	}
+	writeFiles(t, dir, map[string]string{
+		"ping.yaml": agent("ping", "pong"), "ping.script.yaml": relayScript("pong"),
+		"pong.yaml": agent("pong", "ping"), "pong.script.yaml": relayScript("ping"),
+	})
+	r := skein(t, dir, env, "", "run", "--config", "ping.yaml", "--config", "pong.yaml", "--json", "Please relay the question.")
+	if r.code != 0 {
+		t.Fatalf("run: %s", r)
+	}
+	if res := parseRunJSON(t, r); res.FinalText != "relayed from pong" {
+		t.Fatalf("answer %q", res.FinalText)
+	}
+}
