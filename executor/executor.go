@@ -144,9 +144,12 @@ func (e *Executor) register(ctx context.Context) error {
 func (e *Executor) heartbeat(ctx context.Context) error {
 	c := e.d.Config
 	now := time.Now().UTC()
-	spec := protocol.AgentSpec{Name: c.Agent.Name, MaxSteps: c.Agent.MaxSteps, MaxDepth: c.Agent.MaxDepth,
+	spec := protocol.AgentSpec{Name: c.Agent.Name, Description: c.Agent.Description, InputSchema: c.Agent.InputSchemaJSON(), MaxSteps: c.Agent.MaxSteps, MaxDepth: c.Agent.MaxDepth,
 		PlannerMode: c.Planner.Mode, MaxItems: c.Planner.MaxItems, Tools: c.Tools.Enabled, Updated: now,
 		Expires: now.Add(c.Mesh.AgentTTLOrDefault()), Executor: e.d.ID}
+	if c.Memory.ShareWithParent {
+		spec.Share = &protocol.ShareSpec{MaxFindings: c.Memory.ShareMaxFindings, MaxChars: c.Memory.ShareMaxChars}
+	}
 	if !c.Agent.Budget.IsZero() {
 		b := c.Agent.Budget
 		spec.Budget = &b
@@ -186,7 +189,8 @@ func (e *Executor) Serve(ctx context.Context) error {
 	}
 	spec.Config.AckWait = ackWait
 	// A busy executor pulls nothing it cannot start, so it never holds work another one could run.
-	w, err := worker.New(ctx, e.d.Conn, e.d.Names, spec, worker.Options{Workers: e.d.Concurrency, Logger: e.d.Logger}, e.handle)
+	w, err := worker.New(ctx, e.d.Conn, e.d.Names, spec, worker.Options{Workers: e.d.Concurrency,
+		MaxWaiting: e.d.Config.Executor.MaxWaiting, Logger: e.d.Logger}, e.handle)
 	if err != nil {
 		return fmt.Errorf("executor consumer for %s: %w", agent, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
@@ -56,8 +57,13 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	if out, reason, stop := r.gov.halt(ctx); stop {
 		return r.finish(res, 0, out, "", reason) // never started: a cancelled or spent session
 	}
-	e.emit(step, protocol.Event{Type: protocol.EvStepStarted, Role: protocol.RoleExecutor, Text: step.Instruction,
-		Attrs: map[string]string{"executor": e.d.ID}})
+	started := protocol.Event{Type: protocol.EvStepStarted, Role: protocol.RoleExecutor, Text: step.Instruction,
+		Attrs: map[string]string{"executor": e.d.ID}}
+	if ns := e.d.Config.MemoryAgent(); ns != step.Agent {
+		// The miner learns into the memory the step used.
+		started.Attrs[protocol.AttrMemory] = ns
+	}
+	e.emit(step, started)
 	if err := r.prepare(ctx); err != nil {
 		return r.finish(res, 0, protocol.OutcomeFailed, "", err.Error())
 	}
@@ -153,7 +159,7 @@ func (e *Executor) retrieve(ctx context.Context, step protocol.Step, toolNames [
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var rep protocol.RetrieveReply
-	req := protocol.RetrieveRequest{Agent: step.Agent, Task: step.Task + "\n" + step.Instruction, Tools: toolNames,
+	req := protocol.RetrieveRequest{Agent: e.d.Config.MemoryAgent(), Task: step.Task + "\n" + step.Instruction, Tools: toolNames,
 		TopK: e.d.Config.Memory.TopK, SessionID: step.SessionID}
 	if err := bus.Request(rctx, e.d.Conn.NC, e.d.Names.Memory(protocol.MemRetrieve), &req, &rep, 2*time.Second); err != nil {
 		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + err.Error()})
@@ -250,8 +256,17 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			// step asks the toolhost for the same ids and gets recorded results back.
 			wait := r.toolTimeout(r.tools[c.Name])
 			req := protocol.ToolRequest{SessionID: r.step.SessionID, StepID: r.step.StepID, CallID: protocol.ToolCallID(r.step.SessionID, r.step.StepID, turn, i),
-				Tool: c.Name, Args: c.Args, Depth: r.step.Depth, DeadlineMS: r.gov.toolDeadline(wait).UnixMilli()}
-			reply, err := tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, wait)
+				Tool: c.Name, Args: c.Args, Depth: r.step.Depth, Agent: r.e.d.Config.MemoryAgent(), DeadlineMS: r.gov.toolDeadline(wait).UnixMilli()}
+			var reply protocol.ToolReply
+			var err error
+			call := func() { reply, err = tools.Call(ctx, r.e.d.Conn.NC, r.e.d.Names, req, wait) }
+			if r.tools[c.Name].Agent != "" {
+				// The child session may need a step of this very executor (an agent that calls
+				// itself, or concurrency 1): the step waits without holding its place.
+				worker.Waiting(ctx, call)
+			} else {
+				call()
+			}
 			if err != nil {
 				reply = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: err.Error()}}
 			}

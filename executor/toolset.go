@@ -122,6 +122,7 @@ type toolset struct {
 	offered []string // sorted; built-ins not included
 	find    bool     // find_tools is offered
 	read    bool     // read_result is offered
+	mem     bool     // remember and recall are offered (memory.session_tools)
 
 	pending   []string
 	pendingBy []string
@@ -133,9 +134,9 @@ type toolset struct {
 // tools that best fit its task and instruction, plus always_include and the tools named by
 // success patterns retrieved for it; otherwise every tool.
 func (r *run) offerTools(ctx context.Context, specs []protocol.ToolSpec, guides []protocol.Guideline) {
-	ts := &toolset{byName: map[string]protocol.ToolSpec{}}
+	ts := &toolset{byName: map[string]protocol.ToolSpec{}, mem: r.e.memoryTools()}
 	for _, s := range specs {
-		if protocol.Builtin(s.Name) {
+		if protocol.Builtin(s.Name) || (ts.mem && (s.Name == protocol.ToolRemember || s.Name == protocol.ToolRecall)) {
 			r.e.d.Logger.Warn("ignoring a published tool with a built-in tool's name", "tool", s.Name)
 			continue
 		}
@@ -204,6 +205,9 @@ func (ts *toolset) defs() []llm.ToolDef {
 	}
 	// finish is always offered: every step ends by reporting whether its task was accomplished.
 	out = append(out, finishDef)
+	if ts.mem {
+		out = append(out, rememberDef, recallDef)
+	}
 	if ts.find {
 		out = append(out, findToolsDef)
 	}
@@ -215,6 +219,7 @@ func (ts *toolset) defs() []llm.ToolDef {
 
 func (ts *toolset) isOffered(name string) bool {
 	return slices.Contains(ts.offered, name) || name == protocol.ToolFinish || (name == protocol.ToolFindTools && ts.find) ||
+		(ts.mem && (name == protocol.ToolRemember || name == protocol.ToolRecall)) ||
 		(name == protocol.ToolReadResult && ts.read)
 }
 
@@ -240,6 +245,10 @@ func (r *run) beforeCall(ctx context.Context, c llm.ToolCall) (protocol.ToolRepl
 		return r.findTools(ctx, c), true
 	case c.Name == protocol.ToolReadResult && ts.read:
 		return r.readResult(ctx, c), true
+	case c.Name == protocol.ToolRemember && ts.mem:
+		return r.remember(ctx, c), true
+	case c.Name == protocol.ToolRecall && ts.mem:
+		return r.recall(ctx, c), true
 	}
 	if _, ok := ts.byName[c.Name]; !ok {
 		msg := fmt.Sprintf("there is no tool named %q; the available tools are: %s", c.Name, strings.Join(ts.offered, ", "))

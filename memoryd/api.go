@@ -51,6 +51,15 @@ func (c Client) Ingest(ctx context.Context, req protocol.IngestRequest) ([]proto
 	return rep.Actions, replyErr(protocol.MemIngest, rep.Error)
 }
 
+// Remember stores notes from inside a session (see protocol.RememberRequest).
+func (c Client) Remember(ctx context.Context, req protocol.RememberRequest) ([]protocol.IngestAction, error) {
+	var rep protocol.RememberReply
+	if err := c.call(ctx, protocol.MemRemember, &req, &rep); err != nil {
+		return nil, err
+	}
+	return rep.Actions, replyErr(protocol.MemRemember, rep.Error)
+}
+
 func (c Client) Feedback(ctx context.Context, req protocol.FeedbackRequest) error {
 	var rep protocol.Ack
 	if err := c.call(ctx, protocol.MemFeedback, &req, &rep); err != nil {

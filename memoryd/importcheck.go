@@ -83,9 +83,9 @@ func checkImport(e *memory.Entry, now time.Time) error {
 	switch e.Source {
 	case "":
 		e.Source = memory.SourceHuman
-	case memory.SourceHuman, memory.SourceMiner, memory.SourceSubagent:
+	case memory.SourceHuman, memory.SourceMiner, memory.SourceSubagent, memory.SourceRemembered:
 	default:
-		bad("source must be human, miner or subagent, got %q", e.Source)
+		bad("source must be human, miner, subagent or remembered, got %q", e.Source)
 	}
 	switch e.Status {
 	case "":

@@ -140,7 +140,7 @@ func Run(ctx context.Context, d Deps) error {
 		protocol.MemRetrieve: s.retrieve, protocol.MemIngest: s.ingest, protocol.MemFeedback: s.feedback,
 		protocol.MemInspect: s.inspect, protocol.MemList: s.list, protocol.MemGet: s.get,
 		protocol.MemImport: s.importEntries, protocol.MemEvict: s.evict, protocol.MemMigrate: s.migrate,
-		protocol.MemRetire: s.retire,
+		protocol.MemRetire: s.retire, protocol.MemRemember: s.remember,
 		protocol.MemHealth: s.health, protocol.MemEmbed: s.embed,
 	} {
 		if err := svc.AddEndpoint(op, s.handler(ctx, op, h), micro.WithEndpointSubject(d.Names.Memory(op))); err != nil {

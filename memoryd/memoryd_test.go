@@ -3,6 +3,7 @@ package memoryd_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,5 +224,54 @@ func TestRealEmbedderFromConfig(t *testing.T) {
 	gs, err := c.Retrieve(ctx, protocol.RetrieveRequest{Agent: "demo", Task: "Summarize the sales in /data/x.csv", Tools: []string{"csv_read", "fetch_url"}})
 	if err != nil || len(gs) != 1 || gs[0].Tier != protocol.TierStrategic || gs[0].Tools[0] != "csv_read" {
 		t.Fatalf("retrieve: %+v %v", gs, err)
+	}
+}
+
+// remember stores notes from inside a session under the rules of mined guidelines: redacted,
+// capped, tactical, counted once per (session, key), with their origin kept; bad requests are
+// refused with the reason.
+func TestRememberStoresNotesLikeGuidelines(t *testing.T) {
+	m := bustest.Start(t)
+	c := start(t, m, embedtest.Hash{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := protocol.RememberRequest{Agent: "boss", SessionID: "a-child1", Source: protocol.SourceSubagent, SourceAgent: "scout",
+		Notes: []protocol.RememberNote{
+			{Key: "finding:answer", Text: "The archive key is sk-ant-api03-AbCdEf0123456789xyz for the vault."},
+			{Key: "finding:long", Text: strings.Repeat("word ", 200)},
+		}}
+	acts, err := c.Remember(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acts) != 2 || acts[0].Action != "added" || acts[1].Action != "refused" || !strings.Contains(acts[1].Detail, "at most") {
+		t.Fatalf("actions = %+v, want the first added and the long one refused", acts)
+	}
+	e, err := c.Get(ctx, acts[0].EntryID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(e.Text, "AbCdEf0123456789xyz") || e.Source != protocol.SourceSubagent || e.SourceAgent != "scout" ||
+		e.SourceSession != "a-child1" || e.Tier != protocol.TierTactical {
+		t.Fatalf("stored %+v, want the key redacted and the origin kept", e)
+	}
+	// The same finish again writes nothing twice.
+	acts, err = c.Remember(ctx, req)
+	if err != nil || acts[0].Action != "skipped" {
+		t.Fatalf("repeat: %+v, %v; want skipped", acts, err)
+	}
+	if again, _ := c.Get(ctx, e.ID); again.Hits != e.Hits || again.DistinctSessions() != 1 {
+		t.Fatalf("repeat counted: %+v", again)
+	}
+
+	for name, bad := range map[string]protocol.RememberRequest{
+		"unknown source":   {Agent: "boss", SessionID: "s1", Source: "miner", Notes: req.Notes[:1]},
+		"subagent no name": {Agent: "boss", SessionID: "s1", Source: protocol.SourceSubagent, Notes: req.Notes[:1]},
+		"no notes":         {Agent: "boss", SessionID: "s1", Source: protocol.SourceRemembered},
+		"bad agent":        {Agent: "a b", SessionID: "s1", Source: protocol.SourceRemembered, Notes: req.Notes[:1]},
+	} {
+		if _, err := c.Remember(ctx, bad); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }

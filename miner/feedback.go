@@ -79,7 +79,7 @@ func warnedAbout(g protocol.Guideline, tools []string, c Call) bool {
 // and its tool calls plainly did what the guideline said (an avoid guideline's literals never
 // appear in the calls of its tools; a pattern's tools all ran successfully).
 func Feedback(s Session) protocol.FeedbackRequest {
-	fb := protocol.FeedbackRequest{Agent: s.Agent, SessionID: s.ID}
+	fb := protocol.FeedbackRequest{Agent: s.MemoryAgent(), SessionID: s.ID}
 	ok := s.Outcome.Succeeded()
 	for _, g := range s.Retrieved {
 		tools := toolsOf(g, s.Calls)

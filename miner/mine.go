@@ -16,8 +16,10 @@ import (
 
 // Session is what mining needs from one session's trace.
 type Session struct {
-	ID      string
-	Agent   string
+	ID    string
+	Agent string
+	// Memory is the memory the session's steps used ("": the agent's own).
+	Memory  string
 	Task    string
 	Outcome protocol.Outcome
 	// Ended is true once the usage event (always last) was seen.
@@ -42,6 +44,14 @@ type Call struct {
 	Tool   string
 	Args   json.RawMessage
 	Result protocol.ToolResult
+}
+
+// MemoryAgent is the memory the session learns into: the one its steps used.
+func (s Session) MemoryAgent() string {
+	if s.Memory != "" {
+		return s.Memory
+	}
+	return s.Agent
 }
 
 // Failed reports whether the call failed.
@@ -70,6 +80,10 @@ func ParseSession(session string, events []protocol.Event) Session {
 				s.Agent = ev.Agent
 			}
 			s.Task = ev.Task
+		case protocol.EvStepStarted:
+			if m := ev.Attrs[protocol.AttrMemory]; m != "" && protocol.ValidToken(m) {
+				s.Memory = m
+			}
 		case protocol.EvToolCall:
 			if ev.Result == nil || ev.Tool == "" {
 				continue

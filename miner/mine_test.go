@@ -177,3 +177,37 @@ func TestParseSessionRedactsWhatItMines(t *testing.T) {
 		}
 	}
 }
+
+// A session whose steps used another memory (memory.namespace) learns into it; feedback goes to
+// the same memory.
+func TestSessionLearnsIntoTheMemoryItsStepsUsed(t *testing.T) {
+	evs := failingSession("s1", protocol.OutcomeSuccess)
+	if s := ParseSession("s1", evs); s.MemoryAgent() != "demo" || Feedback(s).Agent != "demo" {
+		t.Fatalf("own memory: %q, feedback to %q", s.MemoryAgent(), Feedback(s).Agent)
+	}
+	started := protocol.Event{SessionID: "s1", Type: protocol.EvStepStarted, Agent: "demo", Attrs: map[string]string{protocol.AttrMemory: "team"}}
+	evs = append(evs[:1], append([]protocol.Event{started}, evs[1:]...)...)
+	s := ParseSession("s1", evs)
+	if s.Agent != "demo" || s.MemoryAgent() != "team" || Feedback(s).Agent != "team" {
+		t.Fatalf("agent %q memory %q feedback %q; want demo, team, team", s.Agent, s.MemoryAgent(), Feedback(s).Agent)
+	}
+}
+
+// A child's own reason is what it said in finish, else what its session ended with.
+func TestChildReason(t *testing.T) {
+	evs := []protocol.Event{
+		{Type: protocol.EvSessionStarted, Agent: "scout"},
+		{Type: protocol.EvDecision, Text: protocol.ToolFinish, Reason: "the task names no country"},
+		{Type: protocol.EvFinal, Outcome: protocol.OutcomeNotAccomplished, Reason: "the model reports the task was not accomplished: the task names no country"},
+	}
+	if got := ChildReason(evs); got != "the task names no country" {
+		t.Fatalf("finish reason: %q", got)
+	}
+	evs = []protocol.Event{{Type: protocol.EvIncomplete, Outcome: protocol.OutcomeIncomplete, Reason: "step limit of 3 model turns reached"}}
+	if got := ChildReason(evs); got != "step limit of 3 model turns reached" {
+		t.Fatalf("terminal reason: %q", got)
+	}
+	if got := ChildReason(nil); got != "" {
+		t.Fatalf("no trace: %q", got)
+	}
+}

@@ -173,6 +173,7 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 	if s.Agent == "" {
 		s.Agent = d.Config.Agent.Name
 	}
+	readChildren(ctx, d.Conn.JS, d.Names, &s)
 	res := &Result{Session: session, Agent: s.Agent, Outcome: s.Outcome}
 	c := newCompressor(d, s)
 	for _, ev := range Mine(s) {
@@ -189,7 +190,7 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 	}
 	if len(res.Candidates) > 0 {
 		var rep protocol.IngestReply
-		req := protocol.IngestRequest{Agent: s.Agent, SessionID: session, Candidates: res.Candidates}
+		req := protocol.IngestRequest{Agent: s.MemoryAgent(), SessionID: session, Candidates: res.Candidates}
 		if err := bus.Request(ctx, d.Conn.NC, d.Names.Memory(protocol.MemIngest), &req, &rep, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("mine %s: ingest: %w", session, err)
 		}

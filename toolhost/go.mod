@@ -21,6 +21,8 @@ replace github.com/skein-mesh/skein/pkg => ../pkg
 require (
 	github.com/skein-mesh/skein/executor v0.0.0
 	github.com/skein-mesh/skein/gateway v0.0.0
+	github.com/skein-mesh/skein/memoryd v0.0.0
+	github.com/skein-mesh/skein/miner v0.0.0
 	github.com/skein-mesh/skein/planner v0.0.0
 )
 
@@ -29,3 +31,7 @@ replace github.com/skein-mesh/skein/executor => ../executor
 replace github.com/skein-mesh/skein/gateway => ../gateway
 
 replace github.com/skein-mesh/skein/planner => ../planner
+
+replace github.com/skein-mesh/skein/memoryd => ../memoryd
+
+replace github.com/skein-mesh/skein/miner => ../miner

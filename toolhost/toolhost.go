@@ -75,6 +75,8 @@ type Host struct {
 	grace       time.Duration
 	killRunning context.CancelFunc
 	stopOnce    sync.Once
+	// stopWatch ends the watch on the registrations of the agents served as tools.
+	stopWatch func()
 }
 
 // New loads the enabled manifests, publishes their specs to the tools KV and registers the micro
@@ -219,6 +221,9 @@ func (x *Host) Serve(ctx context.Context) error {
 // stop removes the endpoints; calls already taken keep running.
 func (x *Host) stop() {
 	x.stopOnce.Do(func() {
+		if x.stopWatch != nil {
+			x.stopWatch()
+		}
 		if err := x.svc.Stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			x.log.Warn("stop micro service", "err", err)
 		}

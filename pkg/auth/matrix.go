@@ -130,6 +130,7 @@ var Matrix = []Row{
 	memRow(protocol.MemRetrieve, "guidelines for a step", Executor, Client),
 	memRow(protocol.MemIngest, "add mined guidelines", Miner),
 	memRow(protocol.MemFeedback, "helpful/harmful counts", Miner),
+	memRow(protocol.MemRemember, "notes written in a session: remember, and sub-agent findings shared with the parent", Executor, Toolhost),
 	memRow(protocol.MemHealth, "memoryd health", Planner, Executor, Toolhost, Miner, Gateway, Client),
 	memRow(protocol.MemEmbed, "embed texts", Executor, Toolhost, Client),
 	memRow(protocol.MemInspect, "read memory", Client, Gateway),
@@ -165,7 +166,9 @@ var Matrix = []Row{
 	{Kind: KindBucket, Base: protocol.BucketSessions, Doc: "session records",
 		Grants: map[Identity]Access{Gateway: RW | Create, Planner: RW, Executor: Read, Client: Read}},
 	{Kind: KindBucket, Base: protocol.BucketAgents, Doc: "agent registrations",
-		Grants: map[Identity]Access{Executor: RW, Gateway: Read | Create, Planner: Read, Client: Read}},
+		// The planner reads registrations to end sessions whose agent lost every executor; the
+		// toolhost reads an agent's declaration (description, input schema) to offer it as a tool.
+		Grants: map[Identity]Access{Executor: RW, Gateway: Read | Create, Planner: Read, Client: Read, Toolhost: Read}},
 	{Kind: KindBucket, Base: protocol.BucketTools, Doc: "tool catalogue",
 		Grants: map[Identity]Access{Toolhost: RW, Executor: Read, Gateway: Create, Client: Read}},
 	{Kind: KindBucket, Base: protocol.BucketMemory, Doc: "strategic and tactical memory (only memoryd)",

@@ -3,6 +3,7 @@
 package config
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -31,15 +32,41 @@ type Config struct {
 
 // Agent is the `agent:` section.
 type Agent struct {
-	Name         string   `yaml:"name"`
-	MaxSteps     int      `yaml:"max_steps"`
-	SystemPrompt string   `yaml:"system_prompt"`
-	Policies     []string `yaml:"policies"`
+	Name string `yaml:"name"`
+	// Description is what an agent that lists this one in tools.agents is shown: what it does
+	// and when to call it ("" gives a generic line).
+	Description string `yaml:"description"`
+	// InputSchema is the arguments callers send when this agent is offered as a tool (a JSON
+	// Schema as YAML; empty: {"task": string}). The child session's task is the arguments.
+	InputSchema  map[string]any `yaml:"input_schema"`
+	MaxSteps     int            `yaml:"max_steps"`
+	SystemPrompt string         `yaml:"system_prompt"`
+	Policies     []string       `yaml:"policies"`
 	// MaxDepth bounds agent-as-tool recursion.
 	MaxDepth int `yaml:"max_depth"`
 	// Budget limits every task of this agent (tokens, money, time, turns, tool calls, depth,
 	// fan-out); a task's own budget at submit can only tighten it.
 	Budget protocol.Budget `yaml:"budget"`
+}
+
+// MemoryAgent is the name this agent's memory is kept under: memory.namespace, else agent.name.
+func (c *Config) MemoryAgent() string {
+	if c.Memory.Namespace != "" {
+		return c.Memory.Namespace
+	}
+	return c.Agent.Name
+}
+
+// InputSchemaJSON is agent.input_schema as JSON (nil when none is declared).
+func (a Agent) InputSchemaJSON() json.RawMessage {
+	if a.InputSchema == nil {
+		return nil
+	}
+	raw, err := json.Marshal(a.InputSchema)
+	if err != nil {
+		return nil // Validate reported it
+	}
+	return raw
 }
 
 // Planner is the `planner:` section. LLM, when set, overrides the top-level llm for planning
@@ -56,6 +83,9 @@ type Executor struct {
 	// Concurrency is how many steps one executor process runs at once; 0 derives it from the
 	// machine (8 per CPU, at least 8): a step mostly waits on a model or a tool.
 	Concurrency int `yaml:"concurrency"`
+	// MaxWaiting bounds the steps that wait for a child agent session without holding one of
+	// the Concurrency places (0: 8 × Concurrency).
+	MaxWaiting int `yaml:"max_waiting"`
 }
 
 // Toolhost is the `toolhost:` section.
@@ -160,6 +190,18 @@ type Memory struct {
 	// EmbedCache bounds the vectors kept per (text, model) so repeated texts embed once
 	// (0: 4096; negative: no cache).
 	EmbedCache int `yaml:"embed_cache"`
+	// Namespace is the memory this agent reads and writes (""): its own, under agent.name).
+	// Agents that name the same namespace share one memory.
+	Namespace string `yaml:"namespace"`
+	// SessionTools offers the model remember (store a note for this agent) and recall (search
+	// this agent's memory), both through memoryd.
+	SessionTools bool `yaml:"session_tools"`
+	// ShareWithParent writes this agent's findings (its final answer and its remember notes)
+	// into the memory of the agent that called it as a tool, at most ShareMaxFindings of at most
+	// ShareMaxChars each.
+	ShareWithParent  bool `yaml:"share_with_parent"`
+	ShareMaxFindings int  `yaml:"share_max_findings"`
+	ShareMaxChars    int  `yaml:"share_max_chars"`
 }
 
 // Miner is the `miner:` section.

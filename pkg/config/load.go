@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/pkg/usage"
 )
 
@@ -61,6 +63,8 @@ func Default() *Config {
 			EvictEvery:          "1h",
 			Store:               "kv",
 			Embedder:            "minilm",
+			ShareMaxFindings:    3,
+			ShareMaxChars:       300,
 		},
 		Planner: Planner{Mode: "off", MaxItems: 8},
 		Miner:   Miner{Enabled: true},
@@ -266,6 +270,16 @@ func (c *Config) Validate() Errors {
 	if _, err := usage.Default().With(c.Models); err != nil {
 		bad("models", "%v", err)
 	}
+	if len(c.Agent.Description) > tools.MaxDescription {
+		bad("agent.description", "at most %d bytes, got %d", tools.MaxDescription, len(c.Agent.Description))
+	}
+	if c.Agent.InputSchema != nil {
+		if raw, err := json.Marshal(c.Agent.InputSchema); err != nil {
+			bad("agent.input_schema", "cannot be written as JSON: %v", err)
+		} else if _, err := tools.CompileSchema(raw); err != nil {
+			bad("agent.input_schema", "%v", err)
+		}
+	}
 	if c.Agent.MaxDepth < 0 || c.Agent.MaxDepth > 10 {
 		bad("agent.max_depth", "must be between 0 and 10, got %d", c.Agent.MaxDepth)
 	}
@@ -297,6 +311,9 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Executor.Concurrency < 0 {
 		bad("executor.concurrency", "must not be negative (0 derives it from the machine), got %d", c.Executor.Concurrency)
+	}
+	if c.Executor.MaxWaiting < 0 {
+		bad("executor.max_waiting", "must not be negative (0: 8 × executor.concurrency), got %d", c.Executor.MaxWaiting)
 	}
 	if c.Toolhost.Concurrency < 0 {
 		bad("toolhost.concurrency", "must not be negative (0 derives it from the machine), got %d", c.Toolhost.Concurrency)
@@ -357,6 +374,17 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Memory.GuidelineMaxTokens < 5 {
 		bad("memory.guideline_max_tokens", "must be at least 5, got %d", c.Memory.GuidelineMaxTokens)
+	}
+	if c.Memory.Namespace != "" {
+		if err := protocol.CheckToken("memory.namespace", c.Memory.Namespace); err != nil {
+			bad("memory.namespace", "%v", err)
+		}
+	}
+	if c.Memory.ShareMaxFindings < 1 || c.Memory.ShareMaxFindings > protocol.MaxRememberNotes {
+		bad("memory.share_max_findings", "must be between 1 and %d, got %d", protocol.MaxRememberNotes, c.Memory.ShareMaxFindings)
+	}
+	if c.Memory.ShareMaxChars < 20 || c.Memory.ShareMaxChars > 600 {
+		bad("memory.share_max_chars", "must be between 20 and 600 (the guideline length cap), got %d", c.Memory.ShareMaxChars)
 	}
 	if c.Memory.TopK < 0 {
 		bad("memory.top_k", "must not be negative, got %d", c.Memory.TopK)

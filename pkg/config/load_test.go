@@ -64,6 +64,30 @@ planner:
 	}
 }
 
+func TestAgentDeclaration(t *testing.T) {
+	p := write(t, t.TempDir(), "agent.yaml", `
+agent:
+  name: researcher
+  description: Finds one fact.
+  input_schema:
+    type: object
+    properties:
+      question: {type: string}
+    required: [question]
+`)
+	cfg, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(cfg.Agent.InputSchemaJSON()); got != `{"properties":{"question":{"type":"string"}},"required":["question"],"type":"object"}` ||
+		cfg.Agent.Description != "Finds one fact." {
+		t.Fatalf("declaration = %q, %s", cfg.Agent.Description, got)
+	}
+	if Default().Agent.InputSchemaJSON() != nil {
+		t.Fatal("an agent that declares no schema has one")
+	}
+}
+
 func TestEmptyFileMeansDefaults(t *testing.T) {
 	p := write(t, t.TempDir(), "agent.yaml", "")
 	cfg, err := Load(p)
@@ -93,6 +117,8 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"bad agent name", "agent:\n  name: my agent\n", []string{"agent.name"}},
 		{"bad agent tool", "tools:\n  agents: [ok, \"a.b\"]\n", []string{"tools.agents[1]", "agent name"}},
 		{"agent as its own tool", "agent:\n  name: boss\ntools:\n  agents: [helper, boss]\n", []string{"tools.agents[1]", "itself"}},
+		{"agent schema not an object", "agent:\n  input_schema: {type: string}\n", []string{"agent.input_schema", `"type": "object"`}},
+		{"agent schema invalid", "agent:\n  input_schema: {type: object, required: 3}\n", []string{"agent.input_schema", "not a valid JSON Schema"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -23,11 +23,12 @@ const (
 	StatusRetired    = protocol.MemoryRetired
 )
 
-// Source of an entry.
+// Source of an entry (see protocol for what each means).
 const (
-	SourceMiner    = "miner"
-	SourceSubagent = "subagent"
-	SourceHuman    = "human"
+	SourceMiner      = protocol.SourceMiner
+	SourceSubagent   = protocol.SourceSubagent
+	SourceHuman      = protocol.SourceHuman
+	SourceRemembered = protocol.SourceRemembered
 )
 
 // Entry is one guideline.

@@ -24,16 +24,20 @@ type MemoryEntry struct {
 	Tools    []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	// Sessions are the most recent distinct sessions that gave evidence (at most
 	// MaxEvidenceSessions); SessionCount is how many there were in all.
-	Sessions     []string     `msgpack:"sessions" json:"sessions"`
-	SessionCount int          `msgpack:"session_count,omitempty" json:"session_count,omitempty"`
-	Hits         int          `msgpack:"hits" json:"hits"`
-	Helpful      int          `msgpack:"helpful" json:"helpful"`
-	Harmful      int          `msgpack:"harmful" json:"harmful"`
-	Model        string       `msgpack:"model" json:"model"` // embedding model id
-	Embedding    []float32    `msgpack:"embedding,omitempty" json:"embedding,omitempty"`
-	Source       string       `msgpack:"source" json:"source"`
-	Status       MemoryStatus `msgpack:"status" json:"status"`
-	SupersededBy string       `msgpack:"superseded_by,omitempty" json:"superseded_by,omitempty"`
+	Sessions     []string  `msgpack:"sessions" json:"sessions"`
+	SessionCount int       `msgpack:"session_count,omitempty" json:"session_count,omitempty"`
+	Hits         int       `msgpack:"hits" json:"hits"`
+	Helpful      int       `msgpack:"helpful" json:"helpful"`
+	Harmful      int       `msgpack:"harmful" json:"harmful"`
+	Model        string    `msgpack:"model" json:"model"` // embedding model id
+	Embedding    []float32 `msgpack:"embedding,omitempty" json:"embedding,omitempty"`
+	Source       string    `msgpack:"source" json:"source"`
+	// SourceAgent and SourceSession say where an entry written from inside a session came
+	// from: the sub-agent and its session for source subagent, the session for remembered.
+	SourceAgent   string       `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
+	SourceSession string       `msgpack:"source_session,omitempty" json:"source_session,omitempty"`
+	Status        MemoryStatus `msgpack:"status" json:"status"`
+	SupersededBy  string       `msgpack:"superseded_by,omitempty" json:"superseded_by,omitempty"`
 	// Mined records (session, candidate key) pairs already counted, so re-mining is idempotent.
 	Mined    []string  `msgpack:"mined,omitempty" json:"mined,omitempty"`
 	Created  time.Time `msgpack:"created" json:"created"`
@@ -228,4 +232,45 @@ type MemoryEmbedReply struct {
 	Vectors [][]float32 `msgpack:"vectors" json:"vectors"`
 	Model   string      `msgpack:"model" json:"model"`
 	Error   string      `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// Sources of memory entries: who wrote them.
+const (
+	SourceMiner      = "miner"      // mined from a trace
+	SourceSubagent   = "subagent"   // a sub-agent's finding, shared with its parent
+	SourceHuman      = "human"      // imported (skein memory import)
+	SourceRemembered = "remembered" // the agent's own remember call
+)
+
+// Bounds of one RememberRequest.
+const (
+	MaxRememberNotes = 16
+	MaxNoteKey       = 128
+)
+
+// RememberNote is one note to store; Key identifies it within its session (a repeat of the same
+// key from the same session is counted once).
+type RememberNote struct {
+	Text string `msgpack:"text" json:"text"`
+	Key  string `msgpack:"key" json:"key"`
+}
+
+// RememberRequest stores notes in Agent's memory as tactical entries with SessionID as their
+// evidence, under the same redaction and length caps as mined guidelines. Source is remembered
+// (the agent's own remember call) or subagent (SourceAgent's findings, shared with its parent;
+// SessionID is then the sub-agent's session).
+type RememberRequest struct {
+	Header
+	Agent       string         `msgpack:"agent" json:"agent"`
+	SessionID   string         `msgpack:"session_id" json:"session_id"`
+	Source      string         `msgpack:"source" json:"source"`
+	SourceAgent string         `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
+	Notes       []RememberNote `msgpack:"notes" json:"notes"`
+}
+
+// RememberReply says what happened to each note (IngestAction per note, in order).
+type RememberReply struct {
+	Header
+	Actions []IngestAction `msgpack:"actions" json:"actions"`
+	Error   string         `msgpack:"error,omitempty" json:"error,omitempty"`
 }

@@ -252,6 +252,12 @@ const (
 )
 
 // Builtin reports whether name is a built-in tool.
+// Built-in memory tools, offered with memory.session_tools (they are not reserved otherwise).
+const (
+	ToolRemember = "remember"
+	ToolRecall   = "recall"
+)
+
 func Builtin(name string) bool {
 	return name == ToolFindTools || name == ToolReadResult || name == ToolFinish
 }
@@ -265,6 +271,9 @@ type ToolRequest struct {
 	Tool      string          `msgpack:"tool" json:"tool"`
 	Args      json.RawMessage `msgpack:"args" json:"args"`
 	Depth     int             `msgpack:"depth,omitempty" json:"depth,omitempty"`
+	// Agent is the memory of the calling agent (memory.namespace, else its name): a sub-agent
+	// that shares its findings writes them there.
+	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
 	// DeadlineMS is when the caller stops waiting (Unix milliseconds, 0: unknown). A toolhost
 	// never starts a call whose deadline has passed: nobody would read its answer.
 	DeadlineMS int64 `msgpack:"deadline_ms,omitempty" json:"deadline_ms,omitempty"`
@@ -342,6 +351,11 @@ type Guideline struct {
 	// Why says which rule of retrieval chose it (a tool the task names, a success-pattern slot,
 	// or rank), so a user can see why a guideline was shown.
 	Why string `msgpack:"why,omitempty" json:"why,omitempty"`
+	// Source, SourceAgent and SourceSession say where the guideline came from (see
+	// MemoryEntry); the prompt shows it.
+	Source        string `msgpack:"source,omitempty" json:"source,omitempty"`
+	SourceAgent   string `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
+	SourceSession string `msgpack:"source_session,omitempty" json:"source_session,omitempty"`
 }
 
 // RetrieveRequest asks memoryd for the guidelines that fit a task.
@@ -370,6 +384,8 @@ type Candidate struct {
 	// re-mining a session is idempotent.
 	Key    string `msgpack:"key" json:"key"`
 	Source string `msgpack:"source,omitempty" json:"source,omitempty"`
+	// SourceAgent is the sub-agent a subagent candidate came from.
+	SourceAgent string `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
 }
 
 // IngestRequest hands memoryd the candidates mined from one session.
@@ -417,12 +433,20 @@ type Ack struct {
 // tasks and for planners to plan them. Executors serving the agent write it at start.
 type AgentSpec struct {
 	Header
-	Name        string   `msgpack:"name" json:"name"`
-	MaxSteps    int      `msgpack:"max_steps" json:"max_steps"`
-	MaxDepth    int      `msgpack:"max_depth" json:"max_depth"`
-	PlannerMode string   `msgpack:"planner_mode" json:"planner_mode"`
-	MaxItems    int      `msgpack:"max_items" json:"max_items"`
-	Tools       []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	Name string `msgpack:"name" json:"name"`
+	// Description and InputSchema are the agent's declaration as a tool: what callers are shown
+	// and what they send (agent.description, agent.input_schema; empty: a generic line and
+	// {"task": string}).
+	Description string          `msgpack:"description,omitempty" json:"description,omitempty"`
+	InputSchema json.RawMessage `msgpack:"input_schema,omitempty" json:"input_schema,omitempty"`
+	// Share, when set, has the agent's findings written to the memory of the agent that called
+	// it as a tool (memory.share_with_parent).
+	Share       *ShareSpec `msgpack:"share,omitempty" json:"share,omitempty"`
+	MaxSteps    int        `msgpack:"max_steps" json:"max_steps"`
+	MaxDepth    int        `msgpack:"max_depth" json:"max_depth"`
+	PlannerMode string     `msgpack:"planner_mode" json:"planner_mode"`
+	MaxItems    int        `msgpack:"max_items" json:"max_items"`
+	Tools       []string   `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	// Budget is the agent's agent.budget, applied to every task the agent runs.
 	Budget  *Budget   `msgpack:"budget,omitempty" json:"budget,omitempty"`
 	Updated time.Time `msgpack:"updated" json:"updated"`
@@ -431,6 +455,13 @@ type AgentSpec struct {
 	Expires time.Time `msgpack:"expires,omitempty" json:"expires,omitempty"`
 	// Executor names the process that wrote the registration last.
 	Executor string `msgpack:"executor,omitempty" json:"executor,omitempty"`
+}
+
+// ShareSpec bounds what a sub-agent shares with its parent's memory when its session ends: its
+// final answer and its remember notes, at most MaxFindings of at most MaxChars each.
+type ShareSpec struct {
+	MaxFindings int `msgpack:"max_findings" json:"max_findings"`
+	MaxChars    int `msgpack:"max_chars" json:"max_chars"`
 }
 
 // Lapsed reports whether the registration has expired at now: no executor serves the agent.

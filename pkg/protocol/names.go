@@ -64,6 +64,9 @@ const (
 	MemMigrate  = "migrate"
 	MemEmbed    = "embed"
 	MemHealth   = "health"
+	// MemRemember stores notes written inside a session: an agent's own remember calls and a
+	// sub-agent's findings shared with its parent.
+	MemRemember = "remember"
 )
 
 // Queue groups for micro services, so that more replicas share the load.
@@ -210,3 +213,7 @@ func StepMsgID(session, step string) string { return session + "/" + step }
 
 // ResultMsgID is the Msg-Id of a step result.
 func ResultMsgID(session, step string) string { return session + "/" + step + "/result" }
+
+// AttrMemory, on a step_started event, names the memory the step used when it is not the
+// agent's own (memory.namespace); the miner learns into it.
+const AttrMemory = "memory"

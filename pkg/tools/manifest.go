@@ -45,10 +45,13 @@ const (
 	MaxTimeoutS       = 3600
 	MaxOutputCeiling  = 64 << 20
 	maxManifestBytes  = 1 << 20
-	maxDescriptionLen = 4096
+	maxDescriptionLen = MaxDescription
 )
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// MaxDescription is the longest description a tool (or an agent offered as one) may have.
+const MaxDescription = 4096
 
 // Tool is a loaded, validated manifest ready to run.
 type Tool struct {

@@ -62,6 +62,25 @@ func compileSchema(file string, raw json.RawMessage) (*argSchema, error) {
 	return &argSchema{s: s}, nil
 }
 
+// Schema is a compiled input schema of something that is not a manifest (an agent offered as a
+// tool declares one in agent.input_schema).
+type Schema struct{ s *argSchema }
+
+// CompileSchema compiles a self-contained JSON Schema with "type": "object" under the same
+// rules as a manifest's input_schema.
+func CompileSchema(raw json.RawMessage) (*Schema, error) {
+	s, err := compileSchema("", raw)
+	if err != nil {
+		return nil, err
+	}
+	return &Schema{s: s}, nil
+}
+
+// Validate checks args (a JSON object; empty means {}) against the schema.
+func (s *Schema) Validate(args json.RawMessage) error {
+	return validate(s.s, args)
+}
+
 // ArgsError is an argument document that does not satisfy a tool's input_schema.
 type ArgsError struct {
 	Problems []string // each "at '/path': message", sorted
@@ -73,6 +92,13 @@ func (e *ArgsError) Error() string {
 
 // ValidateArgs checks args (a JSON object; empty means {}) against the tool's input_schema.
 func (t *Tool) ValidateArgs(args json.RawMessage) error {
+	if t.schema == nil {
+		return errors.New("tool has no compiled input_schema (not loaded with LoadFile)")
+	}
+	return validate(t.schema, args)
+}
+
+func validate(schema *argSchema, args json.RawMessage) error {
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage("{}")
 	}
@@ -80,10 +106,7 @@ func (t *Tool) ValidateArgs(args json.RawMessage) error {
 	if err != nil {
 		return &ArgsError{Problems: []string{"arguments are not valid JSON: " + err.Error()}}
 	}
-	if t.schema == nil {
-		return errors.New("tool has no compiled input_schema (not loaded with LoadFile)")
-	}
-	err = t.schema.s.Validate(v)
+	err = schema.s.Validate(v)
 	if err == nil {
 		return nil
 	}

@@ -53,7 +53,7 @@ func jsonArray(t *testing.T, what string, data []byte) []json.RawMessage {
 }
 
 var entryFields = []string{"id", "text", "polarity", "tier", "agent", "tools", "sessions", "session_count", "hits", "helpful",
-	"harmful", "model", "source", "status", "superseded_by", "mined", "created", "updated", "last_used"}
+	"harmful", "model", "source", "source_agent", "source_session", "status", "superseded_by", "mined", "created", "updated", "last_used"}
 
 func TestMemoryCommandsJSON(t *testing.T) {
 	m := memMesh(t)

@@ -134,13 +134,41 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 		if req.Query != "" {
 			score = fmt.Sprintf("%.3f", h.Score)
 		}
-		fmt.Fprintf(w, "%3d. %s  %-9s %-7s %s  sessions %d  hits %d  helpful %d  harmful %d  %s\n", i+1, score, e.Tier, e.Polarity,
-			toolList(e.Tools), e.DistinctSessions(), e.Hits, e.Helpful, e.Harmful, e.ID)
+		fmt.Fprintf(w, "%3d. %s  %-9s %-7s %s  sessions %d  hits %d  helpful %d  harmful %d  %s  %s\n", i+1, score, e.Tier, e.Polarity,
+			toolList(e.Tools), e.DistinctSessions(), e.Hits, e.Helpful, e.Harmful, sourceOf(e), e.ID)
 		fmt.Fprintf(w, "       %s\n", e.Text)
 		if h.Why != "" {
 			fmt.Fprintf(w, "       why: %s\n", h.Why)
 		}
 	}
+}
+
+// sourceLabel is the one-word source of an entry, for tables.
+func sourceLabel(e memory.Entry) string {
+	l, _, _ := strings.Cut(sourceOf(e), " ")
+	return l
+}
+
+// sourceOf says who wrote an entry: mined, subagent (with the sub-agent and its session),
+// remembered (with the session), imported.
+func sourceOf(e memory.Entry) string {
+	switch e.Source {
+	case memory.SourceMiner, "":
+		return "mined"
+	case memory.SourceHuman:
+		return "imported"
+	case memory.SourceSubagent:
+		if e.SourceAgent != "" {
+			return fmt.Sprintf("subagent %s (session %s)", e.SourceAgent, e.SourceSession)
+		}
+		return "subagent"
+	case memory.SourceRemembered:
+		if e.SourceSession != "" {
+			return fmt.Sprintf("remembered (session %s)", e.SourceSession)
+		}
+		return "remembered"
+	}
+	return e.Source
 }
 
 func toolList(tools []string) string {
@@ -189,8 +217,8 @@ func newMemoryCmd() *cobra.Command {
 					if e.Status != memory.StatusActive {
 						status = fmt.Sprintf("  (%s by %s)", e.Status, e.SupersededBy)
 					}
-					fmt.Fprintf(w, "%s  %-12s %-9s %-7s sessions %-3d helpful %-3d harmful %-3d %s%s\n", e.ID, e.Agent, e.Tier, e.Polarity,
-						e.DistinctSessions(), e.Helpful, e.Harmful, clipText(e.Text, 90), status)
+					fmt.Fprintf(w, "%s  %-12s %-9s %-7s sessions %-3d helpful %-3d harmful %-3d %-10s %s%s\n", e.ID, e.Agent, e.Tier, e.Polarity,
+						e.DistinctSessions(), e.Helpful, e.Harmful, sourceLabel(e), clipText(e.Text, 90), status)
 				}
 				return nil
 			})

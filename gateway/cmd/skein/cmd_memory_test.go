@@ -46,7 +46,7 @@ func runCLI(t *testing.T, m *bustest.Mesh, args ...string) (string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
 	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().String("config", "", "")
+	root.PersistentFlags().StringArray("config", nil, "")
 	root.AddCommand(newInspectMemoryCmd(), newMemoryCmd(), newIngestTracesCmd(), newReplayCmd(), newDLQCmd(),
 		newTraceCmd(), newUsageCmd(), newMeshCmd())
 	var out bytes.Buffer
@@ -80,7 +80,7 @@ func TestMemoryCommandsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"strategic 1  tactical 1", "top 1 for", "ranked as retrieval ranks", "Check the csv path exists", "[csv_read]", "sessions 3", "why: similarity"} {
+	for _, want := range []string{"strategic 1  tactical 1", "top 1 for", "ranked as retrieval ranks", "Check the csv path exists", "[csv_read]", "sessions 3", "why: similarity", "imported"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inspect-memory lacks %q:\n%s", want, out)
 		}
@@ -163,6 +163,54 @@ func TestMemoryExportIsPrivate(t *testing.T) {
 		data, _ := os.ReadFile(p)
 		if !strings.Contains(string(data), "Check the csv path") || strings.Contains(string(data), "older") {
 			t.Errorf("%s holds %q, want the export alone", filepath.Base(p), data)
+		}
+	}
+}
+
+// inspect-memory and memory list say who wrote each entry: mined, a sub-agent (which, in which
+// session), the agent's own remember, imported.
+func TestMemoryCommandsShowTheSource(t *testing.T) {
+	m := memMesh(t)
+	c := memoryd.Client{NC: m.Conn.NC, Names: m.Names}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, req := range []protocol.RememberRequest{
+		{Agent: "boss", SessionID: "a-child7", Source: protocol.SourceSubagent, SourceAgent: "scout",
+			Notes: []protocol.RememberNote{{Text: "The vault code for Peru is 4417."}}},
+		{Agent: "boss", SessionID: "s-own3", Source: protocol.SourceRemembered,
+			Notes: []protocol.RememberNote{{Text: "Billing deploys go out on Tuesdays."}}},
+	} {
+		if _, err := c.Remember(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Ingest(ctx, protocol.IngestRequest{Agent: "boss", SessionID: "s-mined", Candidates: []protocol.Candidate{
+		{Text: "Call lookup with a country code.", Polarity: protocol.PolarityAvoid, Key: "k"}}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, m, "inspect-memory", "--top-k", "5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"subagent scout (session a-child7)", "remembered (session s-own3)", "mined"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect-memory lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = runCLI(t, m, "memory", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		want := map[bool]string{true: "subagent", false: ""}[strings.Contains(line, "4417")]
+		if strings.Contains(line, "Tuesdays") {
+			want = "remembered"
+		}
+		if strings.Contains(line, "country code") {
+			want = "mined"
+		}
+		if !strings.Contains(line, " "+want+" ") {
+			t.Errorf("memory list line %q does not say %q", line, want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -63,8 +64,14 @@ func newRunCmd() *cobra.Command {
 			flagURL, _ := cmd.Flags().GetString("nats")
 			if service.NATSURL(flagURL, cfg) == "" {
 				// Services start in this process: their model keys must be present.
-				if err := checkKeys(cfg); err != nil {
-					return err
+				others, err := agentConfigs(cmd, cfg)
+				if err != nil {
+					return &exitError{code: 2, msg: err.Error()}
+				}
+				for _, c := range append([]*config.Config{cfg}, others...) {
+					if err := checkKeys(c); err != nil {
+						return err
+					}
 				}
 			}
 			var budget *protocol.Budget

@@ -11,6 +11,7 @@ import (
 
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/auth"
+	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/service"
 )
@@ -29,13 +30,19 @@ func newUpCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, msg: err.Error()}
 			}
-			if err := checkKeys(cfg); err != nil {
-				return err
+			others, err := agentConfigs(cmd, cfg)
+			if err != nil {
+				return &exitError{code: 2, msg: err.Error()}
+			}
+			for _, c := range append([]*config.Config{cfg}, others...) {
+				if err := checkKeys(c); err != nil {
+					return err
+				}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			log := service.Logger("mesh")
-			mesh, err := startEmbedded(ctx, cfg, service.Home(), listen, log, httpAddr)
+			mesh, err := startEmbedded(ctx, cfg, others, service.Home(), listen, log, httpAddr)
 			if err != nil {
 				return err
 			}

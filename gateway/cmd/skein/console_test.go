@@ -122,7 +122,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	home, addr := filepath.Join(dir, "home"), freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	m, err := startEmbedded(ctx, cfg, home, "127.0.0.1:0", meshLogger(), addr)
+	m, err := startEmbedded(ctx, cfg, nil, home, "127.0.0.1:0", meshLogger(), addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("nats", "", "NATS URL of a running mesh (default $SKEIN_NATS_URL; none: start an embedded mesh)")
-	root.PersistentFlags().String("config", "", "agent config file (default ./agent.yaml if present)")
+	root.PersistentFlags().StringArray("config", nil, "agent config file (default ./agent.yaml if present); run and up take it more than once, one agent per file, and run talks to the first")
 	root.PersistentFlags().String("creds", "", "NATS credentials file for --nats (default $SKEIN_CREDS, mesh.creds_file, then $SKEIN_HOME/creds/client.nk, admin.nk for memory import/evict/migrate)")
 	root.PersistentFlags().String("pprof", "", "serve runtime profiles (/debug/pprof/) of this process on this address, e.g. 127.0.0.1:6060 (default off)")
 	root.PersistentPreRunE = startPprof

@@ -31,10 +31,43 @@ import (
 	"github.com/skein-mesh/skein/toolhost"
 )
 
-// loadConfig honours --config (default ./agent.yaml if present, else defaults).
+// multiConfig are the commands that serve several agents, one --config each.
+var multiConfig = map[string]bool{"skein run": true, "skein up": true}
+
+// loadConfig honours --config (default ./agent.yaml if present, else defaults): the first one
+// for run and up, the only one elsewhere.
 func loadConfig(cmd *cobra.Command) (*config.Config, error) {
-	path, _ := cmd.Flags().GetString("config")
-	return service.LoadConfig(path)
+	paths, _ := cmd.Flags().GetStringArray("config")
+	if len(paths) > 1 && !multiConfig[cmd.CommandPath()] {
+		return nil, fmt.Errorf("%s takes one --config; only skein run and skein up serve several agents", cmd.CommandPath())
+	}
+	if len(paths) == 0 {
+		return service.LoadConfig("")
+	}
+	return service.LoadConfig(paths[0])
+}
+
+// agentConfigs loads every --config after the first: the other agents an embedded mesh serves.
+// Each names a different agent.
+func agentConfigs(cmd *cobra.Command, first *config.Config) ([]*config.Config, error) {
+	paths, _ := cmd.Flags().GetStringArray("config")
+	if len(paths) < 2 {
+		return nil, nil
+	}
+	seen := map[string]string{first.Agent.Name: paths[0]}
+	var out []*config.Config
+	for _, p := range paths[1:] {
+		cfg, err := service.LoadConfig(p)
+		if err != nil {
+			return nil, err
+		}
+		if other, dup := seen[cfg.Agent.Name]; dup {
+			return nil, fmt.Errorf("%s and %s both declare agent %q; one agent per --config", other, p, cfg.Agent.Name)
+		}
+		seen[cfg.Agent.Name] = p
+		out = append(out, cfg)
+	}
+	return out, nil
 }
 
 // checkKeys fails fast, before anything starts, when a model key any in-process role needs is missing.
@@ -181,8 +214,10 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 	return c, err
 }
 
-// startEmbedded starts a NATS server with JetStream files under home and every service.
-func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string, log *slog.Logger, httpAddr string) (*embeddedMesh, error) {
+// startEmbedded starts a NATS server with JetStream files under home and every service: the
+// mesh's roles with cfg, and an executor (and a toolhost, for its tools and the agents it calls)
+// for cfg's agent and for each agent in others.
+func startEmbedded(ctx context.Context, cfg *config.Config, others []*config.Config, home, listen string, log *slog.Logger, httpAddr string) (*embeddedMesh, error) {
 	// The slow loads (the tokenizer's vocabulary, which the first model turn needs, and the
 	// embedding model when memory is on) run while the server starts and the mesh provisions,
 	// instead of one after the other on the first session's path.
@@ -227,39 +262,30 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 		})
 		return nil
 	}
-	// The toolhost publishes the catalog and the executor registers its agent before anything can
-	// submit, so a bad manifest stops the mesh at once and no task meets a half-started mesh.
-	tc, err := conn("toolhost")
-	if err != nil {
-		m.stop()
-		return nil, err
+	// The toolhosts publish the catalog and the executors register their agents before anything
+	// can submit, so a bad manifest stops the mesh at once and no task meets a half-started mesh.
+	agents := append([]*config.Config{cfg}, others...)
+	for i, a := range agents {
+		if i > 0 && len(a.Tools.ManifestDirs) == 0 && len(a.Tools.Agents) == 0 {
+			continue
+		}
+		if err := m.startToolhost(sctx, a, names, home, log); err != nil {
+			m.stop()
+			return nil, err
+		}
 	}
-	var th *toolhost.Host
-	labeled("toolhost", func() {
-		th, err = toolhost.New(sctx, toolhost.Deps{Conn: tc, Names: names, Config: cfg, Logger: log.With("role", "toolhost"), Home: home})
-	})
-	if err != nil {
-		m.stop()
-		return nil, err
-	}
-	m.wg.Add(1)
-	labeled("toolhost", func() { go func() { defer m.wg.Done(); _ = th.Serve(sctx) }() })
 	cfg = m.startMemoryd(cfg, names, home, log)
-	ec, err := conn("executor")
-	if err != nil {
-		m.stop()
-		return nil, err
+	for i, a := range agents {
+		if i == 0 {
+			a = cfg
+		} else if !cfg.Memory.Enabled {
+			a = memoryOff(a) // no memoryd serves this mesh
+		}
+		if err := m.startExecutor(sctx, a, names, home, log); err != nil {
+			m.stop()
+			return nil, err
+		}
 	}
-	var ex *executor.Executor
-	labeled("executor", func() {
-		ex, err = executor.New(sctx, executor.Deps{Conn: ec, Names: names, Config: cfg, Logger: log.With("role", "executor"), Home: home})
-	})
-	if err != nil {
-		m.stop()
-		return nil, err
-	}
-	m.wg.Add(1)
-	labeled("executor", func() { go func() { defer m.wg.Done(); _ = ex.Serve(sctx) }() })
 	services := []struct {
 		role     string
 		optional bool
@@ -282,6 +308,42 @@ func startEmbedded(ctx context.Context, cfg *config.Config, home, listen string,
 		}
 	}
 	return m, nil
+}
+
+// startToolhost serves the tools of one agent's config and the agents it calls.
+func (m *embeddedMesh) startToolhost(ctx context.Context, cfg *config.Config, names protocol.Names, home string, log *slog.Logger) error {
+	tc, err := m.conn("toolhost")
+	if err != nil {
+		return err
+	}
+	var th *toolhost.Host
+	labeled("toolhost", func() {
+		th, err = toolhost.New(ctx, toolhost.Deps{Conn: tc, Names: names, Config: cfg, Logger: log.With("role", "toolhost", "agent", cfg.Agent.Name), Home: home})
+	})
+	if err != nil {
+		return fmt.Errorf("toolhost of agent %s: %w", cfg.Agent.Name, err)
+	}
+	m.wg.Add(1)
+	labeled("toolhost", func() { go func() { defer m.wg.Done(); _ = th.Serve(ctx) }() })
+	return nil
+}
+
+// startExecutor runs the steps of one agent.
+func (m *embeddedMesh) startExecutor(ctx context.Context, cfg *config.Config, names protocol.Names, home string, log *slog.Logger) error {
+	ec, err := m.conn("executor")
+	if err != nil {
+		return err
+	}
+	var ex *executor.Executor
+	labeled("executor", func() {
+		ex, err = executor.New(ctx, executor.Deps{Conn: ec, Names: names, Config: cfg, Logger: log.With("role", "executor", "agent", cfg.Agent.Name), Home: home})
+	})
+	if err != nil {
+		return fmt.Errorf("executor of agent %s: %w", cfg.Agent.Name, err)
+	}
+	m.wg.Add(1)
+	labeled("executor", func() { go func() { defer m.wg.Done(); _ = ex.Serve(ctx) }() })
+	return nil
 }
 
 // startMemoryd starts memoryd and waits until it serves. Memory is optional in one process: when
@@ -411,6 +473,9 @@ func dialMeshFull(cmd *cobra.Command, cfg *config.Config, services bool) (*bus.C
 	flagURL, _ := cmd.Flags().GetString("nats")
 	id := cliIdentity(cmd)
 	if url := service.NATSURL(flagURL, cfg); url != "" {
+		if paths, _ := cmd.Flags().GetStringArray("config"); len(paths) > 1 {
+			return nil, names, nil, nil, &exitError{code: 2, msg: "skein: several --config serve their agents in an embedded mesh; with --nats, start an executor (and a toolhost) per agent instead"}
+		}
 		credsFlag, _ := cmd.Flags().GetString("creds")
 		c, err := bus.Connect(ctx, url, "skein-cli", 5*time.Second, service.ConnectOptions(id, credsFlag, cfg)...)
 		if err != nil {
@@ -419,9 +484,12 @@ func dialMeshFull(cmd *cobra.Command, cfg *config.Config, services bool) (*bus.C
 		return c, names, nil, c.Close, nil
 	}
 	var mesh *embeddedMesh
-	var err error
+	others, err := agentConfigs(cmd, cfg)
+	if err != nil {
+		return nil, names, nil, nil, &exitError{code: 2, msg: err.Error()}
+	}
 	if services {
-		mesh, err = startEmbedded(ctx, cfg, service.Home(), "127.0.0.1:0", meshLogger(), "")
+		mesh, err = startEmbedded(ctx, cfg, others, service.Home(), "127.0.0.1:0", meshLogger(), "")
 	} else {
 		mesh, err = startServer(ctx, cfg, service.Home(), "127.0.0.1:0")
 	}

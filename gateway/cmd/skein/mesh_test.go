@@ -52,7 +52,7 @@ func leakMesh(t *testing.T) (*embeddedMesh, *bus.Conn, protocol.Names) {
 	cfg.Tools.ManifestDirs, cfg.Tools.Enabled = []string{filepath.Join(root, "examples", "tools")}, []string{"sum"}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	m, err := startEmbedded(ctx, cfg, filepath.Join(dir, "home"), "127.0.0.1:0", meshLogger(), "")
+	m, err := startEmbedded(ctx, cfg, nil, filepath.Join(dir, "home"), "127.0.0.1:0", meshLogger(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,10 @@ type Options struct {
 	// NakDelay is the first redelivery delay after an error; it doubles per delivery up to
 	// MaxNakDelay (0: 1 s and 30 s).
 	NakDelay, MaxNakDelay time.Duration
-	Logger                *slog.Logger
+	// MaxWaiting bounds the handlers that have handed their slot back while they wait (see
+	// Waiting), so the messages in hand stay bounded (0: 8 × Workers).
+	MaxWaiting int
+	Logger     *slog.Logger
 }
 
 // Worker consumes one durable consumer.
@@ -83,6 +86,9 @@ func New(ctx context.Context, c *bus.Conn, names protocol.Names, spec bus.Consum
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = max(spec.Workers, 1)
+	}
+	if opts.MaxWaiting <= 0 {
+		opts.MaxWaiting = 8 * opts.Workers
 	}
 	if opts.NakDelay <= 0 {
 		opts.NakDelay = time.Second
@@ -112,6 +118,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopGrace()
 
 	sem := make(chan struct{}, w.opts.Workers)
+	waiting := make(chan struct{}, w.opts.MaxWaiting)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -132,10 +139,70 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-sem }()
-			w.handle(hctx, ctx, msg)
+			sl := &slot{sem: sem, waiting: waiting, held: true}
+			defer sl.done()
+			w.handle(context.WithValue(hctx, slotKey{}, sl), ctx, msg)
 		}()
 	}
+}
+
+// slot is one handler's place in the pool. A handler that waits on work the pool itself may have
+// to run (an agent's step waiting for a child session of the same agent) moves from the pool to
+// the waiting places and stays there until it ends; otherwise a chain of such waits as deep as
+// the pool is wide would deadlock. It does not take a pool place back after the wait: the puller
+// holds a free place while it waits for the next message, so a handler queueing for one could
+// wait forever.
+type slot struct {
+	sem, waiting chan struct{}
+	mu           sync.Mutex
+	held         bool // the handler holds a place in sem
+	parked       bool // the handler holds a place in waiting
+}
+
+type slotKey struct{}
+
+// Waiting runs fn, a wait on other messages of the same consumer (a child session of the same
+// agent), with the calling handler's pool place handed back, so the worker pulls and runs other
+// messages meanwhile. The handler then counts against Options.MaxWaiting until it ends, so at
+// most Workers + MaxWaiting messages are in hand. When MaxWaiting handlers already wait, or ctx
+// did not come from a worker, fn runs holding the place.
+func Waiting(ctx context.Context, fn func()) {
+	if sl, _ := ctx.Value(slotKey{}).(*slot); sl != nil {
+		sl.park()
+	}
+	fn()
+}
+
+// park moves the handler from the pool to the waiting places, when there is room.
+func (s *slot) park() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.parked {
+		return
+	}
+	select {
+	case s.waiting <- struct{}{}:
+	default:
+		return
+	}
+	s.parked = true
+	if s.held {
+		<-s.sem
+		s.held = false
+	}
+}
+
+// done gives back whatever place the handler holds.
+func (s *slot) done() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held {
+		<-s.sem
+	}
+	if s.parked {
+		<-s.waiting
+	}
+	s.held, s.parked = false, false
 }
 
 func (w *Worker) handle(hctx, runCtx context.Context, m jetstream.Msg) {

@@ -181,3 +181,75 @@ func TestSlowMessagesAreHandledOnceWithinTheBound(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// A handler that waits for other messages of its own consumer (a step waiting for a child session
+// of the same agent) hands its slot back while it waits: a chain three deep completes on a pool of
+// one.
+func TestWaitingHandsTheSlotBack(t *testing.T) {
+	m := bustest.Start(t)
+	var mu sync.Mutex
+	finished := map[string]chan struct{}{}
+	doneCh := func(id string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if finished[id] == nil {
+			finished[id] = make(chan struct{})
+		}
+		return finished[id]
+	}
+	run(t, m, spec(t, m, 5), worker.Options{Workers: 1}, func(ctx context.Context, msg jetstream.Msg) error {
+		var st protocol.Step
+		if err := worker.Decode(msg, &st); err != nil {
+			return err
+		}
+		// parent → parent-c → parent-c-c: each waits for its child.
+		if len(st.SessionID) < len("parent-c-c") {
+			child := st.SessionID + "-c"
+			worker.Waiting(ctx, func() {
+				publish(t, m, step(t, child))
+				select {
+				case <-doneCh(child):
+				case <-ctx.Done():
+				}
+			})
+		}
+		close(doneCh(st.SessionID))
+		return nil
+	})
+	publish(t, m, step(t, "parent"))
+	select {
+	case <-doneCh("parent"):
+	case <-time.After(30 * time.Second):
+		t.Fatal("the chain deadlocked: a waiting handler kept its slot")
+	}
+}
+
+// Past MaxWaiting a handler keeps its slot while it waits, so what the worker holds stays bounded.
+func TestWaitingIsBounded(t *testing.T) {
+	m := bustest.Start(t)
+	release := make(chan struct{})
+	var inHand atomic.Int32
+	run(t, m, spec(t, m, 5), worker.Options{Workers: 1, MaxWaiting: 2}, func(ctx context.Context, msg jetstream.Msg) error {
+		inHand.Add(1)
+		worker.Waiting(ctx, func() {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		})
+		return nil
+	})
+	for i := range 5 {
+		publish(t, m, step(t, "w"+string(rune('a'+i))))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for inHand.Load() < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Two wait without a slot, the third waits holding the only one: nothing more is pulled.
+	time.Sleep(300 * time.Millisecond)
+	if n := inHand.Load(); n != 3 {
+		t.Fatalf("%d messages in hand, want Workers + MaxWaiting = 3", n)
+	}
+	close(release)
+}

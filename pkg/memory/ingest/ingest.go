@@ -280,6 +280,9 @@ func (e *Engine) ingestOnce(ctx context.Context, agent, session, key string, c p
 			Model: e.emb.Model(), Embedding: vec, Source: src, Status: memory.StatusActive,
 			Mined: []string{marker}, Created: now, Updated: now,
 		}
+		if src == memory.SourceSubagent || src == memory.SourceRemembered {
+			ent.SourceAgent, ent.SourceSession = c.SourceAgent, session
+		}
 		act = protocol.IngestAction{Key: key, EntryID: id, Action: ActAdded,
 			Detail: fmt.Sprintf("new lesson: no %s entry of this agent within similarity %.2f", c.Polarity, e.opt.SimilarityThreshold)}
 	}

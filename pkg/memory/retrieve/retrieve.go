@@ -261,7 +261,8 @@ func Select(hits []memory.Hit, named []string, opt Options) []protocol.Guideline
 	fenced := map[protocol.Tier]bool{}
 	for _, h := range picked {
 		g := protocol.Guideline{ID: h.Entry.ID, Text: Sanitize(h.Entry.Text), Tier: h.Entry.Tier,
-			Polarity: h.Entry.Polarity, Tools: slices.Clone(h.Entry.Tools), Score: h.Score, Why: why[h.Entry.ID]}
+			Polarity: h.Entry.Polarity, Tools: slices.Clone(h.Entry.Tools), Score: h.Score, Why: why[h.Entry.ID],
+			Source: h.Entry.Source, SourceAgent: h.Entry.SourceAgent, SourceSession: h.Entry.SourceSession}
 		if g.Text == "" {
 			continue
 		}
@@ -337,9 +338,32 @@ func fence(tier string, gs []protocol.Guideline, empty ...bool) string {
 }
 
 func line(g protocol.Guideline) string {
-	label := "learned from a success"
-	if g.Polarity == protocol.PolarityAvoid {
-		label = "learned from a failure"
+	return "- [" + Origin(g) + "] " + Sanitize(g.Text) + "\n"
+}
+
+// Origin says in a few words where a guideline came from, as the prompt shows it.
+func Origin(g protocol.Guideline) string {
+	// Agent and session ids are tokens (letters, digits, '-', '_'); anything else is dropped
+	// rather than let into the prompt.
+	agent, session := tokenOrEmpty(g.SourceAgent), tokenOrEmpty(g.SourceSession)
+	switch {
+	case g.Source == protocol.SourceSubagent && agent != "" && session != "":
+		return "found by sub-agent " + agent + " in session " + session
+	case g.Source == protocol.SourceSubagent:
+		return "found by a sub-agent"
+	case g.Source == protocol.SourceRemembered && session != "":
+		return "noted by this agent in session " + session
+	case g.Source == protocol.SourceRemembered:
+		return "noted by this agent"
+	case g.Polarity == protocol.PolarityAvoid:
+		return "learned from a failure"
 	}
-	return "- [" + label + "] " + Sanitize(g.Text) + "\n"
+	return "learned from a success"
+}
+
+func tokenOrEmpty(s string) string {
+	if !protocol.ValidToken(s) {
+		return ""
+	}
+	return s
 }

@@ -71,6 +71,7 @@ func Channels() []Channel {
 			Doc: "Call a tool, or an agent as a tool."},
 		mem(protocol.MemRetrieve, "Guidelines that fit a task, strategic first.", protocol.RetrieveRequest{}, protocol.RetrieveReply{}),
 		mem(protocol.MemIngest, "Add guidelines mined from a session.", protocol.IngestRequest{}, protocol.IngestReply{}),
+		mem(protocol.MemRemember, "Notes written in a session (remember) and a sub-agent's findings for its caller's memory.", protocol.RememberRequest{}, protocol.RememberReply{}),
 		mem(protocol.MemFeedback, "Mark retrieved entries helpful or harmful.", protocol.FeedbackRequest{}, protocol.Ack{}),
 		mem(protocol.MemInspect, "Counts per agent, tier and status, and the entries nearest a query.", protocol.MemoryInspectRequest{}, protocol.MemoryInspectReply{}),
 		mem(protocol.MemList, "A page of entries.", protocol.MemoryListRequest{}, protocol.MemoryListReply{}),
