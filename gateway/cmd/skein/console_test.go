@@ -193,10 +193,15 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Helper()
 		sctx, scancel := context.WithTimeout(bctx, 30*time.Second)
 		defer scancel()
-		v, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			fail("text of "+sel, err)
+		// A list re-rendered between finding the node and reading it is read again.
+		var v string
+		var err error
+		for try := 0; try < 3; try++ {
+			if v, err = chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel))); err == nil {
+				return v
+			}
 		}
+		fail("text of "+sel, err)
 		return v
 	}
 	shot := func(name string) {
@@ -210,6 +215,17 @@ func TestConsoleEndToEnd(t *testing.T) {
 		}
 	}
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	// click finds and clicks the element in one step inside the page: the console re-renders its
+	// lists every few seconds, so a node found by one protocol call may be gone by the next
+	// (chromedp.Click's "Could not find node with given id").
+	click := func(sel string) chromedp.Action[chromedp.Void] {
+		return chromedp.PollFunction[chromedp.Void](`(sel) => {
+			const e = document.querySelector(sel);
+			if (!e || e.getClientRects().length === 0) return false;
+			e.click();
+			return true;
+		}`, chromedp.WithPollingArgs(sel), chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))
+	}
 
 	// The first Run starts the browser: it must not carry a timeout (see chromedp.Run).
 	if err := chromedp.Do(bctx); err != nil {
@@ -228,7 +244,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	later := runToMined(ctx, t, c, names, "add 2, 3 and 5 again with the sum tool")
 	step("see a new session appear", chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, later))))
 
-	step("open the session", chromedp.Click(css(row)),
+	step("open the session", click(row),
 		chromedp.WaitVisible(css(`#d-events li[data-type="retrieval"] .guideline`)),
 		chromedp.WaitVisible(css(`#d-events li[data-type="mined"]`)),
 		chromedp.WaitVisible(css(`#d-tree li.step`)))
@@ -242,9 +258,9 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Errorf("tree %q: want the session's outcome and its tool call", tree)
 	}
 
-	step("open a session that delegated to a child agent", chromedp.Click(css(`#back`)),
+	step("open a session that delegated to a child agent", click(`#back`),
 		chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, parent))),
-		chromedp.Click(css(fmt.Sprintf(`tr[data-session=%q]`, parent))),
+		click(fmt.Sprintf(`tr[data-session=%q]`, parent)),
 		chromedp.WaitVisible(css(`#d-tree li.child .link`)))
 	child, err := chromedp.Run(bctx, chromedp.AttributeValue(css(`#d-tree li.child`), "data-child"))
 	if err != nil || child.Value == "" {
@@ -254,16 +270,16 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Errorf("tree %q: want the parent and its child agent, both successful", tree)
 	}
 	shot("console-tree.png")
-	step("follow the child", chromedp.Click(css(`#d-tree li.child .link`)),
+	step("follow the child", click(`#d-tree li.child .link`),
 		chromedp.WaitVisible(css(`#d-events li[data-type="tool_call"]`)))
 	if title := text(`#d-title`); title != child.Value {
 		t.Errorf("clicking the child opened %q; want %q", title, child.Value)
 	}
 
-	step("search memory", chromedp.Click(css(`nav button[data-view="memory"]`)),
+	step("search memory", click(`nav button[data-view="memory"]`),
 		chromedp.WaitVisible(css(`#m-rows tr[data-entry]`)),
 		chromedp.SendKeys(css(`#m-q`), "is the csv file there before I read it"),
-		chromedp.Click(css(`#m-search button`)),
+		click(`#m-search button`),
 		chromedp.WaitVisible(css(`#m-rows tr[data-entry] .why`)))
 	first, err := chromedp.Run(bctx, chromedp.AttributeValue(css(`#m-rows tr:first-child`), "data-entry"))
 	if err != nil || first.Value != "console-csv" {
@@ -271,9 +287,9 @@ func TestConsoleEndToEnd(t *testing.T) {
 	}
 	shot("console-memory.png")
 
-	step("evict an entry with confirmation", chromedp.Click(css(`tr[data-entry="console-csv"] button.evict`)),
+	step("evict an entry with confirmation", click(`tr[data-entry="console-csv"] button.evict`),
 		chromedp.WaitVisible(css(`#confirm`)),
-		chromedp.Click(css(`#confirm-yes`)),
+		click(`#confirm-yes`),
 		chromedp.WaitNotPresent(css(`tr[data-entry="console-csv"]`)))
 	if _, err := mem.Get(ctx, "console-csv"); err == nil || !strings.Contains(err.Error(), memory.ErrNotFound.Error()) {
 		t.Errorf("after evicting in the console, memoryd get: %v; want not found", err)
@@ -282,18 +298,18 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Errorf("the other entry: %+v %v", e, err)
 	}
 
-	step("usage charts", chromedp.Click(css(`nav button[data-view="usage"]`)), chromedp.WaitVisible(css(`#u-tokens-model svg rect`)))
+	step("usage charts", click(`nav button[data-view="usage"]`), chromedp.WaitVisible(css(`#u-tokens-model svg rect`)))
 	if legend := text(`#u-tokens-model .legend`); !strings.Contains(legend, cfg.LLM.Model) {
 		t.Errorf("tokens-by-model legend %q: want model %s", legend, cfg.LLM.Model)
 	}
 	shot("console-usage.png")
 
-	step("dead letters", chromedp.Click(css(`nav button[data-view="dlq"]`)), chromedp.WaitVisible(css(`#q-rows tr td.mono`)))
+	step("dead letters", click(`nav button[data-view="dlq"]`), chromedp.WaitVisible(css(`#q-rows tr td.mono`)))
 	if d := text(`#q-rows tr`); !strings.Contains(d, names.Work(agent)) || !strings.Contains(d, "#17") || !strings.Contains(d, "max deliveries reached") {
 		t.Errorf("dead letter row %q: want its origin subject, sequence and reason", d)
 	}
 
-	step("search the sessions", chromedp.Click(css(`nav button[data-view="sessions"]`)),
+	step("search the sessions", click(`nav button[data-view="sessions"]`),
 		chromedp.WaitVisible(css(row)),
 		chromedp.SendKeys(css(`#s-q`), "delegate"),
 		chromedp.WaitNotPresent(css(row)),
