@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -164,103 +165,115 @@ func ProvisionWith(ctx context.Context, js jetstream.JetStream, n protocol.Names
 	if log == nil {
 		log = slog.Default()
 	}
-	var diffs []Diff
+	var resources []resource
 	for _, want := range StreamConfigs(n, l) {
-		s, err := js.Stream(ctx, want.Name)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			if _, err := js.CreateStream(ctx, want); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				return diffs, fmt.Errorf("provision stream %s: %w", want.Name, err)
-			}
-			continue
-		}
-		if err != nil {
-			return diffs, fmt.Errorf("provision stream %s: %w", want.Name, err)
-		}
-		have := s.CachedInfo().Config
-		d := streamDiffs("stream "+want.Name, have, want)
-		if len(d) == 0 {
-			continue
-		}
-		diffs = append(diffs, d...)
-		if !opts.Apply {
-			for _, x := range d {
-				log.Warn("stream differs from the config; left as it is (run `skein mesh apply` to change it)", "diff", x.String())
-			}
-			continue
-		}
-		merged := have
-		merged.Subjects, merged.MaxAge, merged.MaxBytes, merged.MaxMsgs = want.Subjects, want.MaxAge, want.MaxBytes, want.MaxMsgs
-		merged.Discard, merged.Duplicates, merged.Replicas = want.Discard, want.Duplicates, want.Replicas
-		if _, err := js.UpdateStream(ctx, merged); err != nil {
-			return diffs, fmt.Errorf("apply stream %s: %w", want.Name, err)
-		}
-		log.Info("stream changed to the config", "stream", want.Name, "changes", len(d))
+		resources = append(resources, resource{kind: "stream", name: want.Name,
+			notFound: jetstream.ErrStreamNotFound, exists: jetstream.ErrStreamNameAlreadyInUse,
+			open: func() (jetstream.StreamConfig, error) {
+				s, err := js.Stream(ctx, want.Name)
+				if err != nil {
+					return jetstream.StreamConfig{}, err
+				}
+				return s.CachedInfo().Config, nil
+			},
+			create: func() error { _, err := js.CreateStream(ctx, want); return err },
+			diffs:  func(have jetstream.StreamConfig) []Diff { return streamDiffs("stream "+want.Name, have, want) },
+			update: func(have jetstream.StreamConfig) error {
+				// Only what the config owns changes; the rest of the operator's settings stay.
+				merged := have
+				merged.Subjects, merged.MaxAge, merged.MaxBytes, merged.MaxMsgs = want.Subjects, want.MaxAge, want.MaxBytes, want.MaxMsgs
+				merged.Discard, merged.Duplicates, merged.Replicas = want.Discard, want.Duplicates, want.Replicas
+				_, err := js.UpdateStream(ctx, merged)
+				return err
+			}})
 	}
 	for _, want := range BucketConfigs(n, l) {
-		kv, err := js.KeyValue(ctx, want.Bucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			if _, err := js.CreateKeyValue(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-				return diffs, fmt.Errorf("provision KV bucket %s: %w", want.Bucket, err)
-			}
-			continue
-		}
-		if err != nil {
-			return diffs, fmt.Errorf("provision KV bucket %s: %w", want.Bucket, err)
-		}
-		st, err := kv.Status(ctx)
-		if err != nil {
-			return diffs, fmt.Errorf("provision KV bucket %s: %w", want.Bucket, err)
-		}
-		have := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
-		d := bucketDiffs("bucket "+want.Bucket, have, want)
-		if len(d) == 0 {
-			continue
-		}
-		diffs = append(diffs, d...)
-		if !opts.Apply {
-			for _, x := range d {
-				log.Warn("bucket differs from the config; left as it is (run `skein mesh apply` to change it)", "diff", x.String())
-			}
-			continue
-		}
-		if _, err := js.UpdateKeyValue(ctx, want); err != nil {
-			return diffs, fmt.Errorf("apply KV bucket %s: %w", want.Bucket, err)
-		}
-		log.Info("bucket changed to the config", "bucket", want.Bucket, "changes", len(d))
+		resources = append(resources, resource{kind: "bucket", name: want.Bucket,
+			notFound: jetstream.ErrBucketNotFound, exists: jetstream.ErrBucketExists,
+			open: func() (jetstream.StreamConfig, error) {
+				kv, err := js.KeyValue(ctx, want.Bucket)
+				if err != nil {
+					return jetstream.StreamConfig{}, err
+				}
+				st, err := kv.Status(ctx)
+				if err != nil {
+					return jetstream.StreamConfig{}, err
+				}
+				return st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config, nil
+			},
+			create: func() error { _, err := js.CreateKeyValue(ctx, want); return err },
+			diffs:  func(have jetstream.StreamConfig) []Diff { return bucketDiffs("bucket "+want.Bucket, have, want) },
+			update: func(jetstream.StreamConfig) error { _, err := js.UpdateKeyValue(ctx, want); return err }})
 	}
 	for _, want := range ObjectStoreConfigs(n, l) {
-		obs, err := js.ObjectStore(ctx, want.Bucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			if _, err := js.CreateObjectStore(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-				return diffs, fmt.Errorf("provision object store %s: %w", want.Bucket, err)
-			}
-			continue
-		}
-		if err != nil {
-			return diffs, fmt.Errorf("provision object store %s: %w", want.Bucket, err)
-		}
-		st, err := obs.Status(ctx)
-		if err != nil {
-			return diffs, fmt.Errorf("provision object store %s: %w", want.Bucket, err)
-		}
-		have := st.(*jetstream.ObjectBucketStatus).StreamInfo().Config
-		d := objectStoreDiffs("object store "+want.Bucket, have, want)
-		if len(d) == 0 {
-			continue
-		}
+		resources = append(resources, resource{kind: "object store", name: want.Bucket,
+			notFound: jetstream.ErrBucketNotFound, exists: jetstream.ErrBucketExists,
+			open: func() (jetstream.StreamConfig, error) {
+				obs, err := js.ObjectStore(ctx, want.Bucket)
+				if err != nil {
+					return jetstream.StreamConfig{}, err
+				}
+				st, err := obs.Status(ctx)
+				if err != nil {
+					return jetstream.StreamConfig{}, err
+				}
+				return st.(*jetstream.ObjectBucketStatus).StreamInfo().Config, nil
+			},
+			create: func() error { _, err := js.CreateObjectStore(ctx, want); return err },
+			diffs: func(have jetstream.StreamConfig) []Diff {
+				return objectStoreDiffs("object store "+want.Bucket, have, want)
+			},
+			update: func(jetstream.StreamConfig) error { _, err := js.UpdateObjectStore(ctx, want); return err }})
+	}
+	var diffs []Diff
+	for _, r := range resources {
+		d, err := r.reconcile(log, opts.Apply)
 		diffs = append(diffs, d...)
-		if !opts.Apply {
-			for _, x := range d {
-				log.Warn("object store differs from the config; left as it is (run `skein mesh apply` to change it)", "diff", x.String())
-			}
-			continue
+		if err != nil {
+			return diffs, err
 		}
-		if _, err := js.UpdateObjectStore(ctx, want); err != nil {
-			return diffs, fmt.Errorf("apply object store %s: %w", want.Bucket, err)
-		}
-		log.Info("object store changed to the config", "object_store", want.Bucket, "changes", len(d))
 	}
 	return diffs, nil
+}
+
+// resource is one stream, KV bucket or object store as ProvisionWith reconciles it.
+type resource struct {
+	kind, name       string
+	notFound, exists error // what opening a missing one, and creating one made meanwhile, return
+	open             func() (jetstream.StreamConfig, error)
+	create           func() error
+	diffs            func(have jetstream.StreamConfig) []Diff
+	update           func(have jetstream.StreamConfig) error
+}
+
+// reconcile creates the resource when it is missing; otherwise it returns how it differs from
+// the config, logged, and changes it only with apply.
+func (r resource) reconcile(log *slog.Logger, apply bool) ([]Diff, error) {
+	have, err := r.open()
+	if errors.Is(err, r.notFound) {
+		if err := r.create(); err != nil && !errors.Is(err, r.exists) {
+			return nil, fmt.Errorf("provision %s %s: %w", r.kind, r.name, err)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("provision %s %s: %w", r.kind, r.name, err)
+	}
+	d := r.diffs(have)
+	if len(d) == 0 {
+		return nil, nil
+	}
+	if !apply {
+		for _, x := range d {
+			log.Warn(r.kind+" differs from the config; left as it is (run `skein mesh apply` to change it)", "diff", x.String())
+		}
+		return d, nil
+	}
+	if err := r.update(have); err != nil {
+		return d, fmt.Errorf("apply %s %s: %w", r.kind, r.name, err)
+	}
+	log.Info(r.kind+" changed to the config", strings.ReplaceAll(r.kind, " ", "_"), r.name, "changes", len(d))
+	return d, nil
 }
 
 func streamDiffs(res string, have, want jetstream.StreamConfig) []Diff {
