@@ -19,7 +19,7 @@ func runChat(t *testing.T, m *bustest.Mesh, stdin string, args ...string) (strin
 	t.Helper()
 	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
 	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().String("config", "", "")
+	root.PersistentFlags().StringArray("config", nil, "")
 	root.AddCommand(newChatCmd())
 	var out, errw bytes.Buffer
 	root.SetOut(&out)

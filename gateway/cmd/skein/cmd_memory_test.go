@@ -274,7 +274,7 @@ func TestMemoryImportShowsProgress(t *testing.T) {
 	}
 	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
 	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().String("config", "", "")
+	root.PersistentFlags().StringArray("config", nil, "")
 	root.AddCommand(newMemoryCmd())
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)

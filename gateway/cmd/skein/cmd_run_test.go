@@ -49,7 +49,7 @@ func TestRunVerboseShowsTheLearning(t *testing.T) {
 		t.Helper()
 		rootCmd := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
 		rootCmd.PersistentFlags().String("nats", "", "")
-		rootCmd.PersistentFlags().String("config", "", "")
+		rootCmd.PersistentFlags().StringArray("config", nil, "")
 		rootCmd.PersistentFlags().String("creds", "", "")
 		rootCmd.AddCommand(newRunCmd())
 		var out, errOut bytes.Buffer
