@@ -24,7 +24,7 @@ func TestCLILoadConfigMasksTheConfiguredKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := &cobra.Command{}
-	cmd.Flags().String("config", path, "")
+	cmd.Flags().StringArray("config", []string{path}, "")
 	if _, err := loadConfig(cmd); err != nil {
 		t.Fatal(err)
 	}
