@@ -183,7 +183,7 @@ func TestSlowMessagesAreHandledOnceWithinTheBound(t *testing.T) {
 // A burst larger than the pool, on the miner's consumer (which used to pull 16 ahead of its 4
 // workers): the worker pulls only what it has free workers for, so no message waits unheartbeated
 // in a buffer past the short ack wait, none is handled twice, and the consumer never has more
-// messages out than there are workers (give or take an ack in flight).
+// messages out than there are workers (give or take acks in flight).
 func TestBurstLargerThanThePoolIsHandledOnceEach(t *testing.T) {
 	m := bustest.Start(t)
 	const workers, n = 2, 8
@@ -240,8 +240,10 @@ func TestBurstLargerThanThePoolIsHandledOnceEach(t *testing.T) {
 			t.Errorf("%s handled %d times", subj, c)
 		}
 	}
-	// One more than the pool may show while an ack is on its way (acks are not waited for).
-	if peak > workers+1 {
+	// The server may hand out the next messages before it has processed the acks of the last
+	// ones (acks are not waited for), so the count may briefly show up to a pool's worth more;
+	// a worker pulling ahead shows the whole burst.
+	if peak > 2*workers {
 		t.Errorf("%d messages out at once for %d workers: some waited unheartbeated", peak, workers)
 	}
 }
