@@ -45,10 +45,6 @@ type Deps struct {
 // overcommitting it; start more executor processes (or machines) to go further.
 func DefaultConcurrency() int { return max(8, 8*runtime.NumCPU()) }
 
-// ackWait is how long a step may go without a heartbeat before JetStream redelivers it (the
-// consumer table's value). A variable so tests can prove the heartbeat with a short one.
-var ackWait = 10 * time.Second
-
 // Executor runs steps for one agent.
 type Executor struct {
 	d        Deps
@@ -183,11 +179,10 @@ func (e *Executor) keepRegistered(ctx context.Context) {
 // Serve pulls and runs steps until ctx ends.
 func (e *Executor) Serve(ctx context.Context) error {
 	agent := e.d.Config.Agent.Name
-	spec, err := bus.Consumers(e.d.Names, bus.KindExecutor, agent)
+	spec, err := bus.Consumers(e.d.Names, bus.KindExecutor, agent, e.d.Config.Mesh.AckWaitOrZero())
 	if err != nil {
 		return fmt.Errorf("executor consumer for %s: %w", agent, err)
 	}
-	spec.Config.AckWait = ackWait
 	// A busy executor pulls nothing it cannot start, so it never holds work another one could run.
 	w, err := worker.New(ctx, e.d.Conn, e.d.Names, spec, worker.Options{Workers: e.d.Concurrency,
 		MaxWaiting: e.d.Config.Executor.MaxWaiting, Logger: e.d.Logger}, e.handle)

@@ -129,12 +129,9 @@ func TestRedeliveredDoneStepIsAckedWithoutRunning(t *testing.T) {
 
 // A step that runs longer than the ack wait is kept alive by heartbeats, not redelivered.
 func TestHeartbeatKeepsLongStepFromRedelivery(t *testing.T) {
-	old := ackWait
-	ackWait = 2 * time.Second
-	t.Cleanup(func() { ackWait = old })
-
 	m := startMesh(t, testdata(t, "tools"), testTools...)
 	cfg := testConfig(testdata(t, "tools"), testTools...)
+	cfg.Mesh.AckWait = "2s" // mesh.ack_wait reaches the executor's consumer
 	x := m.executor(t, cfg, scriptBackend(t, `
 rules:
   - when: {last: "slept_s"}
@@ -154,6 +151,9 @@ rules:
 		t.Fatalf("result %+v", res)
 	}
 	info := awaitSettled(t, m, cfg.Agent.Name, 1)
+	if info.Config.AckWait != 2*time.Second {
+		t.Fatalf("consumer AckWait %v, want mesh.ack_wait's 2s", info.Config.AckWait)
+	}
 	if info.NumRedelivered != 0 || info.Delivered.Consumer != 1 {
 		t.Errorf("consumer delivered %d times (%d redelivered), want once", info.Delivered.Consumer, info.NumRedelivered)
 	}

@@ -71,7 +71,10 @@ func Run(ctx context.Context, d Deps) error {
 		if m == nil {
 			m = &trace.Mirror{}
 		}
-		m.JS, m.Names, m.Home, m.Logger = d.Conn.JS, d.Names, d.Home, d.Logger
+		m.Conn, m.Names, m.Home, m.Logger = d.Conn, d.Names, d.Home, d.Logger
+		if d.Config != nil {
+			m.AckWait = d.Config.Mesh.AckWaitOrZero()
+		}
 		go func() { errc <- m.Run(ctx) }()
 	}
 	if d.HTTPAddr != "" {

@@ -111,7 +111,7 @@ func Run(ctx context.Context, d Deps) error {
 	// since memoryd may be stopping too and the miner must not hold a shutdown for minutes. A
 	// session that cannot be mined in a few minutes (memoryd down) is retried later rather than
 	// holding up every session behind it.
-	spec, err := bus.Consumers(d.Names, bus.KindMiner, "")
+	spec, err := bus.Consumers(d.Names, bus.KindMiner, "", d.Config.Mesh.AckWaitOrZero())
 	if err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func Run(ctx context.Context, d Deps) error {
 		timeout time.Duration
 		fn      func(context.Context, []byte) error
 	}{{bus.KindPlannerTasks, taskTimeout, p.onTask}, {bus.KindPlannerResults, resultTimeout, p.onResult}} {
-		spec, err := bus.Consumers(d.Names, c.kind, "")
+		spec, err := bus.Consumers(d.Names, c.kind, "", d.Config.Mesh.AckWaitOrZero())
 		if err != nil {
 			return err
 		}

@@ -341,11 +341,9 @@ func IsNotFound(err error) bool {
 type ConsumerSpec struct {
 	Stream string
 	Config jetstream.ConsumerConfig
-	// Workers is the default size of a process's worker pool for it.
+	// Workers is the default size of a process's worker pool for it. A process pulls only as
+	// many messages as it has free workers, so every message it holds is heartbeated.
 	Workers int
-	// Prefetch is how many messages a process pulls ahead of its free workers: a message waiting
-	// in a client buffer is not heartbeated, so it stays small.
-	Prefetch int
 }
 
 // Consumer kinds (the executor's consumer is one per agent).
@@ -353,22 +351,29 @@ const (
 	KindPlannerTasks   = protocol.ConsumerPlanner
 	KindPlannerResults = protocol.ConsumerPlannerResults
 	KindMiner          = protocol.ConsumerMiner
+	KindMirror         = protocol.ConsumerMirror
 	KindExecutor       = "executor"
 )
 
-// Consumers returns the settings of one kind of consumer (agent names the executor's). AckWait
-// is short so a crashed process's work comes back in seconds; workers heartbeat (InProgress)
-// every third of it while they handle a message, so slow work is not redelivered.
-func Consumers(n protocol.Names, kind, agent string) (ConsumerSpec, error) {
-	const ackWait = 10 * time.Second
+// DefaultAckWait is a consumer's AckWait when mesh.ack_wait is unset.
+const DefaultAckWait = 10 * time.Second
+
+// Consumers returns the settings of one kind of consumer (agent names the executor's). ackWait
+// is mesh.ack_wait (0: DefaultAckWait); it is short so a crashed process's work comes back in
+// seconds, and workers heartbeat (InProgress) every third of it while they handle a message, so
+// slow work is not redelivered.
+func Consumers(n protocol.Names, kind, agent string, ackWait time.Duration) (ConsumerSpec, error) {
+	if ackWait <= 0 {
+		ackWait = DefaultAckWait
+	}
 	switch kind {
 	case KindPlannerTasks:
-		return ConsumerSpec{Stream: n.Stream(protocol.StreamTasks), Workers: 8, Prefetch: 1, Config: jetstream.ConsumerConfig{
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamTasks), Workers: 8, Config: jetstream.ConsumerConfig{
 			Durable: protocol.ConsumerPlanner, FilterSubject: n.TaskAll(), Description: "planner: new sessions",
 			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10, MaxAckPending: 1000,
 		}}, nil
 	case KindPlannerResults:
-		return ConsumerSpec{Stream: n.Stream(protocol.StreamResults), Workers: 8, Prefetch: 1, Config: jetstream.ConsumerConfig{
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamResults), Workers: 8, Config: jetstream.ConsumerConfig{
 			Durable: protocol.ConsumerPlannerResults, FilterSubject: n.ResultAll(), Description: "planner: step results",
 			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10, MaxAckPending: 1000,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -376,17 +381,26 @@ func Consumers(n protocol.Names, kind, agent string) (ConsumerSpec, error) {
 	case KindMiner:
 		// Everything still in the stream is mined once; mining is idempotent, so a first start
 		// on an old stream only costs time. Most trace events are acked at once (only a
-		// session's usage event is mined), so the miner pulls further ahead than the others.
-		return ConsumerSpec{Stream: n.Stream(protocol.StreamTrace), Workers: 4, Prefetch: 16, Config: jetstream.ConsumerConfig{
+		// session's usage event is mined), so they never keep a worker long.
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamTrace), Workers: 4, Config: jetstream.ConsumerConfig{
 			Durable: protocol.ConsumerMiner, FilterSubject: n.TraceAll(), Description: "mines finished sessions into guidelines",
-			AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 5, MaxAckPending: 256,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5, MaxAckPending: 256,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}}, nil
+	case KindMirror:
+		// The gateway's copy of the trace into local files: one event at a time keeps each file
+		// in stream order; only events from its first start on (older ones are in the stream).
+		// A write that keeps failing (a full disk) ends in the DLQ, not in a loop.
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamTrace), Workers: 1, Config: jetstream.ConsumerConfig{
+			Durable: protocol.ConsumerMirror, FilterSubject: n.TraceAll(), Description: "gateway: trace files under the mesh home",
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10, MaxAckPending: 1,
+			DeliverPolicy: jetstream.DeliverNewPolicy,
 		}}, nil
 	case KindExecutor:
 		if err := protocol.CheckToken("agent name", agent); err != nil {
 			return ConsumerSpec{}, err
 		}
-		return ConsumerSpec{Stream: n.Stream(protocol.StreamWork), Workers: 4, Prefetch: 1, Config: jetstream.ConsumerConfig{
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamWork), Workers: 4, Config: jetstream.ConsumerConfig{
 			Durable: n.ExecutorConsumer(agent), FilterSubject: n.Work(agent), Description: "executors of agent " + agent,
 			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5, MaxAckPending: 1000,
 		}}, nil

@@ -227,6 +227,9 @@ type Mesh struct {
 	// QueueTimeout is how long a running session waits after its agent's registration lapsed
 	// (no executor serves it any more) before a planner ends it failed (a duration, like 5m).
 	QueueTimeout string `yaml:"queue_timeout"`
+	// AckWait is how long a message a role is handling may go without an in-progress heartbeat
+	// before JetStream delivers it again (a duration; empty: 10s). Every consumer uses it.
+	AckWait string `yaml:"ack_wait"`
 	// Limits bound every stream and bucket; what is left empty keeps its default.
 	Limits MeshLimits `yaml:"limits"`
 }
@@ -275,6 +278,9 @@ const DefaultAgentTTL = 45 * time.Second
 func (m Mesh) AgentTTLOrDefault() time.Duration {
 	return DurationOr(m.AgentTTL, DefaultAgentTTL)
 }
+
+// AckWaitOrZero is mesh.ack_wait as a duration, 0 when unset (the consumer table's default).
+func (m Mesh) AckWaitOrZero() time.Duration { return DurationOr(m.AckWait, 0) }
 
 // DefaultQueueTimeout is mesh.queue_timeout when unset.
 const DefaultQueueTimeout = 5 * time.Minute

@@ -421,7 +421,7 @@ func (c *Config) Validate() Errors {
 	if c.Mesh.Replicas != 1 && c.Mesh.Replicas != 3 && c.Mesh.Replicas != 5 {
 		bad("mesh.replicas", "must be 1, 3 or 5, got %d", c.Mesh.Replicas)
 	}
-	durations := map[string]string{"mesh.agent_ttl": c.Mesh.AgentTTL, "mesh.queue_timeout": c.Mesh.QueueTimeout, "mesh.limits.session_ttl": c.Mesh.Limits.SessionTTL,
+	durations := map[string]string{"mesh.agent_ttl": c.Mesh.AgentTTL, "mesh.queue_timeout": c.Mesh.QueueTimeout, "mesh.ack_wait": c.Mesh.AckWait, "mesh.limits.session_ttl": c.Mesh.Limits.SessionTTL,
 		"mesh.limits.tool_call_ttl": c.Mesh.Limits.ToolCallTTL, "mesh.limits.step_ttl": c.Mesh.Limits.StepTTL}
 	for name, sl := range c.Mesh.Limits.Streams() {
 		key := "mesh.limits." + strings.ToLower(name)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -24,12 +26,16 @@ func JSONLPath(home, session string) string {
 func LogPath(home, session string) string { return filepath.Join(home, "logs", session+".log") }
 
 // Mirror copies every trace event into $home/traces/<session>.jsonl and $home/logs/<session>.log.
-// It is a durable consumer, so a restart resumes where it stopped and writes nothing twice.
+// It is a durable consumer run by the mesh's one JetStream worker (settings in bus.Consumers,
+// kind bus.KindMirror), so a restart resumes where it stopped and writes nothing twice, and an
+// event that cannot be decoded or written reaches the DLQ with its reason.
 type Mirror struct {
-	JS     jetstream.JetStream
+	Conn   *bus.Conn
 	Names  protocol.Names
 	Home   string
 	Logger *slog.Logger
+	// AckWait is mesh.ack_wait (0: the table's default).
+	AckWait time.Duration
 
 	mu   sync.Mutex
 	done map[string]chan struct{}
@@ -54,41 +60,39 @@ func (m *Mirror) Run(ctx context.Context) error {
 			return fmt.Errorf("trace mirror: %w", err)
 		}
 	}
-	c, err := m.JS.CreateOrUpdateConsumer(ctx, m.Names.Stream(protocol.StreamTrace), jetstream.ConsumerConfig{
-		Durable:       protocol.ConsumerMirror,
-		FilterSubject: m.Names.TraceAll(),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverNewPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 1, // one at a time keeps each file in stream order
-	})
-	if err != nil {
-		return fmt.Errorf("trace mirror consumer: %w", err)
+	logger := m.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
-	cc, err := c.Consume(func(msg jetstream.Msg) {
-		var ev protocol.Event
-		if err := protocol.Unmarshal(msg.Data(), &ev); err != nil {
-			m.Logger.Warn("trace mirror: skip undecodable event", "subject", msg.Subject(), "err", err)
-			_ = msg.Term()
-			return
-		}
-		if err := m.write(ev); err != nil {
-			m.Logger.Error("trace mirror: write", "session", ev.SessionID, "err", err)
-			_ = msg.NakWithDelay(time.Second)
-			return
-		}
-		_ = msg.Ack()
-		if ev.Type == protocol.EvUsage {
-			m.signal(ev.SessionID)
-		}
-	})
+	spec, err := bus.Consumers(m.Names, bus.KindMirror, "", m.AckWait)
 	if err != nil {
-		return fmt.Errorf("trace mirror consume: %w", err)
+		return fmt.Errorf("trace mirror: %w", err)
 	}
-	<-ctx.Done()
-	cc.Drain()
-	<-cc.Closed()
+	w, err := worker.New(ctx, m.Conn, m.Names, spec, worker.Options{Logger: logger, Acked: m.acked}, m.handle)
+	if err != nil {
+		return fmt.Errorf("trace mirror: %w", err)
+	}
+	return w.Run(ctx)
+}
+
+func (m *Mirror) handle(_ context.Context, msg jetstream.Msg) error {
+	var ev protocol.Event
+	if err := worker.Decode(msg, &ev); err != nil {
+		return err
+	}
+	if err := m.write(ev); err != nil {
+		return fmt.Errorf("trace mirror: write session %s: %w", ev.SessionID, err)
+	}
 	return nil
+}
+
+// acked tells Done's waiters once a session's usage event is written and acked, so a one-shot
+// run stopping its mesh then leaves nothing to mirror again on the next start.
+func (m *Mirror) acked(msg jetstream.Msg) {
+	var ev protocol.Event
+	if protocol.Unmarshal(msg.Data(), &ev) == nil && ev.Type == protocol.EvUsage {
+		m.signal(ev.SessionID)
+	}
 }
 
 func (m *Mirror) write(ev protocol.Event) error {

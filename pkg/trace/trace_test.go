@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -108,7 +111,7 @@ func TestReadFollowAndListSeeEventsInOrder(t *testing.T) {
 func TestMirrorWritesJSONLAndLogAndSignalsTheEnd(t *testing.T) {
 	m := bustest.Start(t)
 	home := t.TempDir()
-	mirror := &trace.Mirror{JS: m.Conn.JS, Names: m.Names, Home: home, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	mirror := &trace.Mirror{Conn: m.Conn, Names: m.Names, Home: home, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mirror.Run(ctx) }()
@@ -167,6 +170,67 @@ func TestMirrorWritesJSONLAndLogAndSignalsTheEnd(t *testing.T) {
 		if st, err := os.Stat(filepath.Dir(p)); err != nil || st.Mode().Perm() != 0o700 {
 			t.Errorf("%s: mode %v %v, want 0700", filepath.Dir(p), st.Mode().Perm(), err)
 		}
+	}
+}
+
+// The mirror runs on the mesh's one worker with the consumer table's settings: a trace event it
+// cannot decode reaches the DLQ with its reason (it used to be terminated and lost), and the
+// events after it are still mirrored.
+func TestMirrorRunsOnTheWorkerAndDeadLettersGarbage(t *testing.T) {
+	m := bustest.Start(t)
+	home := t.TempDir()
+	mirror := &trace.Mirror{Conn: m.Conn, Names: m.Names, Home: home, AckWait: 3 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mirror.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	finished := mirror.Done("s-7")
+	var info *jetstream.ConsumerInfo
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := m.Conn.JS.Consumer(ctx, m.Names.Stream(protocol.StreamTrace), protocol.ConsumerMirror); err == nil {
+			if info, err = c.Info(ctx); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("mirror consumer never appeared")
+		}
+	}
+	want, err := bus.Consumers(m.Names, bus.KindMirror, "", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.AckWait != want.Config.AckWait || info.Config.MaxDeliver != want.Config.MaxDeliver ||
+		info.Config.MaxAckPending != want.Config.MaxAckPending || info.Config.DeliverPolicy != jetstream.DeliverNewPolicy {
+		t.Fatalf("mirror consumer %+v, want the table's %+v", info.Config, want.Config)
+	}
+
+	if _, err := m.Conn.JS.Publish(ctx, m.Names.Trace("s-7"), []byte("not an event")); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, m, session("s-7"))
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("mirror never signalled the session's usage event")
+	}
+	dlq, err := m.Conn.JS.Stream(ctx, m.Names.Stream(protocol.StreamDLQ))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *jetstream.RawStreamMsg
+	for deadline := time.Now().Add(10 * time.Second); got == nil; time.Sleep(20 * time.Millisecond) {
+		got, _ = dlq.GetLastMsgForSubject(ctx, ">")
+		if got == nil && time.Now().After(deadline) {
+			t.Fatal("the undecodable trace event never reached the DLQ")
+		}
+	}
+	if r := got.Header.Get(bus.HeaderDLQReason); !strings.Contains(r, "undecodable") || string(got.Data) != "not an event" ||
+		got.Header.Get(bus.HeaderDLQSubject) != m.Names.Trace("s-7") {
+		t.Fatalf("dead letter %q reason %q headers %v", got.Data, r, got.Header)
+	}
+	if b, err := os.ReadFile(trace.JSONLPath(home, "s-7")); err != nil || strings.Count(string(b), "\n") != 4 {
+		t.Fatalf("jsonl after the garbage: %v\n%s", err, b)
 	}
 }
 

@@ -121,7 +121,7 @@ func newRunCmd() *cobra.Command {
 			}
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			var rep protocol.SubmitReply
-			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli", Budget: budget}, &rep, 5*time.Second)
+			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli", Budget: budget}, &rep, submitTry)
 			cancel()
 			if err != nil {
 				return &exitError{code: exitTransient, msg: fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err)}
@@ -149,7 +149,9 @@ func newRunCmd() *cobra.Command {
 			defer fcancel()
 			// An embedded run also waits for its own miner, so the lesson of this run is in memory
 			// before the next one starts; against a remote mesh the miner works on its own time.
-			waitMiner := mesh != nil && cfg.Miner.Enabled && cfg.Memory.Enabled
+			// With memory off, or memoryd not started (its models missing), nothing is mined into
+			// memory, so the run ends at its answer.
+			waitMiner := mesh != nil && cfg.Miner.Enabled && mesh.memoryOn
 			var ended bool
 			var mined *protocol.Event
 			followCtx, stopFollow := context.WithCancel(fctx)
@@ -171,7 +173,7 @@ func newRunCmd() *cobra.Command {
 						res.Outcome = string(ev.Outcome)
 					}
 					ended = true
-					if waitMiner && ev.Role != protocol.RoleMiner && memorydUp(ctx, conn, names) {
+					if waitMiner && ev.Role != protocol.RoleMiner && waitingForMiner() && memorydUp(ctx, conn, names) {
 						time.AfterFunc(60*time.Second, stopFollow)
 						return true
 					}
@@ -211,7 +213,7 @@ func newRunCmd() *cobra.Command {
 				case !asJSON:
 					printLearned(out, mined)
 				}
-			} else if verbose && cfg.Miner.Enabled && cfg.Memory.Enabled {
+			} else if verbose && cfg.Miner.Enabled && cfg.Memory.Enabled && (mesh == nil || mesh.memoryOn) {
 				// Against a remote mesh the miner works on its own time (see waitMiner).
 				fmt.Fprintf(cmd.ErrOrStderr(), "  miner: its decisions come once it has mined the session: skein trace show %s\n", rep.SessionID)
 			}
@@ -319,6 +321,14 @@ func (p *progress) done() {
 // memorydUp reports whether memoryd answers, so a run only waits for mining that can happen.
 // It asks once: by the time a session has ended memoryd has had its chance to start, and
 // retrying "no responders" here only made every run without memoryd wait a dead 3 s.
+// submitTry is how long `skein run` waits for the gateway's answer before it submits again (with
+// the same session id, so a slow first try makes no second session).
+var submitTry = 5 * time.Second
+
+// waitingForMiner is called when an embedded run, past its answer, goes on to ask for memoryd
+// and wait for its miner; it returns true. Tests replace it to see the path is not taken.
+var waitingForMiner = func() bool { return true }
+
 func memorydUp(ctx context.Context, conn *bus.Conn, names protocol.Names) bool {
 	data, err := protocol.Marshal(&protocol.MemoryHealthRequest{})
 	if err != nil {

@@ -93,6 +93,9 @@ type embeddedMesh struct {
 	tls    config.TLS
 	// emb is the embedder loaded while the server starts (nil when memory is off).
 	emb *preload
+	// memoryOn says whether memoryd serves this mesh: memory is enabled and memoryd started
+	// (it is off when its models are missing or it failed, whatever the config says).
+	memoryOn bool
 	// admin provisions the mesh and asks memoryd what it holds (memoryd's own identity may
 	// serve memory subjects but not call them).
 	admin *bus.Conn
@@ -275,6 +278,7 @@ func startEmbedded(ctx context.Context, cfg *config.Config, others []*config.Con
 		}
 	}
 	cfg = m.startMemoryd(cfg, names, home, log)
+	m.memoryOn = cfg.Memory.Enabled
 	for i, a := range agents {
 		if i == 0 {
 			a = cfg

@@ -65,7 +65,9 @@ type Options struct {
 	// MaxWaiting bounds the handlers that have handed their slot back while they wait (see
 	// Waiting), so the messages in hand stay bounded (0: 8 × Workers).
 	MaxWaiting int
-	Logger     *slog.Logger
+	// Acked, when set, is called after a message the handler handled is acked.
+	Acked  func(jetstream.Msg)
+	Logger *slog.Logger
 }
 
 // Worker consumes one durable consumer.
@@ -103,15 +105,14 @@ func New(ctx context.Context, c *bus.Conn, names protocol.Names, spec bus.Consum
 	return &Worker{c: c, names: names, spec: spec, cons: cons, opts: opts, fn: fn}, nil
 }
 
+// fetchWait is how long one pull request waits for messages before the worker asks again.
+const fetchWait = 5 * time.Second
+
 // Run pulls and handles messages until ctx ends, then waits for the handlers running (within
-// the grace period) and returns nil.
+// the grace period) and returns nil. It pulls only as many messages as it has free workers, and
+// hands each to a worker as it arrives, so every message it holds is heartbeated: none waits
+// unseen in a client buffer until its AckWait lapses and it is delivered a second time.
 func (w *Worker) Run(ctx context.Context) error {
-	it, err := w.cons.Messages(jetstream.PullMaxMessages(max(w.spec.Prefetch, 1)))
-	if err != nil {
-		return fmt.Errorf("pull from %s: %w", w.spec.Config.Durable, err)
-	}
-	stopIt := context.AfterFunc(ctx, it.Stop)
-	defer stopIt()
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(w.opts.Grace, cancel) })
@@ -122,27 +123,73 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
+		// Take one free place (waiting for it), then every other one free now.
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
-		msg, err := it.Next()
+		free := 1
+	more:
+		for free < w.opts.Workers {
+			select {
+			case sem <- struct{}{}:
+				free++
+			default:
+				break more
+			}
+		}
+		fctx, fcancel := context.WithTimeout(ctx, fetchWait)
+		batch, err := w.cons.Fetch(free, jetstream.FetchContext(fctx))
 		if err != nil {
-			<-sem
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			fcancel()
+			for ; free > 0; free-- {
+				<-sem
+			}
+			if ctx.Err() != nil {
 				return nil
 			}
 			w.opts.Logger.Warn("pull", "err", err)
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return nil
+			}
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sl := &slot{sem: sem, waiting: waiting, held: true}
-			defer sl.done()
-			w.handle(context.WithValue(hctx, slotKey{}, sl), ctx, msg)
-		}()
+		msgs := batch.Messages()
+	recv:
+		for free > 0 {
+			select {
+			case msg, ok := <-msgs:
+				if !ok {
+					break recv
+				}
+				free--
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sl := &slot{sem: sem, waiting: waiting, held: true}
+					defer sl.done()
+					w.handle(context.WithValue(hctx, slotKey{}, sl), ctx, msg)
+				}()
+			case <-ctx.Done():
+				// Stopping: whatever the open pull still brings goes back at once.
+				go func() {
+					for msg := range msgs {
+						_ = msg.Nak()
+					}
+				}()
+				break recv
+			}
+		}
+		fcancel()
+		for ; free > 0; free-- {
+			<-sem
+		}
+		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			w.opts.Logger.Warn("pull", "err", err)
+		}
 	}
 }
 
@@ -246,6 +293,9 @@ func (w *Worker) settle(runCtx context.Context, m jetstream.Msg, err error) {
 	case err == nil:
 		if aerr := m.Ack(); aerr != nil {
 			log.Warn("ack", "err", aerr)
+		}
+		if w.opts.Acked != nil {
+			w.opts.Acked(m)
 		}
 		return
 	case IsPermanent(err):

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,11 +22,10 @@ import (
 // heartbeats matter.
 func spec(t *testing.T, m *bustest.Mesh, maxDeliver int) bus.ConsumerSpec {
 	t.Helper()
-	s, err := bus.Consumers(m.Names, bus.KindExecutor, "w")
+	s, err := bus.Consumers(m.Names, bus.KindExecutor, "w", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Config.AckWait = time.Second
 	s.Config.MaxDeliver = maxDeliver
 	return s
 }
@@ -177,6 +177,74 @@ func TestSlowMessagesAreHandledOnceWithinTheBound(t *testing.T) {
 	}
 	if p := peak.Load(); p > workers || p < 2 {
 		t.Errorf("peak concurrency %d, want exactly %d", p, workers)
+	}
+}
+
+// A burst larger than the pool, on the miner's consumer (which used to pull 16 ahead of its 4
+// workers): the worker pulls only what it has free workers for, so no message waits unheartbeated
+// in a buffer past the short ack wait, none is handled twice, and the consumer never has more
+// messages out than there are workers (give or take acks in flight).
+func TestBurstLargerThanThePoolIsHandledOnceEach(t *testing.T) {
+	m := bustest.Start(t)
+	const workers, n = 2, 8
+	s, err := bus.Consumers(m.Names, bus.KindMiner, "", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	wg.Add(n)
+	run(t, m, s, worker.Options{Workers: workers}, func(ctx context.Context, msg jetstream.Msg) error {
+		time.Sleep(700 * time.Millisecond) // 4 rounds of 2: the last waits 2.1 s, twice the ack wait
+		mu.Lock()
+		seen[msg.Subject()]++
+		first := seen[msg.Subject()] == 1
+		mu.Unlock()
+		if first {
+			wg.Done()
+		}
+		return nil
+	})
+	for i := range n {
+		if _, err := m.Conn.JS.Publish(context.Background(), m.Names.Trace(fmt.Sprintf("s%d", i)), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := m.Conn.JS.Consumer(ctx, s.Stream, s.Config.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allSeen := make(chan struct{})
+	go func() { wg.Wait(); close(allSeen) }()
+	peak := 0
+	for done := false; !done; {
+		select {
+		case <-allSeen:
+			done = true
+		case <-ctx.Done():
+			t.Fatal("the burst was not handled")
+		case <-time.After(50 * time.Millisecond):
+		}
+		if info, err := cons.Info(ctx); err == nil {
+			peak = max(peak, info.NumAckPending)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // room for a wrong redelivery to show up
+	mu.Lock()
+	defer mu.Unlock()
+	for subj, c := range seen {
+		if c != 1 {
+			t.Errorf("%s handled %d times", subj, c)
+		}
+	}
+	// The server may hand out the next messages before it has processed the acks of the last
+	// ones (acks are not waited for), so the count may briefly show up to a pool's worth more;
+	// a worker pulling ahead shows the whole burst.
+	if peak > 2*workers {
+		t.Errorf("%d messages out at once for %d workers: some waited unheartbeated", peak, workers)
 	}
 }
 
