@@ -288,10 +288,13 @@ func TestSubagentUpServesEveryConfig(t *testing.T) {
 	}
 }
 
+// relayScript makes an agent pass its task on to next and answer with what next said; when next
+// refused or did not accomplish it, the agent reports through finish that it did not either.
 func relayScript(next string) string {
+	stop := `{name: finish, args: {accomplished: false, answer: "stopped below ` + next + `", reason: "` + next + ` could not relay it"}}`
 	return `rules:
-  - when: {last: "(?s)refused the task"}
-    reply: {text: "stopped below ` + next + `"}
+  - when: {last: "(?s)refused the task|not_accomplished"}
+    reply: {tool_calls: [` + stop + `]}
   - when: {last: "(?s)final_text"}
     reply: {text: "relayed from ` + next + `"}
   - when: {last: "(?i)relay"}
@@ -319,10 +322,11 @@ func TestSubagentCycleInOneRunEndsAtTheDepthLimit(t *testing.T) {
 		"pong.yaml": agent("pong", "ping"), "pong.script.yaml": relayScript("ping"),
 	})
 	r := skein(t, dir, env, "", "run", "--config", "ping.yaml", "--config", "pong.yaml", "--json", "Please relay the question.")
-	if r.code != 0 {
+	// It ends (no hang), and honestly: the bottom of the cycle was refused, so nobody relayed it.
+	if r.code != 1 {
 		t.Fatalf("run: %s", r)
 	}
-	if res := parseRunJSON(t, r); res.FinalText != "relayed from pong" {
-		t.Fatalf("answer %q", res.FinalText)
+	if res := parseRunJSON(t, r); res.Outcome != "not_accomplished" || res.FinalText != "stopped below pong" {
+		t.Fatalf("ended %s with %q, want not_accomplished: stopped below pong", res.Outcome, res.FinalText)
 	}
 }

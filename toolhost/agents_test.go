@@ -30,7 +30,9 @@ import (
 // the boss's model reads and answers about.
 const bossScript = `rules:
   - when: {last: "refused the task"}
-    reply: {text: "The helper could not take it."}
+    reply:
+      tool_calls:
+        - {name: finish, args: {accomplished: false, answer: "The helper could not take it.", reason: "the helper refused the task"}}
   - when: {last: "(?s)session_id.*four"}
     reply: {text: "The helper says the answer is four."}
   - when: {last: "ask the helper"}
@@ -274,9 +276,10 @@ func TestAgentToolRefusedPastMaxDepth(t *testing.T) {
 		!strings.Contains(call.Result.Error, "allows 1") {
 		t.Fatalf("helper call past max_depth = %+v, want a tool_error naming the limit", call.Result)
 	}
-	final := only(t, evs, protocol.EvFinal)
-	if !strings.Contains(final.Text, "could not take it") {
-		t.Fatalf("boss answered %q; its model should have read the refusal", final.Text)
+	// The boss could not get its answer, and says so through finish: not accomplished.
+	final := only(t, evs, protocol.EvIncomplete)
+	if final.Outcome != protocol.OutcomeNotAccomplished || !strings.Contains(final.Text, "could not take it") {
+		t.Fatalf("boss ended %s with %q; its model should have read the refusal and reported it", final.Outcome, final.Text)
 	}
 	if kids := childSessions(t, m, boss); len(kids) != 0 {
 		t.Fatalf("a refused call started %+v", kids)

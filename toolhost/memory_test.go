@@ -284,7 +284,9 @@ func TestParentLearnsHowToUseTheChild(t *testing.T) {
 `, 2)
 	boss := agentConfig(t, "boss", `rules:
   - when: {last: "(?s)not_accomplished"}
-    reply: {text: "The scout could not find it."}
+    reply:
+      tool_calls:
+        - {name: finish, args: {accomplished: false, answer: "The scout could not find it.", reason: "the scout found no code"}}
   - when: {last: "vault code"}
     reply:
       tool_calls:
@@ -301,8 +303,8 @@ func TestParentLearnsHowToUseTheChild(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	s := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "What is the vault code?"})
-	if f := only(t, waitDone(t, m, s), protocol.EvFinal); f.Text != "The scout could not find it." {
-		t.Fatalf("boss answered %q", f.Text)
+	if f := only(t, waitDone(t, m, s), protocol.EvIncomplete); f.Outcome != protocol.OutcomeNotAccomplished || f.Text != "The scout could not find it." {
+		t.Fatalf("boss ended %s with %q, want not_accomplished with its answer", f.Outcome, f.Text)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {

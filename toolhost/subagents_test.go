@@ -61,12 +61,14 @@ func agentMesh(t *testing.T, agents ...*config.Config) *bustest.Mesh {
 	return m
 }
 
-// relayScript makes an agent pass its task on to next and answer with what next said, or with
-// "stopped: <why>" when next refused or failed.
+// relayScript makes an agent pass its task on to next and answer with what next said; when next
+// refused or did not accomplish it, the agent reports through finish that it did not either
+// ("stopped below <next>").
 func relayScript(next string) string {
+	stop := `{name: finish, args: {accomplished: false, answer: "stopped below ` + next + `", reason: "` + next + ` could not relay it"}}`
 	return `rules:
-  - when: {last: "(?s)refused the task: (.*)"}
-    reply: {text: "stopped below ` + next + `"}
+  - when: {last: "(?s)refused the task|not_accomplished"}
+    reply: {tool_calls: [` + stop + `]}
   - when: {last: "(?s)final_text"}
     reply: {text: "relayed from ` + next + `"}
   - when: {last: "(?i)relay"}
@@ -128,8 +130,9 @@ func TestAgentCycleEndsAtTheDepthLimit(t *testing.T) {
 	m := agentMesh(t, ping, pong)
 	root := submit(t, m, protocol.SubmitRequest{Agent: "ping", Task: "Please relay the question down."})
 	evs := waitDone(t, m, root)
-	final := only(t, evs, protocol.EvFinal)
-	if final.Outcome != protocol.OutcomeSuccess || final.Text != "relayed from pong" {
+	// Nobody at the bottom could relay it, and each level says so: not accomplished.
+	final := only(t, evs, protocol.EvIncomplete)
+	if final.Outcome != protocol.OutcomeNotAccomplished || final.Text != "stopped below pong" {
 		t.Fatalf("ping ended %s with %q", final.Outcome, final.Text)
 	}
 	tree := descendants(t, m, root)
@@ -142,7 +145,7 @@ func TestAgentCycleEndsAtTheDepthLimit(t *testing.T) {
 	if call.Result == nil || call.Result.OK || !strings.Contains(call.Result.Error, "3 deep") || !strings.Contains(call.Result.Error, "allows 2") {
 		t.Fatalf("call past the depth limit = %+v, want a refusal naming depth 3 and the limit 2", call.Result)
 	}
-	if f := only(t, deepest, protocol.EvFinal); f.Text != "stopped below pong" {
+	if f := only(t, deepest, protocol.EvIncomplete); f.Text != "stopped below pong" {
 		t.Fatalf("deepest ping answered %q, want it to read the refusal", f.Text)
 	}
 }
