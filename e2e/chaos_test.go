@@ -71,6 +71,7 @@ func freePortNum(t *testing.T) int {
 type natsNode struct {
 	name, conf string
 	p          *proc
+	logs       []string // one per start
 }
 
 // newNATSNode writes a node's config: its ports, store, routes and the rendered permission
@@ -90,6 +91,7 @@ func newNATSNode(t *testing.T, name string, port, cluster int, routes []string, 
 
 func (n *natsNode) start(t *testing.T, bin string, env []string) {
 	n.p = startBin(t, env, n.name, bin, "-c", n.conf)
+	n.logs = append(n.logs, n.p.log)
 }
 
 // startBin is start for a binary given by path.
@@ -144,9 +146,12 @@ func TestChaos(t *testing.T) {
 	}
 	// Sessions per second (keep it below what the mesh drains, or the figures measure a queue),
 	// seconds of calm before the faults, seconds between one fault and the next.
-	rate := chaosSetting(t, "SKEIN_CHAOS_RATE", 2)
-	calmFor := time.Duration(chaosSetting(t, "SKEIN_CHAOS_CALM_S", 30) * float64(time.Second))
-	gap := time.Duration(chaosSetting(t, "SKEIN_CHAOS_GAP_S", 20) * float64(time.Second))
+	// How long the sessions may take to drain after the last arrival is bounded too: a session
+	// still running then is counted lost and the report is still printed.
+	rate := chaosSetting(t, "SKEIN_CHAOS_RATE", 1)
+	calmFor := time.Duration(chaosSetting(t, "SKEIN_CHAOS_CALM_S", 40) * float64(time.Second))
+	gap := time.Duration(chaosSetting(t, "SKEIN_CHAOS_GAP_S", 30) * float64(time.Second))
+	drain := time.Duration(chaosSetting(t, "SKEIN_CHAOS_DRAIN_S", 180) * float64(time.Second))
 
 	bins := binaries(t)
 	natsBin := filepath.Join(bins, "nats-server")
@@ -266,7 +271,9 @@ func TestChaos(t *testing.T) {
 	mu.Lock()
 	calmIDs := ids(samples)
 	mu.Unlock()
-	waitDone(ctx, t, c, calmIDs)
+	if left := waitDone(ctx, t, c, calmIDs, drain); len(left) > 0 {
+		t.Errorf("%d calm sessions still running %s after the last arrival: %v", len(left), drain, left)
+	}
 
 	// Faults: one role (or node) at a time, killed with SIGKILL and started again 3 s later, the
 	// next one gap after, while sessions keep arriving at the same rate.
@@ -298,12 +305,20 @@ func TestChaos(t *testing.T) {
 	close(stop)
 	<-arrived
 	submits.Wait()
-	waitDone(ctx, t, c, ids(samples))
+	running := map[string]bool{}
+	for _, id := range waitDone(ctx, t, c, ids(samples), drain) {
+		running[id] = true
+	}
 
 	// Outcomes and latencies from the traces.
 	lat := map[string][]time.Duration{}
 	finished, lost := 0, 0
 	for _, s := range samples {
+		if running[s.id] {
+			lost++
+			t.Errorf("session %s still running %s after the last arrival", s.id, drain)
+			continue
+		}
 		// The session record says done before the planner's last events are stored: follow the
 		// trace to its usage event.
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -356,10 +371,27 @@ func TestChaos(t *testing.T) {
 	for _, n := range attempts {
 		reruns += n - 1
 	}
+	// What the mesh dead-lettered, and how often a stream or consumer lost its quorum (a node's
+	// death, or raft heartbeats starved on a loaded machine), from the nodes' logs.
+	dead := uint64(0)
+	if st, err := c.JS.Stream(ctx, names.Stream(protocol.StreamDLQ)); err == nil {
+		if info, err := st.Info(ctx); err == nil {
+			dead = info.State.Msgs
+		}
+	}
+	stalls := 0
+	for _, n := range nodes {
+		for _, l := range n.logs {
+			if b, err := os.ReadFile(l); err == nil {
+				stalls += strings.Count(string(b), "has NO quorum")
+			}
+		}
+	}
 	var report strings.Builder
 	fmt.Fprintf(&report, "arrivals %.1f/s, calm %s, faults %s apart (restart 3 s after the kill)\n", rate, calmFor, gap)
 	fmt.Fprintf(&report, "accepted %d, finished %d, lost %d, duplicated side effects %d (tool runs repeated by the mesh: %d)\n",
 		len(samples), finished, lost, dups, reruns)
+	fmt.Fprintf(&report, "dead-lettered messages %d; stream or consumer quorum losses logged by the nodes %d\n", dead, stalls)
 	for _, ph := range []string{"calm", "faults"} {
 		fmt.Fprintf(&report, "%s: %d sessions, p50 %s, p99 %s, max %s\n", ph, len(lat[ph]), pct(lat[ph], 50), pct(lat[ph], 99), pct(lat[ph], 100))
 	}
@@ -412,26 +444,31 @@ func ids(ss []*sample) []string {
 	return out
 }
 
-// waitDone waits until every session's record says done.
-func waitDone(ctx context.Context, t *testing.T, c *bus.Conn, ids []string) {
+// waitDone waits until every session's record says done, for at most limit, and returns the
+// sessions still not done then.
+func waitDone(ctx context.Context, t *testing.T, c *bus.Conn, ids []string, limit time.Duration) []string {
 	t.Helper()
 	kv, err := bus.KV(ctx, c.JS, protocol.NewNames(""), protocol.BucketSessions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(ctx, t, fmt.Sprintf("%d sessions to finish", len(ids)), func() bool {
-		for _, id := range ids {
+	deadline := time.Now().Add(limit)
+	left := ids
+	for {
+		var still []string
+		for _, id := range left {
 			e, err := kv.Get(ctx, id)
-			if err != nil {
-				return false
-			}
 			var s protocol.Session
-			if protocol.Unmarshal(e.Value(), &s) != nil || s.Status != protocol.StatusDone {
-				return false
+			if err != nil || protocol.Unmarshal(e.Value(), &s) != nil || s.Status != protocol.StatusDone {
+				still = append(still, id)
 			}
 		}
-		return true
-	})
+		left = still
+		if len(left) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return left
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 func pct(ds []time.Duration, p int) time.Duration {
