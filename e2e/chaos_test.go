@@ -48,7 +48,8 @@ mesh:
 `
 
 // The miner's compression calls get a guideline a model would write; sessions call the effect tool
-// once and answer.
+// once and answer. The tool's wait ($TOOL_S) keeps several sessions in flight on every part, so
+// each kill catches work on the killed process.
 const chaosScript = `
 rules:
   - when: {system: "skein-miner"}
@@ -57,7 +58,7 @@ rules:
     reply: {text: "effect done"}
   - when: {last: "^effect"}
     reply:
-      tool_calls: [{name: effect, args: {note: "x", seconds: 0.5}}]
+      tool_calls: [{name: effect, args: {note: "x", seconds: $TOOL_S}}]
 `
 
 func freePortNum(t *testing.T) int {
@@ -123,7 +124,8 @@ func startBin(t *testing.T, env []string, name, bin string, args ...string) *pro
 type sample struct {
 	id                  string
 	phase               string
-	submitted, finished time.Time
+	submitted, finished time.Time       // finished: its successful terminal event
+	sources             map[string]bool // the processes that wrote its events
 }
 
 // chaosSetting reads a duration or rate knob from the environment (make chaos passes them on).
@@ -148,7 +150,8 @@ func TestChaos(t *testing.T) {
 	// seconds of calm before the faults, seconds between one fault and the next.
 	// How long the sessions may take to drain after the last arrival is bounded too: a session
 	// still running then is counted lost and the report is still printed.
-	rate := chaosSetting(t, "SKEIN_CHAOS_RATE", 1)
+	rate := chaosSetting(t, "SKEIN_CHAOS_RATE", 1.5)
+	toolWait := chaosSetting(t, "SKEIN_CHAOS_TOOL_S", 3)
 	calmFor := time.Duration(chaosSetting(t, "SKEIN_CHAOS_CALM_S", 40) * float64(time.Second))
 	gap := time.Duration(chaosSetting(t, "SKEIN_CHAOS_GAP_S", 30) * float64(time.Second))
 	drain := time.Duration(chaosSetting(t, "SKEIN_CHAOS_DRAIN_S", 180) * float64(time.Second))
@@ -207,7 +210,8 @@ func TestChaos(t *testing.T) {
 	})
 
 	tools := filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")
-	cfg := writeProject(t, strings.NewReplacer("$FAULT_TOOLS", tools, "$NATS_URLS", `"`+url+`"`).Replace(chaosAgent), chaosScript)
+	cfg := writeProject(t, strings.NewReplacer("$FAULT_TOOLS", tools, "$NATS_URLS", `"`+url+`"`).Replace(chaosAgent),
+		strings.ReplaceAll(chaosScript, "$TOOL_S", fmt.Sprint(toolWait)))
 	effects := filepath.Join(writableTempDir(t), "effects.jsonl")
 	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effects}
 	args := []string{"--nats", url, "--config", cfg}
@@ -282,9 +286,20 @@ func TestChaos(t *testing.T) {
 		kill    func()
 		restart func()
 		killed  time.Time
+		source  string // how the killed process signs its trace events ("" for a NATS node)
 	}
+	// A role signs its events <role>@<host>/<pid> (the toolhost prefixes one more "toolhost@").
+	signature := func(name string) string { return fmt.Sprintf("/%d", roles[name].cmd.Process.Pid) }
+	// memoryd writes no trace events: every session running at its kill counts as hit.
 	killRole := func(name, bin string) *fault {
-		return &fault{what: name, kill: func() { roles[name].kill() }, restart: func() { run(name+"-again", bin) }}
+		f := &fault{what: name, restart: func() { run(name+"-again", bin) }}
+		f.kill = func() {
+			if bin != "memoryd" {
+				f.source = signature(name)
+			}
+			roles[name].kill()
+		}
+		return f
 	}
 	faults := []*fault{
 		killRole("executor-1", "executor"), killRole("toolhost-1", "toolhost"), killRole("planner-1", "planner"),
@@ -312,7 +327,8 @@ func TestChaos(t *testing.T) {
 
 	// Outcomes and latencies from the traces.
 	lat := map[string][]time.Duration{}
-	finished, lost := 0, 0
+	succeeded, failed, lost := 0, 0, 0
+	reasons := map[string]int{}
 	for _, s := range samples {
 		if running[s.id] {
 			lost++
@@ -328,17 +344,25 @@ func TestChaos(t *testing.T) {
 			t.Errorf("session %s: %v", s.id, err)
 		}
 		var end *protocol.Event
+		s.sources = map[string]bool{}
 		for i := range evs {
+			s.sources[evs[i].Source] = true
 			if evs[i].Type.Terminal() {
 				end = &evs[i]
 			}
 		}
-		if end == nil || end.Outcome != protocol.OutcomeSuccess {
+		switch {
+		case end == nil:
 			lost++
-			t.Errorf("session %s did not succeed: %+v", s.id, end)
+			t.Errorf("session %s is done but its trace has no terminal event", s.id)
+			continue
+		case end.Outcome != protocol.OutcomeSuccess:
+			failed++
+			reasons[string(end.Outcome)+": "+end.Reason]++
+			t.Errorf("session %s ended %s: %s", s.id, end.Outcome, end.Reason)
 			continue
 		}
-		finished++
+		succeeded++
 		s.finished = end.Time
 		lat[s.phase] = append(lat[s.phase], end.Time.Sub(s.submitted))
 	}
@@ -388,35 +412,45 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	var report strings.Builder
-	fmt.Fprintf(&report, "arrivals %.1f/s, calm %s, faults %s apart (restart 3 s after the kill)\n", rate, calmFor, gap)
-	fmt.Fprintf(&report, "accepted %d, finished %d, lost %d, duplicated side effects %d (tool runs repeated by the mesh: %d)\n",
-		len(samples), finished, lost, dups, reruns)
+	fmt.Fprintf(&report, "calm %s, faults %s apart (restart 3 s after the kill)\n", calmFor, gap)
+	fmt.Fprintf(&report, "arrivals %.1f/s, tool wait %.1f s\n", rate, toolWait)
+	fmt.Fprintf(&report, "accepted %d, finished %d (succeeded %d, failed %d), lost %d, duplicated side effects %d (tool runs repeated by the mesh: %d)\n",
+		len(samples), succeeded+failed, succeeded, failed, lost, dups, reruns)
+	for r, n := range reasons {
+		fmt.Fprintf(&report, "  failed %d× %s\n", n, r)
+	}
 	fmt.Fprintf(&report, "dead-lettered messages %d; stream or consumer quorum losses logged by the nodes %d\n", dead, stalls)
 	for _, ph := range []string{"calm", "faults"} {
 		fmt.Fprintf(&report, "%s: %d sessions, p50 %s, p99 %s, max %s\n", ph, len(lat[ph]), pct(lat[ph], 50), pct(lat[ph], 99), pct(lat[ph], 100))
 	}
-	// Recovery, per kill: "new work" is from the kill to the first finish of a session submitted
-	// after it (the mesh completes work again); "in flight" is from the kill to the last finish
-	// of the sessions that were running at the kill, those on the killed part included (every
-	// affected session completed); "slowest" is the worst latency of a session submitted from the
-	// kill to the next fault.
+	// Recovery, per kill. "on it": the sessions running at the kill whose trace the killed process
+	// had written to (for memoryd and a NATS node, every session running at the kill), and the
+	// time from the kill until the last of them succeeded: how long the work the fault hit took
+	// to complete. "new work": from the kill until the first success of a session submitted
+	// after it: how long until the mesh completes work again. "slowest": the worst latency of a
+	// session submitted between this kill and the next.
 	for i, f := range faults {
 		next := time.Now()
 		if i+1 < len(faults) {
 			next = faults[i+1].killed
 		}
-		var firstNew, lastInFlight, slowest time.Duration
-		firstNew = -1
-		inFlight := 0
+		firstNew, lastHit, slowest := time.Duration(-1), time.Duration(0), time.Duration(0)
+		hit := 0
 		for _, s := range samples {
 			if s.finished.IsZero() {
 				continue
 			}
-			switch {
-			case s.submitted.Before(f.killed) && s.finished.After(f.killed):
-				inFlight++
-				lastInFlight = max(lastInFlight, s.finished.Sub(f.killed))
-			case !s.submitted.Before(f.killed) && s.submitted.Before(next):
+			if s.submitted.Before(f.killed) && s.finished.After(f.killed) {
+				on := f.source == ""
+				for src := range s.sources {
+					on = on || strings.HasSuffix(src, f.source)
+				}
+				if on {
+					hit++
+					lastHit = max(lastHit, s.finished.Sub(f.killed))
+				}
+			}
+			if !s.submitted.Before(f.killed) && s.submitted.Before(next) {
 				if d := s.finished.Sub(f.killed); firstNew < 0 || d < firstNew {
 					firstNew = d
 				}
@@ -427,12 +461,12 @@ func TestChaos(t *testing.T) {
 		if firstNew >= 0 {
 			first = firstNew.Round(100 * time.Millisecond).String()
 		}
-		fmt.Fprintf(&report, "kill -9 %s: new work finishes %s after the kill; the %d sessions in flight all finished %s after it; slowest session submitted until the next fault %s\n",
-			f.what, first, inFlight, lastInFlight.Round(100*time.Millisecond), slowest.Round(100*time.Millisecond))
+		fmt.Fprintf(&report, "kill -9 %s: %d sessions on it, the last succeeded %s after the kill; new work succeeds %s after the kill; slowest session submitted until the next fault %s\n",
+			f.what, hit, lastHit.Round(100*time.Millisecond), first, slowest.Round(100*time.Millisecond))
 	}
 	t.Log("\n" + report.String())
-	if lost != 0 || dups != 0 {
-		t.Fatalf("lost %d sessions, %d duplicated side effects", lost, dups)
+	if lost != 0 || failed != 0 || dups != 0 {
+		t.Fatalf("%d sessions lost, %d failed, %d duplicated side effects", lost, failed, dups)
 	}
 }
 
