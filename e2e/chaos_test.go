@@ -286,16 +286,23 @@ func TestChaos(t *testing.T) {
 		kill    func()
 		restart func()
 		killed  time.Time
-		source  string // how the killed process signs its trace events ("" for a NATS node)
+		signed  func(source string) bool // whether the killed process wrote an event; nil: any session counts
 	}
-	// A role signs its events <role>@<host>/<pid> (the toolhost prefixes one more "toolhost@").
-	signature := func(name string) string { return fmt.Sprintf("/%d", roles[name].cmd.Process.Pid) }
+	// Executors and planners sign their events <role>@<host>/<pid>, a toolhost
+	// toolhost@<host>-<pid>-<random>.
+	signature := func(name string) func(string) bool {
+		pid := roles[name].cmd.Process.Pid
+		return func(src string) bool {
+			return strings.HasSuffix(src, fmt.Sprintf("/%d", pid)) ||
+				strings.HasPrefix(src, "toolhost@") && strings.Contains(src, fmt.Sprintf("-%d-", pid))
+		}
+	}
 	// memoryd writes no trace events: every session running at its kill counts as hit.
 	killRole := func(name, bin string) *fault {
 		f := &fault{what: name, restart: func() { run(name+"-again", bin) }}
 		f.kill = func() {
 			if bin != "memoryd" {
-				f.source = signature(name)
+				f.signed = signature(name)
 			}
 			roles[name].kill()
 		}
@@ -441,9 +448,9 @@ func TestChaos(t *testing.T) {
 				continue
 			}
 			if s.submitted.Before(f.killed) && s.finished.After(f.killed) {
-				on := f.source == ""
+				on := f.signed == nil
 				for src := range s.sources {
-					on = on || strings.HasSuffix(src, f.source)
+					on = on || f.signed(src)
 				}
 				if on {
 					hit++
