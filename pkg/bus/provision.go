@@ -195,11 +195,7 @@ func ProvisionWith(ctx context.Context, js jetstream.JetStream, n protocol.Names
 				if err != nil {
 					return jetstream.StreamConfig{}, err
 				}
-				st, err := kv.Status(ctx)
-				if err != nil {
-					return jetstream.StreamConfig{}, err
-				}
-				return st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config, nil
+				return streamConfigOf(kv.Status(ctx))
 			},
 			create: func() error { _, err := js.CreateKeyValue(ctx, want); return err },
 			diffs:  func(have jetstream.StreamConfig) []Diff { return bucketDiffs("bucket "+want.Bucket, have, want) },
@@ -213,11 +209,7 @@ func ProvisionWith(ctx context.Context, js jetstream.JetStream, n protocol.Names
 				if err != nil {
 					return jetstream.StreamConfig{}, err
 				}
-				st, err := obs.Status(ctx)
-				if err != nil {
-					return jetstream.StreamConfig{}, err
-				}
-				return st.(*jetstream.ObjectBucketStatus).StreamInfo().Config, nil
+				return streamConfigOf(obs.Status(ctx))
 			},
 			create: func() error { _, err := js.CreateObjectStore(ctx, want); return err },
 			diffs: func(have jetstream.StreamConfig) []Diff {
@@ -234,6 +226,18 @@ func ProvisionWith(ctx context.Context, js jetstream.JetStream, n protocol.Names
 		}
 	}
 	return diffs, nil
+}
+
+// streamConfigOf is the stream config behind a KV bucket's or an object store's status.
+func streamConfigOf[S any](st S, err error) (jetstream.StreamConfig, error) {
+	if err != nil {
+		return jetstream.StreamConfig{}, err
+	}
+	si, ok := any(st).(interface{ StreamInfo() *jetstream.StreamInfo })
+	if !ok {
+		return jetstream.StreamConfig{}, fmt.Errorf("status %T carries no stream info", st)
+	}
+	return si.StreamInfo().Config, nil
 }
 
 // resource is one stream, KV bucket or object store as ProvisionWith reconciles it.
