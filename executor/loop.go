@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/worker"
@@ -328,7 +329,9 @@ func (r *run) toolTimeout(spec protocol.ToolSpec) time.Duration {
 
 // catalog reads the session's tool set. Enabled tools a toolhost has not published yet get a
 // short grace period, since toolhosts and executors start in any order; after it the step runs
-// with what exists and the trace says what is missing.
+// with what exists and the trace says what is missing. A read that fails is asked again within
+// the same period (on a cluster the bucket's stream may be electing a leader after a node died),
+// unless the server refused it.
 func (e *Executor) catalog(ctx context.Context) ([]protocol.ToolSpec, error) {
 	var specs []protocol.ToolSpec
 	b := backoff.WithContext(backoff.NewExponentialBackOff(
@@ -340,7 +343,10 @@ func (e *Executor) catalog(ctx context.Context) ([]protocol.ToolSpec, error) {
 		specs = e.d.offered(specs)
 		var missing *tools.MissingToolsError
 		if err != nil && !errors.As(err, &missing) {
-			return backoff.Permanent(fmt.Errorf("tool catalog: %w", err))
+			err = fmt.Errorf("tool catalog: %w", err)
+			if errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrAuthorization) {
+				return backoff.Permanent(err)
+			}
 		}
 		return err
 	}, b)
