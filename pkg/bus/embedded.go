@@ -4,6 +4,7 @@
 package bus
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"os"
@@ -36,7 +37,16 @@ type EmbeddedOptions struct {
 	// TLS, when Cert and Key are set, makes the server speak TLS; with CA it also requires client
 	// certificates signed by it.
 	TLS TLSFiles
+	// MaxStore is JetStream's file store limit in bytes; zero means DefaultMaxStore.
+	MaxStore int64
 }
+
+// DefaultMaxStore is the embedded server's JetStream file store limit. JetStream reserves each
+// stream's and bucket's max_bytes against this limit when it is created; left unset, the limit is
+// 75% of the disk's free space at start, and a mesh whose mesh.limits add up to more (about 14 GiB
+// by default) is refused on a fuller disk although it holds almost nothing yet. mesh.limits are
+// what bound the mesh's storage; this only keeps the server from refusing them up front.
+const DefaultMaxStore int64 = 1 << 40
 
 // Embedded is a running in-process server.
 type Embedded struct {
@@ -85,11 +95,12 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		name = "skein-embedded"
 	}
 	opts := &server.Options{
-		ServerName: name,
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   dir,
+		ServerName:        name,
+		Host:              host,
+		Port:              port,
+		JetStream:         true,
+		StoreDir:          dir,
+		JetStreamMaxStore: cmp.Or(o.MaxStore, DefaultMaxStore),
 		// Tool outputs and transcripts travel by reference, but leave room for large plans.
 		MaxPayload: 8 << 20,
 		NoSigs:     true,
