@@ -127,25 +127,16 @@ func (g *guard) check(ctx context.Context, fn func(string, protocol.Budget, prot
 	if !g.limited() && g.deadline.IsZero() {
 		return nil
 	}
-	scopes := []struct {
-		key string
-		b   protocol.Budget
-	}{{g.session, g.own}}
-	if g.root != "" {
-		scopes = append(scopes, struct {
-			key string
-			b   protocol.Budget
-		}{g.root, g.rootB})
-	}
-	for _, s := range scopes {
+	scope := govern.Scope{Session: g.session, Root: g.root, Own: g.own, RootBudget: g.rootB}
+	for _, b := range scope.Budgets() {
 		var spent protocol.LedgerEntry
-		if !s.b.IsZero() && g.e.ledger != nil {
+		if !b.Budget.IsZero() && g.e.ledger != nil {
 			var err error
-			if spent, err = g.e.ledger.Get(ctx, s.key); err != nil {
-				g.e.d.Logger.Warn("read budget ledger", "session", s.key, "err", err)
+			if spent, err = g.e.ledger.Get(ctx, b.Key); err != nil {
+				g.e.d.Logger.Warn("read budget ledger", "session", b.Key, "err", err)
 			}
 		}
-		if ex := fn(s.key, s.b, spent); ex != nil {
+		if ex := fn(b.Key, b.Budget, spent); ex != nil {
 			return ex
 		}
 	}

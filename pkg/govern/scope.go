@@ -39,28 +39,33 @@ func (s Scope) Limited() bool { return !s.Own.IsZero() || !s.RootBudget.IsZero()
 // Keys are the ledger entries a charge goes to: the session's own and its root's.
 func (s Scope) Keys() []string { return []string{s.Session, s.Root} }
 
+// Budgeted is one ledger entry and the budget checked against what it has spent.
+type Budgeted struct {
+	Key    string
+	Budget protocol.Budget
+}
+
+// Budgets are the session's own budget, then its root's: a child's spending counts against both.
+func (s Scope) Budgets() []Budgeted {
+	out := []Budgeted{{s.Session, s.Own}}
+	if s.Root != "" {
+		out = append(out, Budgeted{s.Root, s.RootBudget})
+	}
+	return out
+}
+
 // CheckTurn checks the session's and its root's limits before one model call, reading what
 // each has spent from the ledger.
 func (l *Ledger) CheckTurn(ctx context.Context, s Scope, now time.Time) (*Exceeded, error) {
-	scopes := []struct {
-		key string
-		b   protocol.Budget
-	}{{s.Session, s.Own}}
-	if s.Root != "" {
-		scopes = append(scopes, struct {
-			key string
-			b   protocol.Budget
-		}{s.Root, s.RootBudget})
-	}
-	for _, sc := range scopes {
+	for _, b := range s.Budgets() {
 		var spent protocol.LedgerEntry
-		if !sc.b.IsZero() {
+		if !b.Budget.IsZero() {
 			var err error
-			if spent, err = l.Get(ctx, sc.key); err != nil {
+			if spent, err = l.Get(ctx, b.Key); err != nil {
 				return nil, err
 			}
 		}
-		if ex := CheckTurn(sc.key, sc.b, spent, s.Deadline, now); ex != nil {
+		if ex := CheckTurn(b.Key, b.Budget, spent, s.Deadline, now); ex != nil {
 			return ex, nil
 		}
 	}
