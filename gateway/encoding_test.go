@@ -108,17 +108,26 @@ func TestSubmitAndCancelSpeakJSONAndCountRefusals(t *testing.T) {
 		t.Errorf("JSON cancel: %v %v", m, rep.Header)
 	}
 
-	stats, err := nc.RequestWithContext(ctx, "$SRV.STATS."+protocol.ServiceGateway, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The service counts an error just after it has sent the reply, so the count is read until it
+	// settles (or the deadline).
+	var errs int
 	var st micro.Stats
-	if err := json.Unmarshal(stats.Data, &st); err != nil {
-		t.Fatal(err)
-	}
-	errs := 0
-	for _, e := range st.Endpoints {
-		errs += e.NumErrors
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		stats, err := nc.RequestWithContext(ctx, "$SRV.STATS."+protocol.ServiceGateway, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = micro.Stats{}
+		if err := json.Unmarshal(stats.Data, &st); err != nil {
+			t.Fatal(err)
+		}
+		errs = 0
+		for _, e := range st.Endpoints {
+			errs += e.NumErrors
+		}
+		if errs >= wantErrors || time.Now().After(deadline) {
+			break
+		}
 	}
 	if errs != wantErrors {
 		t.Errorf("micro stats count %d errors; want %d (one per refusal): %+v", errs, wantErrors, st.Endpoints)
