@@ -153,6 +153,16 @@ func publish(subject string) func(context.Context, *conn) error {
 	}
 }
 
+// reply publishes a core NATS message, as a served request's answer is sent.
+func reply(subject string) func(context.Context, *conn) error {
+	return func(ctx context.Context, c *conn) error {
+		if err := c.NC.Publish(subject, []byte("answer")); err != nil {
+			return err
+		}
+		return c.NC.FlushWithContext(ctx)
+	}
+}
+
 func readStream(stream string) func(context.Context, *conn) error {
 	return func(ctx context.Context, c *conn) error {
 		s, err := c.JS.Stream(ctx, stream)

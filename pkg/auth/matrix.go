@@ -272,6 +272,15 @@ func For(id Identity, n protocol.Names) Perms {
 				sub[s] = true
 				sub["$SRV.>"] = true
 				p.Responses = true
+				// The server's response grant lives on the node that delivered the request: a
+				// server that reconnects to another node (its node died) while it works could not
+				// answer. It may therefore always reply into its callers' inboxes, which it could
+				// answer anyway; it never reads them.
+				for c, ca := range r.Grants {
+					if ca&Call != 0 && c != id {
+						pub[InboxPrefix(c)+".>"] = true
+					}
+				}
 			}
 			if a&Call != 0 {
 				pub[s] = true
