@@ -102,3 +102,42 @@ func TestRequestRetriesUntilResponderAppearsAndRefusesUnknownVersion(t *testing.
 		t.Fatalf("unknown version decoded without ErrVersion: %v", err)
 	}
 }
+
+// TestALostAsyncAckExpires: an asynchronous publish whose ack never comes (here a subscriber that
+// takes the message and never answers, as when the ack is lost in a leader election) fails after
+// the connection's async publish timeout instead of staying pending, so a later wait for every
+// pending publish ends.
+func TestALostAsyncAckExpires(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := bus.Connect(ctx, srv.URL(), "t", 5*time.Second, bus.WithAsyncPublishTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.NC.SubscribeSync("blackhole"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.JS.PublishAsync("blackhole", []byte("event"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-f.Err():
+		if !errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+			t.Fatalf("lost ack ended with %v, want the async publish timeout", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("a publish whose ack never came is still pending")
+	}
+	select {
+	case <-c.JS.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("waiting for pending publishes never ends after a lost ack")
+	}
+}

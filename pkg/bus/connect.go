@@ -85,9 +85,13 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 	}
 	denials.Store(nc, &denyWatch{})
 	// Trace events are published asynchronously; a lost one must at least be said.
+	asyncTimeout := do.asyncTimeout
+	if asyncTimeout <= 0 {
+		asyncTimeout = AsyncPublishTimeout
+	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 		slog.Warn("async publish failed", "subject", m.Subject, "err", err)
-	}))
+	}), jetstream.WithPublishAsyncTimeout(asyncTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream on %s: %w", redact.URL(url), err)

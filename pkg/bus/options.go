@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -15,8 +16,20 @@ import (
 type Option func(*dialOptions)
 
 type dialOptions struct {
-	creds string
-	tls   TLSFiles
+	creds        string
+	tls          TLSFiles
+	asyncTimeout time.Duration
+}
+
+// AsyncPublishTimeout bounds how long an asynchronous publish (trace events) waits for its ack.
+// An ack lost in a stream leader's election otherwise stays pending for good, and every later
+// wait for the pending publishes (trace.Publisher.Flush before a step's result) times out with it.
+// It is shorter than those waits (10 s), so the next one sees the failure and passes.
+const AsyncPublishTimeout = 5 * time.Second
+
+// WithAsyncPublishTimeout replaces AsyncPublishTimeout for this connection.
+func WithAsyncPublishTimeout(d time.Duration) Option {
+	return func(o *dialOptions) { o.asyncTimeout = d }
 }
 
 // WithCreds connects with the credentials file at path (an nkey seed file as skein writes it, or
