@@ -85,7 +85,8 @@ func StreamConfigs(n protocol.Names, l Limits) []jetstream.StreamConfig {
 		sc(protocol.StreamTasks, n.TaskAll(), jetstream.WorkQueuePolicy, jetstream.DiscardNew, l.DedupWindow),
 		sc(protocol.StreamWork, n.WorkAll(), jetstream.WorkQueuePolicy, jetstream.DiscardNew, l.DedupWindow),
 		sc(protocol.StreamResults, n.ResultAll(), jetstream.LimitsPolicy, jetstream.DiscardOld, l.DedupWindow),
-		// Trace events carry no Msg-Id; the server's default window is stated so it is not a diff.
+		// Trace events carry a Msg-Id so a resent event (its ack lost) is stored once; the
+		// window covers a publisher's resends (trace.Publisher), no longer.
 		trace,
 		sc(protocol.StreamUsage, n.UsageAll(), jetstream.LimitsPolicy, jetstream.DiscardOld, l.DedupWindow),
 		sc(protocol.StreamDLQ, n.DLQAll(), jetstream.LimitsPolicy, jetstream.DiscardOld, l.DedupWindow),
