@@ -126,6 +126,28 @@ type sample struct {
 	phase               string
 	submitted, finished time.Time       // finished: its successful terminal event
 	sources             map[string]bool // the processes that wrote its events
+	events              []protocol.Event
+}
+
+// timeline is a session's events as offsets from its submit, with their writers: where the
+// slowest session after a kill spent its time.
+func (s *sample) timeline() string {
+	var b strings.Builder
+	for i, ev := range s.events {
+		if i == 24 {
+			fmt.Fprintf(&b, " ... (%d more)", len(s.events)-i)
+			break
+		}
+		what := string(ev.Type)
+		if ev.Tool != "" {
+			what += " " + ev.Tool
+		}
+		if ev.Attrs["attempt"] != "" {
+			what += " (" + ev.Attrs["attempt"] + ")"
+		}
+		fmt.Fprintf(&b, "\n          +%5.1fs %-22s %s", ev.Time.Sub(s.submitted).Seconds(), what, ev.Source)
+	}
+	return b.String()
 }
 
 // chaosSetting reads a duration or rate knob from the environment (make chaos passes them on).
@@ -352,6 +374,7 @@ func TestChaos(t *testing.T) {
 		}
 		var end *protocol.Event
 		s.sources = map[string]bool{}
+		s.events = evs
 		for i := range evs {
 			s.sources[evs[i].Source] = true
 			if evs[i].Type.Terminal() {
@@ -427,6 +450,7 @@ func TestChaos(t *testing.T) {
 		fmt.Fprintf(&report, "  failed %d× %s\n", n, r)
 	}
 	fmt.Fprintf(&report, "dead-lettered messages %d; stream or consumer quorum losses logged by the nodes %d\n", dead, stalls)
+	calmP50 := pct(lat["calm"], 50)
 	for _, ph := range []string{"calm", "faults"} {
 		fmt.Fprintf(&report, "%s: %d sessions, p50 %s, p99 %s, max %s\n", ph, len(lat[ph]), pct(lat[ph], 50), pct(lat[ph], 99), pct(lat[ph], 100))
 	}
@@ -442,6 +466,7 @@ func TestChaos(t *testing.T) {
 			next = faults[i+1].killed
 		}
 		firstNew, lastHit, slowest := time.Duration(-1), time.Duration(0), time.Duration(0)
+		var slow *sample
 		hit := 0
 		for _, s := range samples {
 			if s.finished.IsZero() {
@@ -461,7 +486,9 @@ func TestChaos(t *testing.T) {
 				if d := s.finished.Sub(f.killed); firstNew < 0 || d < firstNew {
 					firstNew = d
 				}
-				slowest = max(slowest, s.finished.Sub(s.submitted))
+				if d := s.finished.Sub(s.submitted); d > slowest {
+					slowest, slow = d, s
+				}
 			}
 		}
 		first := "never"
@@ -470,6 +497,9 @@ func TestChaos(t *testing.T) {
 		}
 		fmt.Fprintf(&report, "kill -9 %s: %d sessions on it, the last succeeded %s after the kill; new work succeeds %s after the kill; slowest session submitted until the next fault %s\n",
 			f.what, hit, lastHit.Round(100*time.Millisecond), first, slowest.Round(100*time.Millisecond))
+		if slow != nil && slowest > 2*calmP50 {
+			fmt.Fprintf(&report, "        slowest: %s%s\n", slow.id, slow.timeline())
+		}
 	}
 	t.Log("\n" + report.String())
 	if lost != 0 || failed != 0 || dups != 0 {
