@@ -238,7 +238,11 @@ func TestChaos(t *testing.T) {
 	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effects}
 	args := []string{"--nats", url, "--config", cfg}
 	roles := map[string]*proc{}
-	run := func(name, bin string) { roles[name] = start(t, env, name, bin, args...) }
+	var roleLogs []string // every start's, restarts included
+	run := func(name, bin string) {
+		roles[name] = start(t, env, name, bin, args...)
+		roleLogs = append(roleLogs, roles[name].log)
+	}
 	for _, r := range []struct{ name, bin string }{
 		{"memoryd", "memoryd"}, {"miner", "miner"},
 		{"toolhost-1", "toolhost"}, {"toolhost-2", "toolhost"}, {"executor-1", "executor"}, {"executor-2", "executor"},
@@ -433,12 +437,19 @@ func TestChaos(t *testing.T) {
 			dead = info.State.Msgs
 		}
 	}
-	stalls := 0
+	stalls, refused := 0, 0
 	for _, n := range nodes {
 		for _, l := range n.logs {
 			if b, err := os.ReadFile(l); err == nil {
 				stalls += strings.Count(string(b), "has NO quorum")
 			}
+		}
+	}
+	// A role refused by the permission matrix (a reply, a publish) lost something even if the
+	// session recovered: the matrix must allow what the mesh does under faults too.
+	for _, l := range roleLogs {
+		if b, err := os.ReadFile(l); err == nil {
+			refused += strings.Count(string(b), "Permissions Violation")
 		}
 	}
 	var report strings.Builder
@@ -449,7 +460,7 @@ func TestChaos(t *testing.T) {
 	for r, n := range reasons {
 		fmt.Fprintf(&report, "  failed %d× %s\n", n, r)
 	}
-	fmt.Fprintf(&report, "dead-lettered messages %d; stream or consumer quorum losses logged by the nodes %d\n", dead, stalls)
+	fmt.Fprintf(&report, "dead-lettered messages %d; stream or consumer quorum losses logged by the nodes %d; permission refusals logged by the roles %d\n", dead, stalls, refused)
 	calmP50 := pct(lat["calm"], 50)
 	for _, ph := range []string{"calm", "faults"} {
 		fmt.Fprintf(&report, "%s: %d sessions, p50 %s, p99 %s, max %s\n", ph, len(lat[ph]), pct(lat[ph], 50), pct(lat[ph], 99), pct(lat[ph], 100))
@@ -502,8 +513,8 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	t.Log("\n" + report.String())
-	if lost != 0 || failed != 0 || dups != 0 {
-		t.Fatalf("%d sessions lost, %d failed, %d duplicated side effects", lost, failed, dups)
+	if lost != 0 || failed != 0 || dups != 0 || refused != 0 {
+		t.Fatalf("%d sessions lost, %d failed, %d duplicated side effects, %d permission refusals", lost, failed, dups, refused)
 	}
 }
 
