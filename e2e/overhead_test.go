@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 )
 
@@ -26,7 +27,13 @@ const echoSubject = "bench.echo"
 
 // echoResponder answers every request on echoSubject with its own payload until stdin closes.
 func echoResponder(url string) int {
-	nc, err := nats.Connect(url)
+	// The mesh's admin credentials, from $SKEIN_CREDS_DIR (startUp sets it).
+	opt, err := nats.NkeyOptionFromSeed(auth.Resolve(auth.Admin, auth.Source{}))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	nc, err := nats.Connect(url, opt)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
