@@ -154,6 +154,7 @@ type ToolSandbox struct {
 	Processes      int    `yaml:"processes"`
 	RunAs          string `yaml:"run_as"`      // auto | current | a user name or uid
 	Cgroup         string `yaml:"cgroup"`      // auto | off
+	Start          string `yaml:"start"`       // auto | trampoline
 	ScratchDir     string `yaml:"scratch_dir"` // "" = the system temp folder
 }
 

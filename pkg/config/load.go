@@ -363,6 +363,11 @@ func (c *Config) Validate() Errors {
 	default:
 		bad("tools.sandbox.cgroup", "must be auto or off, got %q", sb.Cgroup)
 	}
+	switch sb.Start {
+	case "", "auto", "trampoline":
+	default:
+		bad("tools.sandbox.start", "must be auto or trampoline, got %q", sb.Start)
+	}
 	if sb.RunAs != "" && strings.TrimSpace(sb.RunAs) != sb.RunAs {
 		bad("tools.sandbox.run_as", "has surrounding spaces: %q", sb.RunAs)
 	}

@@ -229,7 +229,7 @@ func (r *Runner) start(path string, t *Tool, env []string, dir string) (*proc, e
 	// Its own process group, parent-death signal, uid, limits and cgroup: see confine.
 	conf, err := r.confine(cmd, t)
 	if err == nil {
-		err = startLocked(cmd)
+		err = conf.startTool(cmd)
 	}
 	closeAll(inR, outW, errW) // the child has its copies
 	if err != nil {

@@ -342,9 +342,32 @@ func sandboxProcs(t *testing.T) int {
 	return n
 }
 
+// TestResourceLimitsApply checks the limits under both starts: the trampoline, and the traced
+// start (tools run as the host's user, so the host may set their limits without
+// CAP_SYS_RESOURCE; a host that cannot trace at all says so in its sandbox line and the case is
+// skipped).
 func TestResourceLimitsApply(t *testing.T) {
+	for _, start := range []string{"trampoline", "auto"} {
+		t.Run("start="+start, func(t *testing.T) {
+			sb := tools.Sandbox{Start: start, RunAs: "current"}
+			info, err := (&tools.Runner{Sandbox: sb}).SandboxInfo()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if start == "auto" && !strings.Contains(info, "under ptrace") {
+				t.Skipf("no traced start on this host: %s", info)
+			}
+			if start == "trampoline" && !strings.Contains(info, "trampoline") {
+				t.Fatalf("sandbox line %q does not name the trampoline", info)
+			}
+			testResourceLimitsApply(t, sb)
+		})
+	}
+}
+
+func testResourceLimitsApply(t *testing.T, sb tools.Sandbox) {
 	devtestPython(t)
-	var r tools.Runner
+	r := tools.Runner{Sandbox: sb}
 	res := r.Run(context.Background(), fixture(t, "limits"), json.RawMessage(`{}`))
 	var got map[string]any
 	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
@@ -363,7 +386,8 @@ func TestResourceLimitsApply(t *testing.T) {
 		t.Errorf("RLIMIT_NPROC = %v, want the uid's tasks + 50", got["RLIMIT_NPROC"])
 	}
 	// Config defaults apply where the manifest says nothing.
-	r2 := tools.Runner{Sandbox: tools.Sandbox{Limits: tools.Limits{OpenFiles: 64}}}
+	sb.Limits = tools.Limits{OpenFiles: 64}
+	r2 := tools.Runner{Sandbox: sb}
 	tl := fixture(t, "limits")
 	tl.Sandbox = nil
 	res = r2.Run(context.Background(), tl, json.RawMessage(`{}`))
@@ -405,14 +429,20 @@ func devtestPython(t *testing.T) {
 func BenchmarkRunSandboxed(b *testing.B) {
 	t := &testing.T{}
 	tl := fixture(t, "plain")
-	for _, mode := range []string{"auto", "off"} {
-		b.Run("cgroup="+mode, func(b *testing.B) {
-			r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode}}
-			for i := 0; i < b.N; i++ {
-				if res := r.Run(context.Background(), tl, json.RawMessage(`{}`)); !res.OK {
-					b.Fatalf("%+v", res)
+	for _, start := range []string{"trampoline", "auto"} {
+		for _, mode := range []string{"auto", "off"} {
+			b.Run("start="+start+"/cgroup="+mode, func(b *testing.B) {
+				// The tools' user is the host's, so a traced start is possible as root
+				// without CAP_SYS_RESOURCE too.
+				r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode, Start: start, RunAs: "current"}}
+				info, _ := r.SandboxInfo()
+				b.Log(info)
+				for i := 0; i < b.N; i++ {
+					if res := r.Run(context.Background(), tl, json.RawMessage(`{}`)); !res.OK {
+						b.Fatalf("%+v", res)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
