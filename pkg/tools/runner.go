@@ -102,8 +102,9 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 	}
 	var path string
 	if hs.uid >= 0 {
-		env = setEnv(env, "PATH", reachablePATH(envValue(env, "PATH"), hs.uid, hs.gid))
-		path, err = lookPathAs(t.Argv, envValue(env, "PATH"), hs.uid, hs.gid)
+		var reachable string
+		reachable, path, err = resolveAs(t.Argv, envValue(env, "PATH"), hs.uid, hs.gid)
+		env = setEnv(env, "PATH", reachable)
 	} else {
 		path, err = lookPath(t.Argv[0])
 	}
