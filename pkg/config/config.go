@@ -265,6 +265,9 @@ type MeshLimits struct {
 	SessionTTL  string `yaml:"session_ttl"`
 	ToolCallTTL string `yaml:"tool_call_ttl"`
 	StepTTL     string `yaml:"step_ttl"`
+	// DedupWindow is how long the server remembers message ids to drop duplicates (a duration);
+	// the ids of that long are held in memory.
+	DedupWindow string `yaml:"dedup_window"`
 }
 
 // Streams returns the stream limits by stream base name (TASKS, WORK, ...).
