@@ -174,6 +174,14 @@ func TestSoak(t *testing.T) {
 	if cpu != nil {
 		fmt.Fprintf(&report, "%s\n", formatCPU(cpu, cpuOver))
 	}
+	// What the mesh keeps per session, by stream (buckets and the object store are streams too):
+	// the server's memory per subject and its block caches follow these.
+	fmt.Fprintf(&report, "stored at the end (per session of the run):\n")
+	for st := range m.c.JS.ListStreams(ctx).Info() {
+		n := float64(max(len(rs), 1))
+		fmt.Fprintf(&report, "  %-16s %8d msgs %8d subjects %7.1f MB  (%.0f B/session)\n", st.Config.Name, st.State.Msgs,
+			st.State.NumSubjects, float64(st.State.Bytes)/(1<<20), float64(st.State.Bytes)/n)
+	}
 	t.Log("\n" + report.String())
 
 	if n, first := failures(rs); n > 0 {
