@@ -213,10 +213,18 @@ func (r grepReport) has(pid int, what, where string) bool {
 	return false
 }
 
+// TestToolDiesWithItsHost runs with the default run_as and with run_as current, which covers
+// the traced start on a root host that may not set limits on nobody's processes.
 func TestToolDiesWithItsHost(t *testing.T) {
+	for _, runAs := range []string{"", "current"} {
+		t.Run("run_as="+runAs, func(t *testing.T) { testToolDiesWithItsHost(t, runAs) })
+	}
+}
+
+func testToolDiesWithItsHost(t *testing.T, runAs string) {
 	devtestPython(t)
 	pidfile := filepath.Join(openTempDir(t), "tool.pid")
-	holder, _ := startKeyholder(t, -1, "sleeper", "SKEIN_TEST_PIDFILE="+pidfile, "SKEIN_TEST_TIMEOUT=600")
+	holder, _ := startKeyholder(t, -1, "sleeper", "SKEIN_TEST_PIDFILE="+pidfile, "SKEIN_TEST_TIMEOUT=600", "SKEIN_TEST_RUN_AS="+runAs)
 	child := readPID(t, pidfile) // the sleeper's own background child; its parent is the tool
 	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
 	toolPID := parentOf(t, child)
@@ -252,33 +260,40 @@ func treeKillModes(t *testing.T) []string {
 }
 
 func TestSetsidDoubleForkEscapeeIsKilled(t *testing.T) {
+	// run_as current: the traced start too, where the default falls back to the trampoline.
 	for _, mode := range treeKillModes(t) {
 		for _, hang := range []bool{true, false} {
-			t.Run(fmt.Sprintf("cgroup=%s/hang=%v", mode, hang), func(t *testing.T) {
-				pidfile := filepath.Join(openTempDir(t), "escapee.pid")
-				t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
-				tl := fixture(t, "escapee")
-				if hang {
-					t.Setenv("SKEIN_TEST_HANG", "1")
-					tl.TimeoutS = 3
-				} else {
-					t.Setenv("SKEIN_TEST_HANG", "0")
-				}
-				r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode}}
-				res := r.Run(context.Background(), tl, json.RawMessage(`{}`))
-				if hang {
-					wantFail(t, res, protocol.ToolErrTimeout, "timed out")
-				} else if !res.OK {
-					t.Fatalf("want ok, got %+v", res)
-				}
-				pid := readPID(t, pidfile)
-				if sid, _ := unix.Getsid(pid); sid == unix.Getpgrp() {
-					t.Fatalf("the escapee did not leave the session")
-				}
-				assertGone(t, pid)
-			})
+			for _, runAs := range []string{"", "current"} {
+				t.Run(fmt.Sprintf("cgroup=%s/hang=%v/run_as=%s", mode, hang, runAs), func(t *testing.T) {
+					testEscapee(t, mode, hang, runAs)
+				})
+			}
 		}
 	}
+}
+
+func testEscapee(t *testing.T, mode string, hang bool, runAs string) {
+	pidfile := filepath.Join(openTempDir(t), "escapee.pid")
+	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
+	tl := fixture(t, "escapee")
+	if hang {
+		t.Setenv("SKEIN_TEST_HANG", "1")
+		tl.TimeoutS = 3
+	} else {
+		t.Setenv("SKEIN_TEST_HANG", "0")
+	}
+	r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode, RunAs: runAs}}
+	res := r.Run(context.Background(), tl, json.RawMessage(`{}`))
+	if hang {
+		wantFail(t, res, protocol.ToolErrTimeout, "timed out")
+	} else if !res.OK {
+		t.Fatalf("want ok, got %+v", res)
+	}
+	pid := readPID(t, pidfile)
+	if sid, _ := unix.Getsid(pid); sid == unix.Getpgrp() {
+		t.Fatalf("the escapee did not leave the session")
+	}
+	assertGone(t, pid)
 }
 
 func TestForkBombIsBoundedByTheProcessLimit(t *testing.T) {
