@@ -24,11 +24,11 @@ import (
 	"github.com/skein-mesh/skein/pkg/tools/internal/trampoline"
 )
 
-// A tool starts as a fresh copy of this binary (the trampoline, package internal/trampoline):
-// the kernel has already given it the tool's uid, process group, cgroup and parent-death
-// signal; the trampoline sets the resource limits on itself and execs the tool. Limits set that
-// way hold from the tool's first instruction, whereas prlimit on a started child races with the
-// child's first fork.
+// Where the traced start is not possible (see releaseTraced), a tool starts as a fresh copy of
+// this binary (the trampoline, package internal/trampoline): the kernel has already given it the
+// tool's uid, process group, cgroup and parent-death signal; the trampoline sets the resource
+// limits on itself and execs the tool. Limits set either way hold from the tool's first
+// instruction, whereas prlimit on a running child races with the child's first fork.
 const trampolineArg0 = trampoline.Arg0
 
 // rlimit is one resource limit of a call, with the kernel's resource number.
