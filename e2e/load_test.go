@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -47,6 +48,9 @@ func startUp(t *testing.T, cfgPath string, extra ...string) *upMesh {
 	p := start(t, cliEnv(t, home), "skein-up", "skein", args...)
 	waitForLine(t, p, "skein mesh up")
 	m := &upMesh{p: p, url: "nats://" + listen, pprof: pp, names: protocol.NewNames("")}
+	// The test (and the processes it starts, e.g. the overhead benchmark's echo responder)
+	// connects as admin with the credentials `skein up` wrote into its home.
+	t.Setenv("SKEIN_CREDS_DIR", auth.Dir(home))
 	m.c = connect(t, m.url)
 	return m
 }

@@ -3,17 +3,21 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/tools"
 )
 
 var overheadRun = flag.Bool("overhead", false, "run TestToolCallOverhead (make bench-overhead)")
@@ -26,7 +30,13 @@ const echoSubject = "bench.echo"
 
 // echoResponder answers every request on echoSubject with its own payload until stdin closes.
 func echoResponder(url string) int {
-	nc, err := nats.Connect(url)
+	// The mesh's admin credentials, from $SKEIN_CREDS_DIR (startUp sets it).
+	opt, err := nats.NkeyOptionFromSeed(auth.Resolve(auth.Admin, auth.Source{}))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	nc, err := nats.Connect(url, opt)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -89,12 +99,21 @@ func median(ds []time.Duration) time.Duration { return percentile(ds, 0.5) }
 // the mesh beyond the tool's own run time, against a bare NATS request/reply between two
 // processes. Per-call time is (session of N calls - session of 1 call) / (N-1), which takes out
 // the session's fixed costs (submit, planning, result, usage); the tool's own run time is a
-// direct fork/exec of the same program with the same input.
+// direct fork/exec of the same program with the same input, and also the same tool run through
+// tools.Runner with the toolhost's sandbox, as the toolhost runs it; the overhead is given
+// against both.
 func TestToolCallOverhead(t *testing.T) {
 	if !*overheadRun {
 		t.Skip("benchmark: run with -overhead (make bench-overhead)")
 	}
-	m := startUp(t, writeProject(t, overheadAgent, overheadScript))
+	// SKEIN_OVERHEAD_RUN_AS sets tools.sandbox.run_as of the mesh and of the runner below (e.g.
+	// "current", to see the traced start on a root host without CAP_SYS_RESOURCE).
+	runAs := os.Getenv("SKEIN_OVERHEAD_RUN_AS")
+	agent := overheadAgent
+	if runAs != "" {
+		agent = strings.Replace(agent, "  enabled: [sum]\n", fmt.Sprintf("  enabled: [sum]\n  sandbox: {run_as: %q}\n", runAs), 1)
+	}
+	m := startUp(t, writeProject(t, agent, overheadScript))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 
@@ -139,6 +158,28 @@ func TestToolCallOverhead(t *testing.T) {
 		tool = append(tool, time.Since(start))
 	}
 
+	// The tool's run time as the toolhost runs it: the same manifest through tools.Runner with
+	// the toolhost's (default) sandbox, so scratch folder, uid, limits, cgroup and tree kill
+	// included. The runner starts the tool from this test binary instead of skein (the
+	// trampoline, where one is used, is a copy of /proc/self/exe).
+	ts, err := tools.LoadDirs([]string{filepath.Join(devtest.RepoRoot(t), "examples", "tools")}, []string{"sum"})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("load sum: %v (%d tools)", err, len(ts))
+	}
+	runner := tools.Runner{Sandbox: tools.Sandbox{RunAs: runAs}}
+	sandbox, err := runner.SandboxInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sandboxed []time.Duration
+	for i := 0; i < 50; i++ {
+		start := time.Now()
+		if res := runner.Run(ctx, ts[0], json.RawMessage(`{"numbers":[2,3,5]}`)); !res.OK {
+			t.Fatalf("sandboxed sum: %+v", res)
+		}
+		sandboxed = append(sandboxed, time.Since(start))
+	}
+
 	// Sessions, alternating so that machine noise hits both alike.
 	var once, many []time.Duration
 	session := func(task string) time.Duration {
@@ -155,13 +196,17 @@ func TestToolCallOverhead(t *testing.T) {
 	}
 	perCall := (median(many) - median(once)) / (overheadCalls - 1)
 	overhead := perCall - median(tool)
+	overheadSandboxed := perCall - median(sandboxed)
 	t.Logf("\ntool call overhead (%d sequential calls vs 1, medians of %d sessions each)\n"+
 		"  bare NATS request/reply, two processes: %s\n"+
 		"  tool's own run time (fork/exec sum):    %s\n"+
+		"  tool's run time in the sandbox:         %s\n"+
+		"    (%s)\n"+
 		"  session with 1 call:                    %s\n"+
 		"  session with %d calls:                  %s\n"+
 		"  mesh time per call:                     %s\n"+
-		"  mesh overhead per call (minus tool):    %s = %.1f× bare NATS\n",
-		overheadCalls, len(once), median(bare), median(tool), median(once), overheadCalls, median(many), perCall,
-		overhead, float64(overhead)/float64(median(bare)))
+		"  mesh overhead per call (minus fork/exec): %s = %.1f× bare NATS\n"+
+		"  mesh overhead per call (minus sandboxed run): %s = %.1f× bare NATS\n",
+		overheadCalls, len(once), median(bare), median(tool), median(sandboxed), sandbox, median(once), overheadCalls, median(many), perCall,
+		overhead, float64(overhead)/float64(median(bare)), overheadSandboxed, float64(overheadSandboxed)/float64(median(bare)))
 }

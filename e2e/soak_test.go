@@ -58,7 +58,29 @@ func TestSoak(t *testing.T) {
 	if v := os.Getenv("SKEIN_SOAK_WORKERS"); v != "" {
 		fmt.Sscan(v, &workers)
 	}
-	m := startUp(t, writeProject(t, soakAgent, soakScript))
+	// SKEIN_SOAK_RETENTION=D keeps every per-session record for D instead of days: each
+	// stream's max_age, the session, tool call and step TTLs and the dedup window, so that a run
+	// longer than D shows where memory levels off once retention removes as much as arrives.
+	agent := soakAgent
+	if v := os.Getenv("SKEIN_SOAK_RETENTION"); v != "" {
+		if _, err := time.ParseDuration(v); err != nil {
+			t.Fatalf("SKEIN_SOAK_RETENTION=%q: %v", v, err)
+		}
+		agent += fmt.Sprintf(`mesh:
+  limits:
+    tasks: {max_age: %[1]s}
+    work: {max_age: %[1]s}
+    results: {max_age: %[1]s}
+    trace: {max_age: %[1]s}
+    usage: {max_age: %[1]s}
+    dlq: {max_age: %[1]s}
+    session_ttl: %[1]s
+    tool_call_ttl: %[1]s
+    step_ttl: %[1]s
+    dedup_window: %[1]s
+`, v)
+	}
+	m := startUp(t, writeProject(t, agent, soakScript))
 	ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
 	defer cancel()
 	task := func(i int) string { return fmt.Sprintf("add the numbers (soak %d)", i) }
@@ -87,9 +109,20 @@ func TestSoak(t *testing.T) {
 		time.Sleep(d / 3)
 		cpu = roleCPU(t, m.pprof, cpuOver)
 	}()
+	// The live heap once a minute (a forced GC in the mesh each time).
+	var heap []float64
+	heapDone := make(chan struct{})
+	go func() {
+		defer close(heapDone)
+		for i := 1; time.Duration(i)*time.Minute <= d; i++ {
+			time.Sleep(time.Until(begin.Add(time.Duration(i) * time.Minute)))
+			heap = append(heap, liveHeapMB(t, m.pprof))
+		}
+	}()
 	rs := generate(ctx, m.c, workers, 0, begin.Add(d), task)
 	elapsed := time.Since(begin)
 	<-cpuDone
+	<-heapDone
 	// Sessions are done; give the miner and the deletes of followers' consumers a moment.
 	var after meshStats
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -105,7 +138,7 @@ func TestSoak(t *testing.T) {
 	}
 	var report strings.Builder
 	fmt.Fprintf(&report, "soak: %d workers, %s, %d sessions, %.1f sessions/s\n", workers, elapsed.Round(time.Second), len(rs), float64(len(rs))/elapsed.Seconds())
-	fmt.Fprintf(&report, "minute  sessions  sessions/s  p50      p99\n")
+	fmt.Fprintf(&report, "minute  sessions  sessions/s  p50      p99      live heap at its end\n")
 	var firstP50, lastP50 time.Duration
 	minutes := int(elapsed/time.Minute) + 1
 	for i := 0; i < minutes; i++ {
@@ -127,8 +160,12 @@ func TestSoak(t *testing.T) {
 		if span >= 30*time.Second {
 			lastP50 = p50
 		}
-		fmt.Fprintf(&report, "%6d  %8d  %10.1f  %-7s  %s\n", i+1, len(bucket), float64(len(bucket))/span.Seconds(),
-			p50.Round(time.Millisecond), p99.Round(time.Millisecond))
+		h := ""
+		if i < len(heap) {
+			h = fmt.Sprintf("%.0f MB", heap[i])
+		}
+		fmt.Fprintf(&report, "%6d  %8d  %10.1f  %-7s  %-7s  %s\n", i+1, len(bucket), float64(len(bucket))/span.Seconds(),
+			p50.Round(time.Millisecond), p99.Round(time.Millisecond), h)
 	}
 	ls := latencies(rs)
 	fmt.Fprintf(&report, "all: p50 %s p99 %s\n", percentile(ls, 0.5).Round(time.Millisecond), percentile(ls, 0.99).Round(time.Millisecond))
@@ -136,6 +173,14 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&report, "mesh CPU per session: %.1f ms (all roles, miner included)\n", float64((after.cpu-before.cpu).Milliseconds())/float64(max(len(rs), 1)))
 	if cpu != nil {
 		fmt.Fprintf(&report, "%s\n", formatCPU(cpu, cpuOver))
+	}
+	// What the mesh keeps per session, by stream (buckets and the object store are streams too):
+	// the server's memory per subject and its block caches follow these.
+	fmt.Fprintf(&report, "stored at the end (per session of the run):\n")
+	for st := range m.c.JS.ListStreams(ctx).Info() {
+		n := float64(max(len(rs), 1))
+		fmt.Fprintf(&report, "  %-16s %8d msgs %8d subjects %7.1f MB  (%.0f B/session)\n", st.Config.Name, st.State.Msgs,
+			st.State.NumSubjects, float64(st.State.Bytes)/(1<<20), float64(st.State.Bytes)/n)
 	}
 	t.Log("\n" + report.String())
 

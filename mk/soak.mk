@@ -1,9 +1,12 @@
 # Soak: continuous short sessions against one `skein up` (scripted model, compiled sum tool,
-# memory and miner on) for SOAK_DURATION; reports sessions/s, p50/p99 per minute, consumers per
-# stream, goroutines, RSS and CPU per role (e2e/soak_test.go). Not part of `make test`.
+# memory and miner on) for SOAK_DURATION; reports sessions/s, p50/p99 and live heap per minute,
+# consumers per stream, goroutines, RSS, CPU per role and what each stream stores
+# (e2e/soak_test.go). Not part of `make test`.
 #   make soak                      10 minutes, 4 sessions in flight
 #   make soak SOAK_DURATION=2m SOAK_WORKERS=8
 # SKEIN_SOAK_HEAP_PROFILE=PATH also saves heap profiles at start (PATH.start) and end (PATH).
+# SKEIN_SOAK_RETENTION=2m keeps every per-session record 2 minutes (stream max_age, TTLs, dedup
+# window), to show memory levelling off once retention removes as much as arrives.
 
 SOAK_DURATION ?= 10m
 SOAK_WORKERS  ?= 4

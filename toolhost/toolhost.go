@@ -416,6 +416,7 @@ func sandboxOf(c config.ToolSandbox) tools.Sandbox {
 		Limits:     tools.Limits{CPUSeconds: c.CPUSeconds, AddressSpaceMB: c.AddressSpaceMB, OpenFiles: c.OpenFiles, Processes: c.Processes},
 		RunAs:      c.RunAs,
 		Cgroup:     c.Cgroup,
+		Start:      c.Start,
 		ScratchDir: c.ScratchDir,
 	}
 }

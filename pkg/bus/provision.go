@@ -108,12 +108,15 @@ func BucketConfigs(n protocol.Names, l Limits) []jetstream.KeyValueConfig {
 			History: history, TTL: ttl, MaxBytes: orUnlimited(l.BucketMaxBytes)}
 	}
 	// Memory entries, agents and tools live until replaced; their buckets are bounded by size.
+	// The miner's compression cache has a key per mined session: it is kept as long as traces
+	// are (a session whose trace is gone cannot be mined again), not until the bucket is full,
+	// since the server holds every key in memory.
 	return []jetstream.KeyValueConfig{
 		kv(protocol.BucketSessions, 1, l.SessionTTL),
 		kv(protocol.BucketAgents, 1, 0),
 		kv(protocol.BucketTools, 1, 0),
 		kv(protocol.BucketMemory, 1, 0),
-		kv(protocol.BucketMined, 1, 0),
+		kv(protocol.BucketMined, 1, l.stream(protocol.StreamTrace).MaxAge),
 		kv(protocol.BucketToolCalls, 1, l.ToolCallTTL),
 		kv(protocol.BucketSteps, 1, l.StepTTL),
 		// A tree's spending matters while it runs; keep it as long as its results.

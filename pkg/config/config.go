@@ -154,6 +154,7 @@ type ToolSandbox struct {
 	Processes      int    `yaml:"processes"`
 	RunAs          string `yaml:"run_as"`      // auto | current | a user name or uid
 	Cgroup         string `yaml:"cgroup"`      // auto | off
+	Start          string `yaml:"start"`       // auto | trampoline
 	ScratchDir     string `yaml:"scratch_dir"` // "" = the system temp folder
 }
 
@@ -264,6 +265,9 @@ type MeshLimits struct {
 	SessionTTL  string `yaml:"session_ttl"`
 	ToolCallTTL string `yaml:"tool_call_ttl"`
 	StepTTL     string `yaml:"step_ttl"`
+	// DedupWindow is how long the server remembers message ids to drop duplicates (a duration);
+	// the ids of that long are held in memory.
+	DedupWindow string `yaml:"dedup_window"`
 }
 
 // Streams returns the stream limits by stream base name (TASKS, WORK, ...).

@@ -363,6 +363,11 @@ func (c *Config) Validate() Errors {
 	default:
 		bad("tools.sandbox.cgroup", "must be auto or off, got %q", sb.Cgroup)
 	}
+	switch sb.Start {
+	case "", "auto", "trampoline":
+	default:
+		bad("tools.sandbox.start", "must be auto or trampoline, got %q", sb.Start)
+	}
 	if sb.RunAs != "" && strings.TrimSpace(sb.RunAs) != sb.RunAs {
 		bad("tools.sandbox.run_as", "has surrounding spaces: %q", sb.RunAs)
 	}
@@ -422,7 +427,7 @@ func (c *Config) Validate() Errors {
 		bad("mesh.replicas", "must be 1, 3 or 5, got %d", c.Mesh.Replicas)
 	}
 	durations := map[string]string{"mesh.agent_ttl": c.Mesh.AgentTTL, "mesh.queue_timeout": c.Mesh.QueueTimeout, "mesh.ack_wait": c.Mesh.AckWait, "mesh.limits.session_ttl": c.Mesh.Limits.SessionTTL,
-		"mesh.limits.tool_call_ttl": c.Mesh.Limits.ToolCallTTL, "mesh.limits.step_ttl": c.Mesh.Limits.StepTTL}
+		"mesh.limits.tool_call_ttl": c.Mesh.Limits.ToolCallTTL, "mesh.limits.step_ttl": c.Mesh.Limits.StepTTL, "mesh.limits.dedup_window": c.Mesh.Limits.DedupWindow}
 	for name, sl := range c.Mesh.Limits.Streams() {
 		key := "mesh.limits." + strings.ToLower(name)
 		durations[key+".max_age"] = sl.MaxAge

@@ -222,6 +222,7 @@ func Limits(cfg *config.Config) bus.Limits {
 	l.SessionTTL = config.DurationOr(ml.SessionTTL, l.SessionTTL)
 	l.ToolCallTTL = config.DurationOr(ml.ToolCallTTL, l.ToolCallTTL)
 	l.StepTTL = config.DurationOr(ml.StepTTL, l.StepTTL)
+	l.DedupWindow = config.DurationOr(ml.DedupWindow, l.DedupWindow)
 	return l
 }
 

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 )
 
 // BaseEnv is the only part of the host's environment every tool gets. Anything else, provider
@@ -82,6 +84,44 @@ func envValue(env []string, name string) string {
 // reachablePATH keeps the PATH folders uid/gid can search: a tool running as another user than
 // the host (nobody, when the host is root) would fail on the others, e.g. an interpreter shim
 // under root's home, and an interpreter found there would not run for it anyway.
+// resolveAs is reachablePATH and then lookPathAs, remembered for resolveTTL: both walk every
+// folder of PATH and of the program with stat calls, which need not happen on every call of a
+// tool. They only make a clear error before the start; the kernel enforces access at the exec,
+// so a change within the TTL still fails the call, with the exec's error.
+func resolveAs(argv []string, pathList string, uid, gid int) (reachable, program string, err error) {
+	key := fmt.Sprintf("%d:%d\x00%s\x00%s", uid, gid, pathList, strings.Join(argv, "\x00"))
+	resolved.Lock()
+	defer resolved.Unlock()
+	if r, ok := resolved.m[key]; ok && time.Since(r.at) < resolveTTL {
+		return r.reachable, r.program, r.err
+	}
+	reachable = reachablePATH(pathList, uid, gid)
+	program, err = lookPathAs(argv, reachable, uid, gid)
+	if resolved.m == nil || len(resolved.m) >= resolveMax {
+		resolved.m = map[string]resolution{}
+	}
+	resolved.m[key] = resolution{at: time.Now(), reachable: reachable, program: program, err: err}
+	return reachable, program, err
+}
+
+// resolveTTL is how long resolveAs trusts what it found; resolveMax bounds what it keeps (a
+// toolhost serves a fixed set of tools, so the map is emptied only by something unusual).
+const (
+	resolveTTL = 10 * time.Second
+	resolveMax = 1024
+)
+
+type resolution struct {
+	at                 time.Time
+	reachable, program string
+	err                error
+}
+
+var resolved struct {
+	sync.Mutex
+	m map[string]resolution
+}
+
 func reachablePATH(path string, uid, gid int) string {
 	var keep []string
 	for _, d := range filepath.SplitList(path) {

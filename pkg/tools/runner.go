@@ -102,8 +102,9 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 	}
 	var path string
 	if hs.uid >= 0 {
-		env = setEnv(env, "PATH", reachablePATH(envValue(env, "PATH"), hs.uid, hs.gid))
-		path, err = lookPathAs(t.Argv, envValue(env, "PATH"), hs.uid, hs.gid)
+		var reachable string
+		reachable, path, err = resolveAs(t.Argv, envValue(env, "PATH"), hs.uid, hs.gid)
+		env = setEnv(env, "PATH", reachable)
 	} else {
 		path, err = lookPath(t.Argv[0])
 	}
@@ -229,7 +230,7 @@ func (r *Runner) start(path string, t *Tool, env []string, dir string) (*proc, e
 	// Its own process group, parent-death signal, uid, limits and cgroup: see confine.
 	conf, err := r.confine(cmd, t)
 	if err == nil {
-		err = startLocked(cmd)
+		err = conf.startTool(cmd)
 	}
 	closeAll(inR, outW, errW) // the child has its copies
 	if err != nil {

@@ -96,6 +96,11 @@ type Sandbox struct {
 	// Cgroup is "auto" or "" (a cgroup v2 per call where one can be created, else a child
 	// subreaper) or "off" (always the subreaper).
 	Cgroup string
+	// Start is how a tool gets its resource limits before its first instruction: "auto" or ""
+	// (the tool is exec'd directly under ptrace, stopped at the exec while the host sets its
+	// limits, then released; the trampoline where ptrace is not allowed) or "trampoline" (always
+	// a fresh copy of the host binary that sets the limits on itself and execs the tool).
+	Start string
 	// ScratchDir is where per-call scratch folders are made ("": the system temp folder).
 	ScratchDir string
 }

@@ -24,23 +24,93 @@ import (
 	"github.com/skein-mesh/skein/pkg/tools/internal/trampoline"
 )
 
-// A tool starts as a fresh copy of this binary (the trampoline, package internal/trampoline):
-// the kernel has already given it the tool's uid, process group, cgroup and parent-death
-// signal; the trampoline sets the resource limits on itself and execs the tool. Limits set that
-// way hold from the tool's first instruction, whereas prlimit on a started child races with the
-// child's first fork.
+// Where the traced start is not possible (see releaseTraced), a tool starts as a fresh copy of
+// this binary (the trampoline, package internal/trampoline): the kernel has already given it the
+// tool's uid, process group, cgroup and parent-death signal; the trampoline sets the resource
+// limits on itself and execs the tool. Limits set either way hold from the tool's first
+// instruction, whereas prlimit on a running child races with the child's first fork.
 const trampolineArg0 = trampoline.Arg0
 
-// trampolineSpec encodes limits for the trampoline's command line. CPU: the soft limit sends
-// SIGXCPU, which names the cause; the hard one, a bit later, kills.
-func trampolineSpec(l Limits, nprocBase int) string {
+// rlimit is one resource limit of a call, with the kernel's resource number.
+type rlimit struct {
+	res      int
+	cur, max uint64
+}
+
+// callRlimits are the four limits of a call. CPU: the soft limit sends SIGXCPU, which names the
+// cause; the hard one, a bit later, kills.
+func callRlimits(l Limits, nprocBase int) []rlimit {
 	nproc := uint64(nprocBase + l.Processes)
 	as := uint64(l.AddressSpaceMB) << 20
-	return fmt.Sprintf("%d:%d:%d,%d:%d:%d,%d:%d:%d,%d:%d:%d",
-		unix.RLIMIT_CPU, l.CPUSeconds, l.CPUSeconds+2,
-		unix.RLIMIT_AS, as, as,
-		unix.RLIMIT_NOFILE, l.OpenFiles, l.OpenFiles,
-		unix.RLIMIT_NPROC, nproc, nproc)
+	return []rlimit{
+		{unix.RLIMIT_CPU, uint64(l.CPUSeconds), uint64(l.CPUSeconds) + 2},
+		{unix.RLIMIT_AS, as, as},
+		{unix.RLIMIT_NOFILE, uint64(l.OpenFiles), uint64(l.OpenFiles)},
+		{unix.RLIMIT_NPROC, nproc, nproc},
+	}
+}
+
+// trampolineSpec encodes limits for the trampoline's command line.
+func trampolineSpec(ls []rlimit) string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = fmt.Sprintf("%d:%d:%d", l.res, l.cur, l.max)
+	}
+	return strings.Join(parts, ",")
+}
+
+// A tool started "traced" is exec'd directly (no trampoline) with PTRACE_TRACEME: the kernel
+// stops it right after the exec, before its first instruction, and tells the host, which sets
+// the call's limits on it (prlimit) and detaches. The limits hold from the tool's first
+// instruction as with the trampoline, and the start costs one exec instead of two (the
+// trampoline's exec is a Go runtime start of the whole host binary). Where ptrace is not
+// allowed (seccomp, Yama ptrace_scope 3) the probe at start fails and the trampoline is used.
+
+// releaseTraced sets limits on pid, which is stopped at its exec as the tracee of the calling
+// thread, and lets it run.
+func releaseTraced(pid int, limits []rlimit) error {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, syscall.WALL, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("wait for the tool to stop at its exec: %w", err)
+		}
+		break
+	}
+	if !ws.Stopped() {
+		return fmt.Errorf("the tool did not stop at its exec (wait status %#x)", uint32(ws))
+	}
+	for _, l := range limits {
+		if err := unix.Prlimit(pid, l.res, &unix.Rlimit{Cur: l.cur, Max: l.max}, nil); err != nil {
+			return fmt.Errorf("set resource limit %d: %w", l.res, err)
+		}
+	}
+	if err := syscall.PtraceDetach(pid); err != nil {
+		return fmt.Errorf("release the tool after setting its limits: %w", err)
+	}
+	return nil
+}
+
+// probeTraced reports whether a process of the tools' user can be started traced, given its
+// limits and released (nil), by starting the trampoline's probe that way. Setting limits on a
+// process of another user needs CAP_SYS_RESOURCE, which containers often drop: there, as where
+// ptrace is not allowed, tools start through the trampoline.
+func probeTraced(cred *syscall.Credential) error {
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{trampolineArg0 + "-probe"}
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Setpgid: true, Credential: cred}
+	lim := callRlimits(DefaultLimits, 0)
+	if err := startLocked(cmd, func(pid int) error { return releaseTraced(pid, lim) }); err != nil {
+		return err
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	return nil
 }
 
 // hostSandbox is what a Runner decided once about confining its tools.
@@ -49,7 +119,10 @@ type hostSandbox struct {
 	cred     *syscall.Credential
 	who      string
 	cg       *cgroupBase // nil: the subreaper fallback
-	info     string
+	// traced: tools are exec'd directly and get their limits while stopped at the exec (see
+	// releaseTraced); else through the trampoline.
+	traced bool
+	info   string
 }
 
 func (r *Runner) hostSandbox() (*hostSandbox, error) {
@@ -89,6 +162,20 @@ func newHostSandbox(s Sandbox) (*hostSandbox, error) {
 	default:
 		return nil, fmt.Errorf("tools.sandbox.cgroup must be auto or off, got %q", s.Cgroup)
 	}
+	var start string
+	switch s.Start {
+	case "", "auto":
+		if err := probeTraced(hs.cred); err != nil {
+			start = fmt.Sprintf("limits set by a trampoline exec (a traced start failed: %v)", err)
+		} else {
+			hs.traced = true
+			start = "limits set at exec under ptrace"
+		}
+	case "trampoline":
+		start = "limits set by a trampoline exec (tools.sandbox.start)"
+	default:
+		return nil, fmt.Errorf("tools.sandbox.start must be auto or trampoline, got %q", s.Start)
+	}
 	if hs.cg == nil {
 		if err := enableSubreaper(); err != nil {
 			return nil, fmt.Errorf("no way to kill a tool's whole process tree: no cgroup v2 (%s) and %w", why, err)
@@ -100,6 +187,7 @@ func newHostSandbox(s Sandbox) (*hostSandbox, error) {
 			hs.info += " (pids.max per call)"
 		}
 	}
+	hs.info += "; " + start
 	return hs, nil
 }
 
@@ -129,8 +217,9 @@ func (r *Runner) SandboxInfo() (string, error) {
 	return hs.info, nil
 }
 
-// confine turns cmd (the tool) into a start of the trampoline with everything the kernel applies
-// at fork: own process group, parent-death signal, uid, cgroup.
+// confine sets up cmd (the tool) with everything the kernel applies at fork: own process group,
+// parent-death signal, uid, cgroup; and its limits: set at the exec stop (traced) or by the
+// trampoline, which cmd then starts.
 func (r *Runner) confine(cmd *exec.Cmd, t *Tool) (*callConf, error) {
 	hs, err := r.hostSandbox()
 	if err != nil {
@@ -151,14 +240,20 @@ func (r *Runner) confine(cmd *exec.Cmd, t *Tool) (*callConf, error) {
 	if uid != 0 {
 		base = tasksOf(uid)
 	}
-	cmd.Args = append([]string{trampolineArg0, trampolineSpec(lim, base), cmd.Path}, cmd.Args...)
-	cmd.Path = "/proc/self/exe"
-	cmd.Env = setEnv(cmd.Env, SandboxEnvVar, cc.id)
+	limits := callRlimits(lim, base)
 	attr := &syscall.SysProcAttr{
 		Setpgid:    true,
 		Pdeathsig:  syscall.SIGKILL,
 		Credential: hs.cred,
 	}
+	if hs.traced {
+		attr.Ptrace = true
+		cc.limits = limits
+	} else {
+		cmd.Args = append([]string{trampolineArg0, trampolineSpec(limits), cmd.Path}, cmd.Args...)
+		cmd.Path = "/proc/self/exe"
+	}
+	cmd.Env = setEnv(cmd.Env, SandboxEnvVar, cc.id)
 	if hs.cg != nil {
 		cc.cg, err = hs.cg.newCall(cc.id, lim.Processes)
 		if err != nil {
@@ -173,10 +268,23 @@ func (r *Runner) confine(cmd *exec.Cmd, t *Tool) (*callConf, error) {
 
 // callConf is one call's confinement.
 type callConf struct {
-	hs   *hostSandbox
-	id   string
-	cg   *callCgroup
-	root int
+	hs     *hostSandbox
+	id     string
+	cg     *callCgroup
+	root   int
+	limits []rlimit // set by the host at the exec stop (traced start); nil with the trampoline
+}
+
+// startTool starts cmd as confine set it up.
+func (c *callConf) startTool(cmd *exec.Cmd) error {
+	if c.limits == nil {
+		return startLocked(cmd, nil)
+	}
+	err := startLocked(cmd, func(pid int) error { return releaseTraced(pid, c.limits) })
+	if err != nil && c.hs.uid >= 0 && (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)) {
+		err = fmt.Errorf("%w (the tool runs as uid %d: its program, interpreter and their folders must be readable by that user; see tools.sandbox.run_as)", err, c.hs.uid)
+	}
+	return err
 }
 
 var callSeq atomic.Uint64
@@ -217,8 +325,10 @@ func (c *callConf) release() {
 }
 
 // startLocked runs cmd.Start on one OS thread that never exits: the parent-death signal fires
-// when the thread that forked the child ends, not the process, and Go may end threads.
-func startLocked(cmd *exec.Cmd) error {
+// when the thread that forked the child ends, not the process, and Go may end threads. The
+// thread is also the tracer of a traced start: traced, when not nil, runs on it right after the
+// start; when it fails the process is killed and reaped.
+func startLocked(cmd *exec.Cmd, traced func(pid int) error) error {
 	forkerOnce.Do(func() {
 		forker = make(chan func())
 		go func() {
@@ -229,7 +339,16 @@ func startLocked(cmd *exec.Cmd) error {
 		}()
 	})
 	done := make(chan error, 1)
-	forker <- func() { done <- cmd.Start() }
+	forker <- func() {
+		err := cmd.Start()
+		if err == nil && traced != nil {
+			if err = traced(cmd.Process.Pid); err != nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+		}
+		done <- err
+	}
 	return <-done
 }
 

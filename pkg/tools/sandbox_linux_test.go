@@ -213,10 +213,18 @@ func (r grepReport) has(pid int, what, where string) bool {
 	return false
 }
 
+// TestToolDiesWithItsHost runs with the default run_as and with run_as current, which covers
+// the traced start on a root host that may not set limits on nobody's processes.
 func TestToolDiesWithItsHost(t *testing.T) {
+	for _, runAs := range []string{"", "current"} {
+		t.Run("run_as="+runAs, func(t *testing.T) { testToolDiesWithItsHost(t, runAs) })
+	}
+}
+
+func testToolDiesWithItsHost(t *testing.T, runAs string) {
 	devtestPython(t)
 	pidfile := filepath.Join(openTempDir(t), "tool.pid")
-	holder, _ := startKeyholder(t, -1, "sleeper", "SKEIN_TEST_PIDFILE="+pidfile, "SKEIN_TEST_TIMEOUT=600")
+	holder, _ := startKeyholder(t, -1, "sleeper", "SKEIN_TEST_PIDFILE="+pidfile, "SKEIN_TEST_TIMEOUT=600", "SKEIN_TEST_RUN_AS="+runAs)
 	child := readPID(t, pidfile) // the sleeper's own background child; its parent is the tool
 	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
 	toolPID := parentOf(t, child)
@@ -252,33 +260,40 @@ func treeKillModes(t *testing.T) []string {
 }
 
 func TestSetsidDoubleForkEscapeeIsKilled(t *testing.T) {
+	// run_as current: the traced start too, where the default falls back to the trampoline.
 	for _, mode := range treeKillModes(t) {
 		for _, hang := range []bool{true, false} {
-			t.Run(fmt.Sprintf("cgroup=%s/hang=%v", mode, hang), func(t *testing.T) {
-				pidfile := filepath.Join(openTempDir(t), "escapee.pid")
-				t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
-				tl := fixture(t, "escapee")
-				if hang {
-					t.Setenv("SKEIN_TEST_HANG", "1")
-					tl.TimeoutS = 3
-				} else {
-					t.Setenv("SKEIN_TEST_HANG", "0")
-				}
-				r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode}}
-				res := r.Run(context.Background(), tl, json.RawMessage(`{}`))
-				if hang {
-					wantFail(t, res, protocol.ToolErrTimeout, "timed out")
-				} else if !res.OK {
-					t.Fatalf("want ok, got %+v", res)
-				}
-				pid := readPID(t, pidfile)
-				if sid, _ := unix.Getsid(pid); sid == unix.Getpgrp() {
-					t.Fatalf("the escapee did not leave the session")
-				}
-				assertGone(t, pid)
-			})
+			for _, runAs := range []string{"", "current"} {
+				t.Run(fmt.Sprintf("cgroup=%s/hang=%v/run_as=%s", mode, hang, runAs), func(t *testing.T) {
+					testEscapee(t, mode, hang, runAs)
+				})
+			}
 		}
 	}
+}
+
+func testEscapee(t *testing.T, mode string, hang bool, runAs string) {
+	pidfile := filepath.Join(openTempDir(t), "escapee.pid")
+	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
+	tl := fixture(t, "escapee")
+	if hang {
+		t.Setenv("SKEIN_TEST_HANG", "1")
+		tl.TimeoutS = 3
+	} else {
+		t.Setenv("SKEIN_TEST_HANG", "0")
+	}
+	r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode, RunAs: runAs}}
+	res := r.Run(context.Background(), tl, json.RawMessage(`{}`))
+	if hang {
+		wantFail(t, res, protocol.ToolErrTimeout, "timed out")
+	} else if !res.OK {
+		t.Fatalf("want ok, got %+v", res)
+	}
+	pid := readPID(t, pidfile)
+	if sid, _ := unix.Getsid(pid); sid == unix.Getpgrp() {
+		t.Fatalf("the escapee did not leave the session")
+	}
+	assertGone(t, pid)
 }
 
 func TestForkBombIsBoundedByTheProcessLimit(t *testing.T) {
@@ -342,9 +357,32 @@ func sandboxProcs(t *testing.T) int {
 	return n
 }
 
+// TestResourceLimitsApply checks the limits under both starts: the trampoline, and the traced
+// start (tools run as the host's user, so the host may set their limits without
+// CAP_SYS_RESOURCE; a host that cannot trace at all says so in its sandbox line and the case is
+// skipped).
 func TestResourceLimitsApply(t *testing.T) {
+	for _, start := range []string{"trampoline", "auto"} {
+		t.Run("start="+start, func(t *testing.T) {
+			sb := tools.Sandbox{Start: start, RunAs: "current"}
+			info, err := (&tools.Runner{Sandbox: sb}).SandboxInfo()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if start == "auto" && !strings.Contains(info, "under ptrace") {
+				t.Skipf("no traced start on this host: %s", info)
+			}
+			if start == "trampoline" && !strings.Contains(info, "trampoline") {
+				t.Fatalf("sandbox line %q does not name the trampoline", info)
+			}
+			testResourceLimitsApply(t, sb)
+		})
+	}
+}
+
+func testResourceLimitsApply(t *testing.T, sb tools.Sandbox) {
 	devtestPython(t)
-	var r tools.Runner
+	r := tools.Runner{Sandbox: sb}
 	res := r.Run(context.Background(), fixture(t, "limits"), json.RawMessage(`{}`))
 	var got map[string]any
 	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
@@ -363,7 +401,8 @@ func TestResourceLimitsApply(t *testing.T) {
 		t.Errorf("RLIMIT_NPROC = %v, want the uid's tasks + 50", got["RLIMIT_NPROC"])
 	}
 	// Config defaults apply where the manifest says nothing.
-	r2 := tools.Runner{Sandbox: tools.Sandbox{Limits: tools.Limits{OpenFiles: 64}}}
+	sb.Limits = tools.Limits{OpenFiles: 64}
+	r2 := tools.Runner{Sandbox: sb}
 	tl := fixture(t, "limits")
 	tl.Sandbox = nil
 	res = r2.Run(context.Background(), tl, json.RawMessage(`{}`))
@@ -405,14 +444,20 @@ func devtestPython(t *testing.T) {
 func BenchmarkRunSandboxed(b *testing.B) {
 	t := &testing.T{}
 	tl := fixture(t, "plain")
-	for _, mode := range []string{"auto", "off"} {
-		b.Run("cgroup="+mode, func(b *testing.B) {
-			r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode}}
-			for i := 0; i < b.N; i++ {
-				if res := r.Run(context.Background(), tl, json.RawMessage(`{}`)); !res.OK {
-					b.Fatalf("%+v", res)
+	for _, start := range []string{"trampoline", "auto"} {
+		for _, mode := range []string{"auto", "off"} {
+			b.Run("start="+start+"/cgroup="+mode, func(b *testing.B) {
+				// The tools' user is the host's, so a traced start is possible as root
+				// without CAP_SYS_RESOURCE too.
+				r := tools.Runner{Sandbox: tools.Sandbox{Cgroup: mode, Start: start, RunAs: "current"}}
+				info, _ := r.SandboxInfo()
+				b.Log(info)
+				for i := 0; i < b.N; i++ {
+					if res := r.Run(context.Background(), tl, json.RawMessage(`{}`)); !res.OK {
+						b.Fatalf("%+v", res)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

@@ -35,6 +35,6 @@ func (c *callConf) started(pid int) {}
 func (c *callConf) killAll()        {}
 func (c *callConf) release()        {}
 
-func startLocked(cmd *exec.Cmd) error { return cmd.Start() }
+func (c *callConf) startTool(cmd *exec.Cmd) error { return cmd.Start() }
 
 func accessibleBy(path string, uid, gid int, exec bool) bool { return true }

@@ -37,6 +37,10 @@ type Mirror struct {
 	// AckWait is mesh.ack_wait (0: the table's default).
 	AckWait time.Duration
 
+	// files keeps the mirror files of the sessions written last open, so a session's events
+	// each cost a write, not an open, stat and close of two files.
+	files openFiles
+
 	mu   sync.Mutex
 	done map[string]chan struct{}
 	// ended lists the sessions whose channel is closed, oldest first, so the map stays bounded
@@ -72,6 +76,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("trace mirror: %w", err)
 	}
+	defer m.files.closeAll()
 	return w.Run(ctx)
 }
 
@@ -103,25 +108,101 @@ func (m *Mirror) write(ev protocol.Event) error {
 	if err != nil {
 		return err
 	}
-	if err := appendLine(JSONLPath(m.Home, ev.SessionID), line); err != nil {
+	if err := m.files.append(JSONLPath(m.Home, ev.SessionID), line); err != nil {
 		return err
 	}
-	return appendLine(LogPath(m.Home, ev.SessionID), []byte(Line(ev)))
+	err = m.files.append(LogPath(m.Home, ev.SessionID), []byte(Line(ev)))
+	if ev.Type == protocol.EvUsage && ev.Role != protocol.RoleMiner {
+		// The session has ended; the miner's few later events open the files again.
+		m.files.close(JSONLPath(m.Home, ev.SessionID), LogPath(m.Home, ev.SessionID))
+	}
+	return err
 }
 
-func appendLine(path string, line []byte) error {
+// mirrorOpenFiles bounds the files the mirror keeps open (two per session in flight).
+const mirrorOpenFiles = 64
+
+// openFiles is a small set of files open for appending, the least recently used closed first.
+type openFiles struct {
+	mu    sync.Mutex
+	files map[string]*openFile
+	tick  uint64
+}
+
+type openFile struct {
+	f    *os.File
+	used uint64
+}
+
+// append writes line and a newline at the end of path, opening it (0600) unless it is open.
+func (o *openFiles) append(path string, line []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.files == nil {
+		o.files = map[string]*openFile{}
+	}
+	of := o.files[path]
+	if of == nil {
+		f, err := openAppend(path)
+		if err != nil {
+			return err
+		}
+		if len(o.files) >= mirrorOpenFiles {
+			o.evictLocked()
+		}
+		of = &openFile{f: f}
+		o.files[path] = of
+	}
+	o.tick++
+	of.used = o.tick
+	if _, err := of.f.Write(append(line, '\n')); err != nil {
+		_ = of.f.Close()
+		delete(o.files, path)
+		return err
+	}
+	return nil
+}
+
+func (o *openFiles) evictLocked() {
+	var oldest string
+	for p, of := range o.files {
+		if oldest == "" || of.used < o.files[oldest].used {
+			oldest = p
+		}
+	}
+	_ = o.files[oldest].f.Close()
+	delete(o.files, oldest)
+}
+
+func (o *openFiles) close(paths ...string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, p := range paths {
+		if of := o.files[p]; of != nil {
+			_ = of.f.Close()
+			delete(o.files, p)
+		}
+	}
+}
+
+func (o *openFiles) closeAll() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for p, of := range o.files {
+		_ = of.f.Close()
+		delete(o.files, p)
+	}
+}
+
+func openAppend(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if st, err := f.Stat(); err == nil && st.Mode().Perm() != 0o600 {
 		_ = f.Chmod(0o600) // a file an older version made 0644
 	}
-	_, werr := f.Write(append(line, '\n'))
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	return werr
+	return f, nil
 }
 
 // Done returns a channel closed once the session's usage event is mirrored, so a one-shot run
