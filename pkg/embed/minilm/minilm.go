@@ -19,14 +19,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
-	"unicode"
 
-	"github.com/sugarme/tokenizer"
-	"github.com/sugarme/tokenizer/pretrained"
 	ort "github.com/yalue/onnxruntime_go"
-	"golang.org/x/text/unicode/norm"
 
 	"github.com/skein-mesh/skein/pkg/devenv"
 )
@@ -64,8 +59,7 @@ type Options struct {
 // Embedder implements embed.Embedder. It is safe for concurrent use.
 type Embedder struct {
 	sess     *ort.DynamicAdvancedSession
-	tokMu    sync.Mutex
-	tok      *tokenizer.Tokenizer
+	tok      *wordPiece
 	maxBatch int
 	closed   sync.Once
 }
@@ -156,14 +150,10 @@ func Open(opt Options) (*Embedder, error) {
 	}
 	lib, dir := Paths(opt)
 	onnxPath := filepath.Join(dir, "model.onnx")
-	tok, err := pretrained.FromFile(filepath.Join(dir, "tokenizer.json"))
+	tok, err := loadWordPiece(filepath.Join(dir, "tokenizer.json"), MaxTokens)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
 	}
-	// The file pads to 128 and truncates at 128; sentence-transformers uses 256 and no padding
-	// (this package pads per batch itself).
-	tok.WithPadding(nil)
-	tok.WithTruncation(&tokenizer.TruncationParams{MaxLength: MaxTokens, Strategy: tokenizer.LongestFirst})
 
 	if err := acquireEnv(lib); err != nil {
 		return nil, err
@@ -240,41 +230,11 @@ func (e *Embedder) Close() error {
 	return err
 }
 
-// Tokenize returns the model's input ids for text, special tokens included, truncated.
+// Tokenize returns the model's input ids for text, special tokens included, truncated to
+// MaxTokens (the file's own padding and truncation at 128 are not used: sentence-transformers
+// truncates at 256 and Embed pads per batch).
 func (e *Embedder) Tokenize(text string) ([]int, error) {
-	e.tokMu.Lock()
-	defer e.tokMu.Unlock()
-	enc, err := e.tok.EncodeSingle(stripAccents(text), true)
-	if err != nil {
-		return nil, fmt.Errorf("tokenize: %w", err)
-	}
-	return slices.Clone(enc.Ids), nil
-}
-
-// stripAccents does what Hugging Face's BertNormalizer does for an uncased model whose
-// strip_accents is unset (it follows lowercase): decompose, then drop combining marks, so "café"
-// becomes "cafe" and "で" becomes "て". The Go tokenizer's normalizer skips this step when the
-// option is null, which turned accented words into [UNK].
-func stripAccents(s string) string {
-	if isASCII(s) {
-		return s
-	}
-	d := norm.NFD.String(s)
-	return strings.Map(func(r rune) rune {
-		if unicode.Is(unicode.Mn, r) {
-			return -1
-		}
-		return r
-	}, d)
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
+	return e.tok.encode(text), nil
 }
 
 // Embed implements embed.Embedder. Texts are grouped by length into batches of at most
