@@ -534,8 +534,8 @@ func (s *Store) Close() error {
 func (s *Store) ANNCells() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.idx.ivf == nil {
+	if s.idx.cent == nil {
 		return 0
 	}
-	return s.idx.ivf.nlist
+	return len(s.idx.cells)
 }
