@@ -165,7 +165,7 @@ func (x *vindex) train() {
 		}
 	}
 	x.cells, x.cellOf, x.rowOf, x.cent = cells, of, rows, cent
-	x.nprobe = max(1, int(math.Ceil(float64(nlist)*x.nprobeShare)))
+	x.nprobe = min(nlist, max(MinProbe, int(math.Ceil(float64(nlist)*x.nprobeShare))))
 	x.trained = n
 }
 

@@ -290,10 +290,10 @@ func (x *vindex) search(q []float32, k int, f *memory.Filter) []cand {
 // scan offers the rows of c that pass the filter: the agent and flag checks read the cell's own
 // arrays, the dot products its contiguous matrix.
 func (x *vindex) scan(c *cell, q []float32, m *matcher, top *topK) {
-	d := x.dim
-	vecs := c.vecs
+	d, vecs, agent, flags := x.dim, c.vecs, c.agent, c.flags
+	tools := len(m.f.Tools) > 0
 	for r, s := range c.slots {
-		if m.agent >= 0 && c.agent[r] != m.agent || c.flags[r]&m.mask != m.eq || !x.toolsMatch(m, int(s)) {
+		if m.agent >= 0 && agent[r] != m.agent || flags[r]&m.mask != m.eq || tools && !x.toolsMatch(m, int(s)) {
 			continue
 		}
 		top.offer(int(s), dot(q, vecs[r*d:(r+1)*d]))
