@@ -21,6 +21,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/viterin/vek/vek32"
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/skein-mesh/skein/pkg/devenv"
@@ -315,23 +316,13 @@ func (e *Embedder) run(batch [][]int) ([][]float32, error) {
 	hidden := outT.GetData()
 	vecs := make([][]float32, b)
 	for i, ids := range batch {
-		acc := make([]float64, Dim)
-		for j := range ids {
-			row := hidden[(i*seq+j)*Dim : (i*seq+j+1)*Dim]
-			for k, x := range row {
-				acc[k] += float64(x)
-			}
-		}
-		var n float64
-		for k := range acc {
-			acc[k] /= float64(len(ids))
-			n += acc[k] * acc[k]
-		}
-		n = math.Sqrt(n)
+		// Mean over the real tokens (float32 sums, as numpy's pooling does), then L2 norm.
 		v := make([]float32, Dim)
-		for k := range acc {
-			v[k] = float32(acc[k] / max(n, 1e-12))
+		for j := range ids {
+			vek32.Add_Inplace(v, hidden[(i*seq+j)*Dim:(i*seq+j+1)*Dim])
 		}
+		n := math.Sqrt(float64(vek32.Dot(v, v))) // the mean's norm is this over len(ids)
+		vek32.MulNumber_Inplace(v, float32(1/max(n, 1e-12*float64(len(ids)))))
 		vecs[i] = v
 	}
 	return vecs, nil
