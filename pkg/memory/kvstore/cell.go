@@ -3,7 +3,9 @@ package kvstore
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/viterin/vek/vek32"
 )
@@ -115,9 +117,7 @@ func (x *vindex) train() {
 	sums := make([]float32, nlist*d)
 	counts := make([]int, nlist)
 	for range 8 {
-		for j, s := range sample {
-			assign[j] = nearestCell(cent, nlist, d, x.vec(s))
-		}
+		parallel(len(sample), func(j int) { assign[j] = nearestCell(cent, nlist, d, x.vec(sample[j])) })
 		clear(sums)
 		clear(counts)
 		for j, s := range sample {
@@ -139,12 +139,16 @@ func (x *vindex) train() {
 	}
 	// Refile: assign every slot, size the cells, then copy the rows over from the old cells.
 	of := make([]int32, n)
-	size := make([]int, nlist)
-	for i := range n {
+	parallel(n, func(i int) {
 		of[i] = -1
 		if v := x.vec(i); v != nil {
 			of[i] = nearestCell(cent, nlist, d, v)
-			size[of[i]]++
+		}
+	})
+	size := make([]int, nlist)
+	for _, c := range of {
+		if c >= 0 {
+			size[c]++
 		}
 	}
 	cells := make([]cell, nlist)
@@ -167,6 +171,23 @@ func (x *vindex) train() {
 	x.cells, x.cellOf, x.rowOf, x.cent = cells, of, rows, cent
 	x.nprobe = min(nlist, max(MinProbe, int(math.Ceil(float64(nlist)*x.nprobeShare))))
 	x.trained = n
+}
+
+// parallel runs f(0..n-1) on every core (training's nearest-centroid searches, which take most
+// of a start-up with 100k entries); f must only write what belongs to its index.
+func parallel(n int, f func(i int)) {
+	w := min(runtime.GOMAXPROCS(0), max(1, n/1024))
+	var wg sync.WaitGroup
+	for k := range w {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := k * n / w; i < (k+1)*n/w; i++ {
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func nearestCell(cent []float32, nlist, d int, q []float32) int32 {
