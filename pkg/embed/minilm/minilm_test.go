@@ -259,11 +259,9 @@ func benchEmbed(b *testing.B, e *minilm.Embedder, texts []string) {
 	ctx := context.Background()
 	// Three calls first, as scripts/ortbench.py makes: the first run of a shape plans its memory.
 	for range 3 {
-		c := cpuTime()
 		if _, err := e.Embed(ctx, texts); err != nil {
 			b.Fatal(err)
 		}
-		b.Logf("warm-up call: %.2f cpu-ms", float64(cpuTime()-c)/1e6)
 	}
 	c0 := cpuTime()
 	for b.Loop() {
