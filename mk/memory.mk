@@ -38,7 +38,7 @@ $(MEM_DIR)/.ok: $(VENV)/.ok mk/memory.mk $(MEM_SCRIPTS)/export_onnx.py $(MEM_SCR
 # Numbers for docs/benchmarks.md (## Memory): the embedder, then the stores side by side (brute
 # force, embedded KV, the real Milvus server, milvus-lite) on real MiniLM vectors of a generated
 # corpus at each size of MEMORY_BENCH_SIZES. Slow: the corpus is embedded once (100k sentences
-# take the better part of an hour on 2 cores) and cached under $(MEM_DIR)/benchcorpus.
+# take 10 minutes to an hour on 2 cores, with the load) and cached under $(MEM_DIR)/benchcorpus.
 MEMORY_BENCH_SIZES  ?= 1000,10000,100000
 MEMORY_BENCH_STORES ?= brute,kv,kv-exact,milvus,lite
 .PHONY: memory-bench

@@ -19,14 +19,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
-	"unicode"
 
-	"github.com/sugarme/tokenizer"
-	"github.com/sugarme/tokenizer/pretrained"
+	"github.com/viterin/vek/vek32"
 	ort "github.com/yalue/onnxruntime_go"
-	"golang.org/x/text/unicode/norm"
 
 	"github.com/skein-mesh/skein/pkg/devenv"
 )
@@ -64,8 +60,7 @@ type Options struct {
 // Embedder implements embed.Embedder. It is safe for concurrent use.
 type Embedder struct {
 	sess     *ort.DynamicAdvancedSession
-	tokMu    sync.Mutex
-	tok      *tokenizer.Tokenizer
+	tok      *wordPiece
 	maxBatch int
 	closed   sync.Once
 }
@@ -156,14 +151,10 @@ func Open(opt Options) (*Embedder, error) {
 	}
 	lib, dir := Paths(opt)
 	onnxPath := filepath.Join(dir, "model.onnx")
-	tok, err := pretrained.FromFile(filepath.Join(dir, "tokenizer.json"))
+	tok, err := loadWordPiece(filepath.Join(dir, "tokenizer.json"), MaxTokens)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
 	}
-	// The file pads to 128 and truncates at 128; sentence-transformers uses 256 and no padding
-	// (this package pads per batch itself).
-	tok.WithPadding(nil)
-	tok.WithTruncation(&tokenizer.TruncationParams{MaxLength: MaxTokens, Strategy: tokenizer.LongestFirst})
 
 	if err := acquireEnv(lib); err != nil {
 		return nil, err
@@ -240,41 +231,11 @@ func (e *Embedder) Close() error {
 	return err
 }
 
-// Tokenize returns the model's input ids for text, special tokens included, truncated.
+// Tokenize returns the model's input ids for text, special tokens included, truncated to
+// MaxTokens (the file's own padding and truncation at 128 are not used: sentence-transformers
+// truncates at 256 and Embed pads per batch).
 func (e *Embedder) Tokenize(text string) ([]int, error) {
-	e.tokMu.Lock()
-	defer e.tokMu.Unlock()
-	enc, err := e.tok.EncodeSingle(stripAccents(text), true)
-	if err != nil {
-		return nil, fmt.Errorf("tokenize: %w", err)
-	}
-	return slices.Clone(enc.Ids), nil
-}
-
-// stripAccents does what Hugging Face's BertNormalizer does for an uncased model whose
-// strip_accents is unset (it follows lowercase): decompose, then drop combining marks, so "café"
-// becomes "cafe" and "で" becomes "て". The Go tokenizer's normalizer skips this step when the
-// option is null, which turned accented words into [UNK].
-func stripAccents(s string) string {
-	if isASCII(s) {
-		return s
-	}
-	d := norm.NFD.String(s)
-	return strings.Map(func(r rune) rune {
-		if unicode.Is(unicode.Mn, r) {
-			return -1
-		}
-		return r
-	}, d)
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
+	return e.tok.encode(text), nil
 }
 
 // Embed implements embed.Embedder. Texts are grouped by length into batches of at most
@@ -355,23 +316,13 @@ func (e *Embedder) run(batch [][]int) ([][]float32, error) {
 	hidden := outT.GetData()
 	vecs := make([][]float32, b)
 	for i, ids := range batch {
-		acc := make([]float64, Dim)
-		for j := range ids {
-			row := hidden[(i*seq+j)*Dim : (i*seq+j+1)*Dim]
-			for k, x := range row {
-				acc[k] += float64(x)
-			}
-		}
-		var n float64
-		for k := range acc {
-			acc[k] /= float64(len(ids))
-			n += acc[k] * acc[k]
-		}
-		n = math.Sqrt(n)
+		// Mean over the real tokens (float32 sums, as numpy's pooling does), then L2 norm.
 		v := make([]float32, Dim)
-		for k := range acc {
-			v[k] = float32(acc[k] / max(n, 1e-12))
+		for j := range ids {
+			vek32.Add_Inplace(v, hidden[(i*seq+j)*Dim:(i*seq+j+1)*Dim])
 		}
+		n := math.Sqrt(float64(vek32.Dot(v, v))) // the mean's norm is this over len(ids)
+		vek32.MulNumber_Inplace(v, float32(1/max(n, 1e-12*float64(len(ids)))))
 		vecs[i] = v
 	}
 	return vecs, nil

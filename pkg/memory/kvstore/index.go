@@ -10,27 +10,31 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-// vindex is the in-memory search index: entries in dense slots with their unit vectors in one
-// flat slice, and the filtered fields (agent interned, tier, polarity, status) in small parallel
-// arrays, so a scan touches contiguous memory and compares integers. Callers hold Store.mu.
+// vindex is the in-memory search index: entries in dense slots, the filtered fields (agent
+// interned, tier, polarity, status) in small parallel arrays, and the unit vectors in cells
+// (cell.go): contiguous matrices that carry their rows' filter fields along, so a scan streams
+// through memory and compares integers. Below annMin entries there is one cell and a search
+// scans it whole; from annMin on the cells are k-means clusters and a search scans the
+// nprobeShare of them nearest the query. Callers hold Store.mu.
 type vindex struct {
 	dim   int
 	model string
 
 	pos     map[string]int // id -> slot
 	entries []memory.Entry
-	vecs    []float32 // slot*dim .. (slot+1)*dim, unit length; zero when the entry is unusable
-	usable  []bool    // vector of the store's model and dimension
+	usable  []bool // vector of the store's model and dimension
 	agent   []int32
 	flags   []uint8
 
 	agents map[string]int32
 
-	// annMin is the entry count from which searches go through ivf (0: always exact);
-	// nprobeShare the share of its cells a search scans.
+	cellStore
+	scratch []float32
+
+	// annMin is the entry count from which searches go through the clustered cells (0: always
+	// exact); nprobeShare the share of the cells a search scans.
 	annMin      int
 	nprobeShare float64
-	ivf         *ivf
 	annTried    int
 	// annDeferred holds training back while the bucket is replayed on open: one training at
 	// the end instead of one per doubling.
@@ -40,9 +44,9 @@ type vindex struct {
 // annResume ends the replay: train once if the entries call for it.
 func (x *vindex) annResume() {
 	x.annDeferred = false
-	if x.annMin > 0 && x.ivf == nil && len(x.entries) >= x.annMin {
+	if x.annMin > 0 && x.cent == nil && len(x.entries) >= x.annMin {
 		x.annTried = len(x.entries)
-		x.ivf = trainIVF(x, x.nprobeShare)
+		x.train()
 	}
 }
 
@@ -55,7 +59,9 @@ const (
 )
 
 func newIndex(model string, dim int) *vindex {
-	return &vindex{dim: dim, model: model, pos: map[string]int{}, agents: map[string]int32{}}
+	x := &vindex{dim: dim, model: model, pos: map[string]int{}, agents: map[string]int32{}}
+	x.cellStore.reset(dim)
+	return x
 }
 
 func (x *vindex) len() int { return len(x.entries) }
@@ -103,45 +109,50 @@ func (x *vindex) put(e memory.Entry) {
 		i = len(x.entries)
 		x.pos[e.ID] = i
 		x.entries = append(x.entries, memory.Entry{})
-		x.vecs = append(x.vecs, make([]float32, x.dim)...)
 		x.usable = append(x.usable, false)
 		x.agent = append(x.agent, 0)
 		x.flags = append(x.flags, 0)
+		x.cellOf = append(x.cellOf, -1)
+		x.rowOf = append(x.rowOf, -1)
 	}
 	x.entries[i] = e
 	x.agent[i] = x.internAgent(e.Agent)
 	x.flags[i] = flagsOf(&e)
-	x.setVec(i)
-	x.annUpdate(i)
+	x.unfile(i)
+	if v := x.unit(&x.entries[i]); v != nil {
+		x.usable[i] = true
+		x.file(i, v, x.agent[i], x.flags[i])
+	} else {
+		x.usable[i] = false
+	}
+	x.annUpdate()
 }
 
-// annUpdate files slot i in the ANN index, building or rebuilding that index when the entries
-// reach annMin or double since it was trained.
-func (x *vindex) annUpdate(i int) {
+// unit returns e's embedding scaled to unit length (in a scratch buffer), or nil when the
+// entry's vector cannot be searched (another model or dimension, or zero).
+func (x *vindex) unit(e *memory.Entry) []float32 {
+	n := invNorm(e.Embedding)
+	if e.Model != x.model || len(e.Embedding) != x.dim || n == 0 {
+		return nil
+	}
+	if cap(x.scratch) < x.dim {
+		x.scratch = make([]float32, x.dim)
+	}
+	v := x.scratch[:x.dim]
+	vek32.MulNumber_Into(v, e.Embedding, n)
+	return v
+}
+
+// annUpdate clusters the cells when the entries reach annMin, and again when they double since
+// the last training.
+func (x *vindex) annUpdate() {
 	if x.annMin <= 0 || x.annDeferred {
 		return
 	}
 	n := len(x.entries)
-	switch {
-	case x.ivf == nil && n >= max(x.annMin, 2*x.annTried), x.ivf != nil && n >= 2*x.ivf.trained:
+	if x.cent == nil && n >= max(x.annMin, 2*x.annTried) || x.cent != nil && n >= 2*x.trained {
 		x.annTried = n // too few usable vectors to train: try again when the entries double
-		x.ivf = trainIVF(x, x.nprobeShare)
-	case x.ivf != nil:
-		x.ivf.file(x, i)
-	}
-}
-
-func (x *vindex) setVec(i int) {
-	e := &x.entries[i]
-	dst := x.vecs[i*x.dim : (i+1)*x.dim]
-	n := invNorm(e.Embedding)
-	x.usable[i] = e.Model == x.model && len(e.Embedding) == x.dim && n > 0
-	if !x.usable[i] {
-		clear(dst)
-		return
-	}
-	for k, v := range e.Embedding {
-		dst[k] = v * n
+		x.train()
 	}
 }
 
@@ -152,24 +163,17 @@ func (x *vindex) del(id string) {
 		return
 	}
 	last := len(x.entries) - 1
-	if x.ivf != nil {
-		if i != last {
-			x.ivf.moved(last, i)
-		} else {
-			x.ivf.unfile(i)
-			x.ivf.cell = x.ivf.cell[:last]
-		}
-	}
+	x.unfile(i)
 	if i != last {
 		x.entries[i] = x.entries[last]
-		copy(x.vecs[i*x.dim:(i+1)*x.dim], x.vecs[last*x.dim:(last+1)*x.dim])
 		x.usable[i], x.agent[i], x.flags[i] = x.usable[last], x.agent[last], x.flags[last]
 		x.pos[x.entries[i].ID] = i
+		x.renumber(last, i)
 	}
 	x.entries[last] = memory.Entry{}
 	x.entries = x.entries[:last]
-	x.vecs = x.vecs[:last*x.dim]
 	x.usable, x.agent, x.flags = x.usable[:last], x.agent[:last], x.flags[:last]
+	x.cellOf, x.rowOf = x.cellOf[:last], x.rowOf[:last]
 	delete(x.pos, id)
 }
 
@@ -179,10 +183,16 @@ func (x *vindex) setModel(model string, dim int) {
 		return
 	}
 	x.model, x.dim = model, dim
-	x.ivf, x.annTried = nil, 0 // other vectors: trained again on the next write
-	x.vecs = make([]float32, len(x.entries)*dim)
+	x.annTried = 0 // other vectors: clustered again on the next write
+	x.cellStore.reset(dim)
 	for i := range x.entries {
-		x.setVec(i)
+		x.cellOf[i], x.rowOf[i] = -1, -1
+		if v := x.unit(&x.entries[i]); v != nil {
+			x.usable[i] = true
+			x.file(i, v, x.agent[i], x.flags[i])
+		} else {
+			x.usable[i] = false
+		}
 	}
 }
 
@@ -242,6 +252,10 @@ func (x *vindex) match(m *matcher, i int) bool {
 	if x.flags[i]&m.mask != m.eq {
 		return false
 	}
+	return x.toolsMatch(m, i)
+}
+
+func (x *vindex) toolsMatch(m *matcher, i int) bool {
 	if len(m.f.Tools) > 0 {
 		tools := x.entries[i].Tools
 		return slices.ContainsFunc(m.f.Tools, func(t string) bool { return slices.Contains(tools, t) })
@@ -252,34 +266,38 @@ func (x *vindex) match(m *matcher, i int) bool {
 // search returns the slots of the k best matches, best first.
 func (x *vindex) search(q []float32, k int, f *memory.Filter) []cand {
 	m := x.compile(f)
-	if m.none || k <= 0 {
+	if m.none || k <= 0 || len(q) != x.dim {
 		return nil
 	}
 	top := newTopK(k)
-	d := x.dim
-	if x.ivf != nil && len(q) == d {
-		for _, c := range x.ivf.probe(q) {
-			for _, s := range x.ivf.members[c] {
-				i := int(s)
-				if x.match(&m, i) {
-					top.offer(i, dot(q, x.vecs[i*d:(i+1)*d]))
-				}
-			}
+	if x.cent != nil {
+		for _, c := range x.probe(q) {
+			x.scan(&x.cells[c], q, &m, top)
 		}
 		// A selective filter (the small strategic tier, one tool) may have most of its
 		// matches outside the probed cells: fewer than k found means scan them all.
 		if len(top.h) == k {
 			return top.sorted(x)
 		}
-		top = newTopK(k)
+		top.h = top.h[:0]
 	}
-	for i := range x.entries {
-		if !x.usable[i] || !x.match(&m, i) {
-			continue
-		}
-		top.offer(i, dot(q, x.vecs[i*d:(i+1)*d]))
+	for c := range x.cells {
+		x.scan(&x.cells[c], q, &m, top)
 	}
 	return top.sorted(x)
+}
+
+// scan offers the rows of c that pass the filter: the agent and flag checks read the cell's own
+// arrays, the dot products its contiguous matrix.
+func (x *vindex) scan(c *cell, q []float32, m *matcher, top *topK) {
+	d, vecs, agent, flags := x.dim, c.vecs, c.agent, c.flags
+	tools := len(m.f.Tools) > 0
+	for r, s := range c.slots {
+		if m.agent >= 0 && agent[r] != m.agent || flags[r]&m.mask != m.eq || tools && !x.toolsMatch(m, int(s)) {
+			continue
+		}
+		top.offer(int(s), dot(q, vecs[r*d:(r+1)*d]))
+	}
 }
 
 func (x *vindex) list(f *memory.Filter) []int {

@@ -1,7 +1,6 @@
 package kvstore
 
 import (
-	"container/heap"
 	"slices"
 	"strings"
 )
@@ -11,22 +10,47 @@ type cand struct {
 	score float32
 }
 
-// topK keeps the k best candidates in a min-heap, so a scan over n entries costs n log k.
+// topK keeps the k best candidates in a min-heap (worst at h[0]), so a scan over n entries
+// costs n log k and, once full, one comparison per candidate that does not make it.
 type topK struct {
 	k int
-	h candHeap
+	h []cand
 }
 
-func newTopK(k int) *topK { return &topK{k: k, h: make(candHeap, 0, min(k, 1024))} }
+func newTopK(k int) *topK { return &topK{k: k, h: make([]cand, 0, min(k, 1024))} }
 
 func (t *topK) offer(slot int, score float32) {
-	if len(t.h) < t.k {
-		heap.Push(&t.h, cand{slot, score})
+	h := t.h
+	if len(h) < t.k {
+		h = append(h, cand{slot, score})
+		for i := len(h) - 1; i > 0; { // sift up
+			p := (i - 1) / 2
+			if h[p].score <= h[i].score {
+				break
+			}
+			h[p], h[i] = h[i], h[p]
+			i = p
+		}
+		t.h = h
 		return
 	}
-	if score > t.h[0].score {
-		t.h[0] = cand{slot, score}
-		heap.Fix(&t.h, 0)
+	if score <= h[0].score {
+		return
+	}
+	h[0] = cand{slot, score}
+	for i, n := 0, len(h); ; { // sift down
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		if r := l + 1; r < n && h[r].score < h[l].score {
+			l = r
+		}
+		if h[i].score <= h[l].score {
+			break
+		}
+		h[i], h[l] = h[l], h[i]
+		i = l
 	}
 }
 
@@ -43,17 +67,4 @@ func (t *topK) sorted(x *vindex) []cand {
 		return strings.Compare(x.entries[a.slot].ID, x.entries[b.slot].ID)
 	})
 	return out
-}
-
-type candHeap []cand
-
-func (h candHeap) Len() int           { return len(h) }
-func (h candHeap) Less(i, j int) bool { return h[i].score < h[j].score }
-func (h candHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *candHeap) Push(x any)        { *h = append(*h, x.(cand)) }
-func (h *candHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }

@@ -17,10 +17,12 @@ const RecallN = 10_000
 // The KV store scans exactly, but over vectors it normalized itself, so a near-tie at the 10th
 // place can fall the other way than in the baseline's scan (measured 0.9995). Milvus' HNSW index
 // is built on several threads and differs between builds (measured 0.9875, 0.9935 and 0.9985 on
-// three builds of the same corpus), so its floor sits below the lowest of them.
+// three builds of the same corpus), so its floor sits below the lowest of them. The KV store's
+// IVF index (forced on from 1k: about 90 cells here, 8 of them probed) depends on the order the
+// concurrent fill left the slots in (measured 0.9770 to 0.9825 over four runs).
 const (
 	recordedRecallKV     = 0.995
-	recordedRecallKVIVF  = 0.950
+	recordedRecallKVIVF  = 0.970
 	recordedRecallMilvus = 0.980
 )
 
