@@ -59,6 +59,9 @@ type Options struct {
 
 // Embedder implements embed.Embedder. It is safe for concurrent use.
 type Embedder struct {
+	// calls runs the model on one goroutine locked to its OS thread: ONNX Runtime keeps
+	// per-thread scratch buffers, and a goroutine hopping between threads warms several.
+	calls    chan func()
 	sess     *ort.DynamicAdvancedSession
 	tok      *wordPiece
 	maxBatch int
@@ -190,7 +193,14 @@ func Open(opt Options) (*Embedder, error) {
 	if mb <= 0 {
 		mb = 32
 	}
-	return &Embedder{sess: sess, tok: tok, maxBatch: mb}, nil
+	e := &Embedder{sess: sess, tok: tok, maxBatch: mb, calls: make(chan func())}
+	go func() {
+		runtime.LockOSThread()
+		for f := range e.calls {
+			f()
+		}
+	}()
+	return e, nil
 }
 
 // checkManifest refuses a model directory that holds another model than the one ModelID names.
@@ -225,6 +235,7 @@ func (e *Embedder) Model() string { return ModelID }
 func (e *Embedder) Close() error {
 	var err error
 	e.closed.Do(func() {
+		close(e.calls)
 		err = e.sess.Destroy()
 		releaseEnv()
 	})
@@ -310,7 +321,9 @@ func (e *Embedder) run(batch [][]int) ([][]float32, error) {
 		return nil, fmt.Errorf("embed: output tensor: %w", err)
 	}
 	tensors = append(tensors, outT)
-	if err := e.sess.Run(in, []ort.Value{outT}); err != nil {
+	done := make(chan error, 1)
+	e.calls <- func() { done <- e.sess.Run(in, []ort.Value{outT}) }
+	if err := <-done; err != nil {
 		return nil, fmt.Errorf("embed: run all-MiniLM-L6-v2: %w", err)
 	}
 	hidden := outT.GetData()
