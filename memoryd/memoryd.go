@@ -147,6 +147,11 @@ func Run(ctx context.Context, d Deps) error {
 			return fmt.Errorf("memoryd: endpoint %s: %w", op, err)
 		}
 	}
+	// Ready means callers reach every endpoint: the server has the subscriptions (a request
+	// from another connection may otherwise still find no responder).
+	if err := d.Conn.NC.FlushTimeout(10 * time.Second); err != nil {
+		return fmt.Errorf("memoryd: register endpoints with the server: %w", err)
+	}
 	if d.Ready != nil {
 		close(d.Ready)
 	}
