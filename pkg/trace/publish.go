@@ -39,6 +39,9 @@ type Publisher struct {
 
 	mu      sync.Mutex
 	pending []*sent
+	// tidyNext is the length of pending at which Emit tidies next: twice what the last tidy
+	// kept, so a backlog (a stream without leader) costs Emit a tidy per doubling, not per event.
+	tidyNext int
 	// resending admits one Flush at a time to the resends, so a second Flush returns only after
 	// the first one's resends are stored too.
 	resending chan struct{}
@@ -95,8 +98,9 @@ func (p *Publisher) Emit(ev protocol.Event) error {
 	}
 	p.mu.Lock()
 	p.pending = append(p.pending, &sent{f: f, msg: m})
-	if len(p.pending) >= tidyAt {
+	if len(p.pending) >= max(tidyAt, p.tidyNext) {
 		p.tidyLocked()
+		p.tidyNext = 2 * len(p.pending)
 	}
 	p.mu.Unlock()
 	return nil
