@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -24,6 +25,7 @@ var callLease = 10 * time.Second
 // first run is in flight wait for that run instead of starting a second one.
 type ledger struct {
 	kv    jetstream.KeyValue
+	js    jetstream.JetStream // the connection kv is on
 	host  string
 	log   *slog.Logger
 	trace *trace.Publisher
@@ -33,51 +35,88 @@ type ledger struct {
 	poll time.Duration
 }
 
-// once runs the call described by req through run, unless its id was run before (the recorded
-// reply is returned) or is running now (its reply is awaited). A request without a call id
-// runs as it is. A request whose caller's deadline has passed is not started.
-func (l *ledger) once(ctx context.Context, req protocol.ToolRequest, lease time.Duration, run func() protocol.ToolReply) protocol.ToolReply {
+// prepared is a call made ready to run (see tools.Runner.Prepare): run starts it, close frees
+// what it left (its scratch folder and cgroup) once its reply is out.
+type prepared struct {
+	run   func() protocol.ToolReply
+	close func()
+}
+
+// claimed is what claiming a call found.
+type claimed struct {
+	rev  uint64
+	prev *protocol.ToolCallRecord
+	err  error
+}
+
+// once runs the call described by req, unless its id was run before (the recorded reply is
+// sent) or is running now (its reply is awaited), and answers through respond. A request
+// without a call id runs as it is. A request whose caller's deadline has passed is not started.
+//
+// The call's place on the caller's path is kept short: it is prepared while its claim is being
+// written, and its result is recorded and answered in one go, the record first on the same
+// connection, so the server has the record before the caller can have the reply; the record's
+// acknowledgement and the clean-up come after the reply.
+func (l *ledger) once(ctx context.Context, req protocol.ToolRequest, lease time.Duration, prepare func() prepared, respond func(protocol.ToolReply)) {
 	if req.DeadlineMS > 0 && time.Now().UnixMilli() >= req.DeadlineMS {
 		l.attempt(req, protocol.AttemptExpired, "")
-		return protocol.ToolReply{Host: l.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrTimeout,
+		respond(protocol.ToolReply{Host: l.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrTimeout,
 			Error: fmt.Sprintf("call %s of %s not started: its caller stopped waiting %s ago", req.CallID, req.Tool,
-				time.Since(time.UnixMilli(req.DeadlineMS)).Round(time.Millisecond))}}
+				time.Since(time.UnixMilli(req.DeadlineMS)).Round(time.Millisecond))}})
+		return
 	}
 	if l == nil || l.kv == nil || req.CallID == "" {
-		return run()
+		p := prepare()
+		defer p.close()
+		respond(p.run())
+		return
 	}
 	hash := protocol.ArgsHash(req.Tool, req.Args)
-	for {
+	first := make(chan claimed, 1)
+	go func() {
 		rev, prev, err := l.claim(ctx, req, hash, lease)
+		first <- claimed{rev, prev, err}
+	}()
+	p := prepare()
+	defer p.close()
+	c := <-first
+	for {
 		switch {
-		case err != nil:
+		case c.err != nil:
 			// Without the record the call could run twice; refusing is the safe side, and the
 			// caller sees why.
-			l.log.Warn("tool call record unavailable; call not started", "call", req.CallID, "err", err)
-			return protocol.ToolReply{Host: l.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable,
-				Error: fmt.Sprintf("toolhost %s cannot record call %s, so it did not start it: %v", l.host, req.CallID, err)}}
-		case prev == nil:
+			l.log.Warn("tool call record unavailable; call not started", "call", req.CallID, "err", c.err)
+			respond(protocol.ToolReply{Host: l.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable,
+				Error: fmt.Sprintf("toolhost %s cannot record call %s, so it did not start it: %v", l.host, req.CallID, c.err)}})
+			return
+		case c.prev == nil:
 			l.attempt(req, protocol.AttemptRun, "")
-			r := &renewal{rev: rev}
+			r := &renewal{rev: c.rev}
 			stop := l.renew(req, hash, lease, r)
-			out := run()
+			out := p.run()
 			stop()
-			l.finish(req, hash, r.rev, out)
-			return out
-		case prev.State == protocol.CallDone && prev.Reply != nil:
-			l.attempt(req, protocol.AttemptReplay, prev.Host)
-			out := *prev.Reply
+			ack := l.finish(req, hash, r.rev, out)
+			respond(out)
+			l.confirm(req, ack)
+			return
+		case c.prev.State == protocol.CallDone && c.prev.Reply != nil:
+			l.attempt(req, protocol.AttemptReplay, c.prev.Host)
+			out := *c.prev.Reply
 			out.Replayed = true
-			return out
+			respond(out)
+			return
 		}
 		// Running elsewhere (or here, on another goroutine): wait for it, then look again.
 		if out, ok := l.await(ctx, req, hash); ok {
-			return out
+			respond(out)
+			return
 		}
 		if ctx.Err() != nil {
-			return protocol.ToolReply{Host: l.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable,
-				Error: fmt.Sprintf("toolhost %s is shutting down while call %s runs elsewhere; call again", l.host, req.CallID)}}
+			respond(protocol.ToolReply{Host: l.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable,
+				Error: fmt.Sprintf("toolhost %s is shutting down while call %s runs elsewhere; call again", l.host, req.CallID)}})
+			return
 		}
+		c.rev, c.prev, c.err = l.claim(ctx, req, hash, lease)
 	}
 }
 
@@ -170,8 +209,10 @@ func (l *ledger) renew(req protocol.ToolRequest, hash string, lease time.Duratio
 	return func() { close(done); <-finished }
 }
 
-// finish records the reply of a run this host claimed.
-func (l *ledger) finish(req protocol.ToolRequest, hash string, rev uint64, out protocol.ToolReply) {
+// finish sends the record of the reply of a run this host claimed, without waiting for the
+// server's acknowledgement (confirm does): the reply goes out right after it on the same
+// connection. nil when there is nothing to wait for.
+func (l *ledger) finish(req protocol.ToolRequest, hash string, rev uint64, out protocol.ToolReply) jetstream.PubAckFuture {
 	rec := protocol.ToolCallRecord{CallID: req.CallID, Tool: req.Tool, ArgsHash: hash, State: protocol.CallDone,
 		Host: l.host, Started: time.Now().UTC(), Reply: &out}
 	out.V = protocol.SchemaVersion
@@ -186,12 +227,28 @@ func (l *ledger) finish(req protocol.ToolRequest, hash string, rev uint64, out p
 	}
 	if err != nil {
 		l.log.Error("encode tool call record", "call", req.CallID, "err", err)
+		return nil
+	}
+	// The bucket's subject for the key, as KeyValue.Update writes it; Update itself waits for
+	// the acknowledgement, which would put a round trip to the server before the reply.
+	msg := &nats.Msg{Subject: "$KV." + l.kv.Bucket() + "." + req.CallID, Data: data}
+	ack, err := l.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(rev))
+	if err != nil {
+		l.log.Warn("tool call result not recorded", "call", req.CallID, "err", err)
+		return nil
+	}
+	return ack
+}
+
+// confirm waits for the record finish sent. A refusal means someone took the call over (our
+// lease ran out): their record wins.
+func (l *ledger) confirm(req protocol.ToolRequest, ack jetstream.PubAckFuture) {
+	if ack == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := l.kv.Update(ctx, req.CallID, data, rev); err != nil {
-		// Someone took the call over (our lease ran out); their record wins.
+	select {
+	case <-ack.Ok():
+	case err := <-ack.Err():
 		l.log.Warn("tool call result not recorded", "call", req.CallID, "err", err)
 	}
 }
@@ -250,15 +307,22 @@ func (l *ledger) attempt(req protocol.ToolRequest, kind, recordedBy string) {
 	}
 }
 
-// callOnce decodes a request and runs it at most once per call id.
-func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time) protocol.ToolReply {
+// callOnce decodes a request, runs it at most once per call id and answers it.
+func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time, respond func(protocol.ToolReply)) {
 	var req protocol.ToolRequest
 	if err := protocol.Unmarshal(data, &req); err != nil {
-		return protocol.ToolReply{Host: h.host, LatencyMS: time.Since(start).Milliseconds(), ToolResult: protocol.ToolResult{
-			Kind: protocol.ToolErrBadArgs, Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}}
+		respond(protocol.ToolReply{Host: h.host, LatencyMS: time.Since(start).Milliseconds(), ToolResult: protocol.ToolResult{
+			Kind: protocol.ToolErrBadArgs, Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}})
+		return
 	}
-	return h.ledger.once(h.ctx, req, callLease, func() protocol.ToolReply {
-		res := h.call(t, req)
-		return protocol.ToolReply{ToolResult: res, LatencyMS: time.Since(start).Milliseconds(), Host: h.host}
-	})
+	h.ledger.once(h.ctx, req, callLease, func() prepared {
+		p := h.runner.Prepare(tools.WithCallID(h.ctx, req.CallID), t, req.Args)
+		return prepared{
+			run: func() protocol.ToolReply {
+				res := h.call(t, req, p)
+				return protocol.ToolReply{ToolResult: res, LatencyMS: time.Since(start).Milliseconds(), Host: h.host}
+			},
+			close: p.Close,
+		}
+	}, respond)
 }

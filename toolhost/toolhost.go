@@ -132,7 +132,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		killRunning()
 		return nil, fmt.Errorf("toolhost: %w (every role provisions the mesh when it starts)", err)
 	}
-	h.ledger = &ledger{kv: calls, host: id, log: log, trace: trace.NewPublisher(d.Conn.JS, d.Names, "toolhost@"+id),
+	h.ledger = &ledger{kv: calls, js: d.Conn.JS, host: id, log: log, trace: trace.NewPublisher(d.Conn.JS, d.Names, "toolhost@"+id),
 		maxRecord: int(max(d.Conn.NC.MaxPayload()-4096, 4096)), poll: 100 * time.Millisecond}
 	// Cancel notices stop the calls of a cancelled session, and refuse its late ones.
 	if h.watch, err = govern.Watch(d.Conn.NC, d.Names); err != nil {
@@ -297,12 +297,11 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 			}
 		}
 		defer func() { <-h.slots }()
-		out := h.callOnce(t, data, start)
-		h.respond(reply, t.Name, &out)
+		h.callOnce(t, data, start, func(out protocol.ToolReply) { h.respond(reply, t.Name, &out) })
 	}()
 }
 
-func (h *handler) call(t *tools.Tool, req protocol.ToolRequest) (res protocol.ToolResult) {
+func (h *handler) call(t *tools.Tool, req protocol.ToolRequest, p *tools.Prepared) (res protocol.ToolResult) {
 	defer func() {
 		if p := recover(); p != nil {
 			h.log.Error("tool call panicked", "tool", t.Name, "panic", p)
@@ -317,10 +316,7 @@ func (h *handler) call(t *tools.Tool, req protocol.ToolRequest) (res protocol.To
 		return *refusal
 	}
 	defer release()
-	if req.CallID != "" {
-		ctx = tools.WithCallID(ctx, req.CallID)
-	}
-	res = h.runner.Run(ctx, t, req.Args)
+	res = p.Run(ctx)
 	h.log.Debug("tool call", "tool", t.Name, "session", req.SessionID, "call", req.CallID, "ok", res.OK, "kind", res.Kind)
 	return res
 }

@@ -75,22 +75,53 @@ func (r *Runner) stderrTail() int {
 // normalizes whatever happens into one ToolResult. It never returns a Go error: every failure is
 // a result with OK false and a Kind, so the model sees it and the miner can learn from it.
 func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protocol.ToolResult {
+	c := r.Prepare(ctx, t, args)
+	defer c.Close()
+	return c.Run(ctx)
+}
+
+// Prepared is one tool call made ready up to the start of its process: its arguments checked, its
+// environment, program and scratch folder in place. A host prepares a call while it records the
+// call elsewhere, runs it once that record is written, and frees what is left (Close) after it
+// has answered: neither the preparation nor the clean-up then waits on the caller's path.
+type Prepared struct {
+	r       *Runner
+	t       *Tool
+	args    json.RawMessage
+	path    string
+	env     []string
+	dir     string
+	scratch string
+	// failed is why the call cannot start; Run returns it.
+	failed *protocol.ToolResult
+	conf   *callConf
+	ran    bool
+}
+
+// Prepare does everything for a call of t with args that comes before starting its process. A
+// call that cannot start (bad arguments, no program, no sandbox) is still prepared: its Run says
+// why. Close must follow, run or not.
+func (r *Runner) Prepare(ctx context.Context, t *Tool, args json.RawMessage) *Prepared {
+	c := &Prepared{r: r, t: t}
+	fail := func(kind, msg string) *Prepared {
+		res := failure(kind, msg, "")
+		c.failed = &res
+		return c
+	}
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage("{}")
 	}
 	if err := t.ValidateArgs(args); err != nil {
-		return failure(protocol.ToolErrBadArgs, err.Error(), "")
+		return fail(protocol.ToolErrBadArgs, err.Error())
 	}
 	callID := CallIDFrom(ctx)
 	if callID != "" && t.CallIDArg != "" {
 		args = withCallIDArg(args, t.CallIDArg, callID)
 	}
-	if err := ctx.Err(); err != nil {
-		return failure(protocol.ToolErrTimeout, fmt.Sprintf("call abandoned before the tool started (%v)", context.Cause(ctx)), "")
-	}
+	c.args = args
 	hs, err := r.hostSandbox()
 	if err != nil {
-		return failure(protocol.ToolErrStart, "cannot start tool: sandbox: "+err.Error(), "")
+		return fail(protocol.ToolErrStart, "cannot start tool: sandbox: "+err.Error())
 	}
 	lookup := r.LookupEnv
 	if lookup == nil {
@@ -100,30 +131,58 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 	if callID != "" {
 		env = append(env, protocol.EnvCallID+"="+callID)
 	}
-	var path string
 	if hs.uid >= 0 {
 		var reachable string
-		reachable, path, err = resolveAs(t.Argv, envValue(env, "PATH"), hs.uid, hs.gid)
+		reachable, c.path, err = resolveAs(t.Argv, envValue(env, "PATH"), hs.uid, hs.gid)
 		env = setEnv(env, "PATH", reachable)
 	} else {
-		path, err = lookPath(t.Argv[0])
+		c.path, err = lookPath(t.Argv[0])
 	}
 	if err != nil {
-		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
+		return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
 	}
 	scratch, dir, home, err := r.callDirs(t, hs.uid, hs.gid)
 	if err != nil {
-		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
+		return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
 	}
-	defer removeScratch(scratch)
+	c.scratch, c.dir = scratch, dir
 	if home != "" {
 		env = setEnv(env, "HOME", home)
 	}
-	p, err := r.start(path, t, env, dir)
+	c.env = env
+	return c
+}
+
+// Close removes the call's scratch folder and cgroup. The call's processes are gone by then: Run
+// kills them all before it returns.
+func (c *Prepared) Close() {
+	c.conf.release()
+	c.conf = nil
+	removeScratch(c.scratch)
+	c.scratch = ""
+}
+
+// Run starts the prepared call, waits for it within the tool's time limit or until ctx ends,
+// kills whatever it left running and interprets its output. A call runs once; a second Run
+// returns an error result.
+func (c *Prepared) Run(ctx context.Context) protocol.ToolResult {
+	if c.failed != nil {
+		return *c.failed
+	}
+	if c.ran {
+		return failure(protocol.ToolErrStart, "cannot start tool: this call already ran", "")
+	}
+	c.ran = true
+	if err := ctx.Err(); err != nil {
+		return failure(protocol.ToolErrTimeout, fmt.Sprintf("call abandoned before the tool started (%v)", context.Cause(ctx)), "")
+	}
+	r, t := c.r, c.t
+	p, err := r.start(c.path, t, c.env, c.dir)
 	if err != nil {
 		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
 	}
-	go p.feed(args)
+	c.conf = p.conf
+	go p.feed(c.args)
 
 	timeout := r.timeout(t)
 	timer := time.NewTimer(timeout)
@@ -143,7 +202,6 @@ func (r *Runner) Run(ctx context.Context, t *Tool, args json.RawMessage) protoco
 	<-p.exited
 	p.conf.killAll()
 	p.drain()
-	p.conf.release()
 
 	tail := p.stderr.String()
 	if p.state != nil && p.state.ExitCode() == trampolineExit && strings.HasPrefix(tail, trampolinePrefix) {

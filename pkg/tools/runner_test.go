@@ -222,3 +222,44 @@ func TestCancelledContextKillsTheTool(t *testing.T) {
 	wantFail(t, <-done, protocol.ToolErrTimeout, "abandoned")
 	assertGone(t, pid)
 }
+
+func TestAPreparedCallKeepsItsScratchFolderUntilClosedAndRunsOnce(t *testing.T) {
+	tl := fixture(t, "stdincopy")
+	var r tools.Runner
+	p := r.Prepare(context.Background(), tl, json.RawMessage(`{"n": 3}`))
+	res := p.Run(context.Background())
+	var got struct {
+		Args map[string]int `json:"args"`
+		Cwd  string         `json:"cwd"`
+	}
+	if !res.OK || json.Unmarshal(res.Result, &got) != nil || got.Args["n"] != 3 {
+		t.Fatalf("got %+v", res)
+	}
+	// The host answers first and cleans up after: the folder is still there until Close.
+	if _, err := os.Stat(got.Cwd); err != nil {
+		t.Errorf("scratch folder gone before Close: %v", err)
+	}
+	wantFail(t, p.Run(context.Background()), protocol.ToolErrStart, "already ran")
+	p.Close()
+	if _, err := os.Stat(got.Cwd); !os.IsNotExist(err) {
+		t.Errorf("scratch folder %s outlived Close (stat: %v)", got.Cwd, err)
+	}
+
+	// A call prepared and never run (its id was found already recorded) leaves nothing behind.
+	parent := t.TempDir()
+	r2 := tools.Runner{Sandbox: tools.Sandbox{ScratchDir: parent}}
+	unused := r2.Prepare(context.Background(), tl, json.RawMessage(`{}`))
+	if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+		t.Fatalf("prepared call made %d scratch folders, want 1", len(ents))
+	}
+	unused.Close()
+	if ents, _ := os.ReadDir(parent); len(ents) != 0 {
+		t.Errorf("%d scratch folders left after Close of a call never run", len(ents))
+	}
+	// One that cannot start says why when run.
+	bad := r2.Prepare(context.Background(), tl, json.RawMessage(`[1]`))
+	defer bad.Close()
+	if res := bad.Run(context.Background()); res.OK || res.Kind != protocol.ToolErrBadArgs {
+		t.Errorf("bad arguments: %+v", res)
+	}
+}
