@@ -35,7 +35,13 @@ func binaries(t testing.TB) string {
 		if buildErr != nil {
 			return
 		}
-		builds := map[string]string{"skein": "gateway/cmd/skein"}
+		// Tools run as another user where the tests run as root: the small trampoline next to the
+		// binaries must be reachable by that user (a copy of the host binary is reached through
+		// /proc/self/exe).
+		if buildErr = os.Chmod(binDir, 0o755); buildErr != nil {
+			return
+		}
+		builds := map[string]string{"skein": "gateway/cmd/skein", "skein-tool-sandbox": "pkg/tools/cmd/skein-tool-sandbox"}
 		for _, r := range []string{"gateway", "planner", "executor", "toolhost", "memoryd", "miner"} {
 			builds[r] = r + "/cmd/" + r
 		}

@@ -160,13 +160,13 @@ func TestToolCallOverhead(t *testing.T) {
 
 	// The tool's run time as the toolhost runs it: the same manifest through tools.Runner with
 	// the toolhost's (default) sandbox, so scratch folder, uid, limits, cgroup and tree kill
-	// included. The runner starts the tool from this test binary instead of skein (the
-	// trampoline, where one is used, is a copy of /proc/self/exe).
+	// included.
 	ts, err := tools.LoadDirs([]string{filepath.Join(devtest.RepoRoot(t), "examples", "tools")}, []string{"sum"})
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("load sum: %v (%d tools)", err, len(ts))
 	}
-	runner := tools.Runner{Sandbox: tools.Sandbox{RunAs: runAs}}
+	// The trampoline, where one is used, is the one next to the mesh's binaries, as for the mesh.
+	runner := tools.Runner{Sandbox: tools.Sandbox{RunAs: runAs, Trampoline: filepath.Join(binaries(t), "skein-tool-sandbox")}}
 	sandbox, err := runner.SandboxInfo()
 	if err != nil {
 		t.Fatal(err)

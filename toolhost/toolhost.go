@@ -413,6 +413,7 @@ func sandboxOf(c config.ToolSandbox) tools.Sandbox {
 		RunAs:      c.RunAs,
 		Cgroup:     c.Cgroup,
 		Start:      c.Start,
+		Trampoline: c.Trampoline,
 		ScratchDir: c.ScratchDir,
 	}
 }

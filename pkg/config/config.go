@@ -155,6 +155,7 @@ type ToolSandbox struct {
 	RunAs          string `yaml:"run_as"`      // auto | current | a user name or uid
 	Cgroup         string `yaml:"cgroup"`      // auto | off
 	Start          string `yaml:"start"`       // auto | trampoline
+	Trampoline     string `yaml:"trampoline"`  // "" = skein-tool-sandbox next to the binary, else the binary itself
 	ScratchDir     string `yaml:"scratch_dir"` // "" = the system temp folder
 }
 

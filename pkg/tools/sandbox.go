@@ -101,6 +101,9 @@ type Sandbox struct {
 	// limits, then released; the trampoline where ptrace is not allowed) or "trampoline" (always
 	// a fresh copy of the host binary that sets the limits on itself and execs the tool).
 	Start string
+	// Trampoline is the program that sets a tool's limits where the host cannot ("": the
+	// skein-tool-sandbox program next to the host's binary, else a copy of the host binary).
+	Trampoline string
 	// ScratchDir is where per-call scratch folders are made ("": the system temp folder).
 	ScratchDir string
 }

@@ -113,6 +113,44 @@ func probeTraced(cred *syscall.Credential) error {
 	return nil
 }
 
+// findTrampoline picks the program calls start through when the host cannot set their limits:
+// the one configured (it must work), else skein-tool-sandbox next to the host's binary where it
+// works, else a copy of the host binary, which always does but costs a couple of milliseconds
+// more per call (a large Go program's start). It says which in words for the startup line.
+func findTrampoline(configured string, cred *syscall.Credential) (path, which string, err error) {
+	if configured != "" {
+		if err := probeTrampoline(configured, cred); err != nil {
+			return "", "", fmt.Errorf("tools.sandbox.trampoline %s: %w", configured, err)
+		}
+		return configured, configured, nil
+	}
+	self := "a copy of this binary"
+	exe, err := os.Executable()
+	if err != nil {
+		return "/proc/self/exe", self, nil
+	}
+	near := filepath.Join(filepath.Dir(exe), trampolineArg0)
+	if _, err := os.Stat(near); err != nil {
+		return "/proc/self/exe", self + " (install " + trampolineArg0 + " next to it for faster starts)", nil
+	}
+	if err := probeTrampoline(near, cred); err != nil {
+		return "/proc/self/exe", fmt.Sprintf("%s (%s next to it does not work: %v)", self, trampolineArg0, err), nil
+	}
+	return near, near, nil
+}
+
+// probeTrampoline starts path as the trampoline's probe, as the tools' user.
+func probeTrampoline(path string, cred *syscall.Credential) error {
+	cmd := exec.Command(path)
+	cmd.Args = []string{trampolineArg0 + "-probe"}
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("probe: %w %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
 // hostSandbox is what a Runner decided once about confining its tools.
 type hostSandbox struct {
 	uid, gid int // the tools' ids; -1 when they run as the host's user
@@ -122,7 +160,9 @@ type hostSandbox struct {
 	// traced: tools are exec'd directly and get their limits while stopped at the exec (see
 	// releaseTraced); else through the trampoline.
 	traced bool
-	info   string
+	// trampoline is the program a call starts through when not traced.
+	trampoline string
+	info       string
 }
 
 func (r *Runner) hostSandbox() (*hostSandbox, error) {
@@ -166,15 +206,24 @@ func newHostSandbox(s Sandbox) (*hostSandbox, error) {
 	switch s.Start {
 	case "", "auto":
 		if err := probeTraced(hs.cred); err != nil {
-			start = fmt.Sprintf("limits set by a trampoline exec (a traced start failed: %v)", err)
+			start = fmt.Sprintf("a traced start failed: %v", err)
 		} else {
 			hs.traced = true
 			start = "limits set at exec under ptrace"
 		}
 	case "trampoline":
-		start = "limits set by a trampoline exec (tools.sandbox.start)"
+		start = "tools.sandbox.start"
 	default:
 		return nil, fmt.Errorf("tools.sandbox.start must be auto or trampoline, got %q", s.Start)
+	}
+	if !hs.traced {
+		var which string
+		var err error
+		hs.trampoline, which, err = findTrampoline(s.Trampoline, hs.cred)
+		if err != nil {
+			return nil, err
+		}
+		start = fmt.Sprintf("limits set by a trampoline exec, %s (%s)", which, start)
 	}
 	if hs.cg == nil {
 		if err := enableSubreaper(); err != nil {
@@ -251,7 +300,7 @@ func (r *Runner) confine(cmd *exec.Cmd, t *Tool) (*callConf, error) {
 		cc.limits = limits
 	} else {
 		cmd.Args = append([]string{trampolineArg0, trampolineSpec(limits), cmd.Path}, cmd.Args...)
-		cmd.Path = "/proc/self/exe"
+		cmd.Path = hs.trampoline
 	}
 	cmd.Env = setEnv(cmd.Env, SandboxEnvVar, cc.id)
 	if hs.cg != nil {

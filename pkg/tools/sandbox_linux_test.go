@@ -380,6 +380,49 @@ func TestResourceLimitsApply(t *testing.T) {
 	}
 }
 
+// buildTrampoline builds the skein-tool-sandbox program into a folder of its own.
+func buildTrampoline(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "skein-tool-sandbox")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/skein-tool-sandbox")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build skein-tool-sandbox: %v\n%s", err, b)
+	}
+	// t.TempDir's folders are 0700: the tools' user must be able to reach the program.
+	for _, d := range []string{filepath.Dir(out), filepath.Dir(filepath.Dir(out))} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func TestTheSmallTrampolineSetsTheLimits(t *testing.T) {
+	prog := buildTrampoline(t)
+	sb := tools.Sandbox{Start: "trampoline", Trampoline: prog}
+	info, err := (&tools.Runner{Sandbox: sb}).SandboxInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info, "trampoline exec, "+prog) {
+		t.Fatalf("sandbox line %q does not name %s", info, prog)
+	}
+	testResourceLimitsApply(t, sb)
+
+	// Without one configured and none next to the host's binary (this test binary), the host
+	// binary itself is the trampoline, and the line says how to do better.
+	info, err = (&tools.Runner{Sandbox: tools.Sandbox{Start: "trampoline"}}).SandboxInfo()
+	if err != nil || !strings.Contains(info, "a copy of this binary (install skein-tool-sandbox next to it") {
+		t.Errorf("no trampoline program: line %q, err %v", info, err)
+	}
+	// A configured one that is not a trampoline is an error at start, not at the first call.
+	_, err = (&tools.Runner{Sandbox: tools.Sandbox{Start: "trampoline", Trampoline: "/bin/false"}}).SandboxInfo()
+	if err == nil || !strings.Contains(err.Error(), "tools.sandbox.trampoline /bin/false") {
+		t.Errorf("tools.sandbox.trampoline /bin/false: err %v", err)
+	}
+}
+
 func testResourceLimitsApply(t *testing.T, sb tools.Sandbox) {
 	devtestPython(t)
 	r := tools.Runner{Sandbox: sb}
