@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -286,9 +287,19 @@ func (r *Runner) start(path string, t *Tool, env []string, dir string) (*proc, e
 		Stderr: errW,
 	}
 	// Its own process group, parent-death signal, uid, limits and cgroup: see confine.
-	conf, err := r.confine(cmd, t)
+	conf, err := r.confine(cmd, t, false)
 	if err == nil {
 		err = conf.startTool(cmd)
+	}
+	var inside *insideError
+	if errors.As(err, &inside) {
+		// A program the host cannot step (a 32-bit one, or one its user may run but not
+		// read): this call starts through the trampoline.
+		conf.release()
+		cmd = &exec.Cmd{Path: path, Args: append([]string(nil), t.Argv...), Dir: dir, Env: env, Stdin: inR, Stdout: outW, Stderr: errW}
+		if conf, err = r.confine(cmd, t, true); err == nil {
+			err = conf.startTool(cmd)
+		}
 	}
 	closeAll(inR, outW, errW) // the child has its copies
 	if err != nil {

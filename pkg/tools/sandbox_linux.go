@@ -67,25 +67,24 @@ func trampolineSpec(ls []rlimit) string {
 // allowed (seccomp, Yama ptrace_scope 3) the probe at start fails and the trampoline is used.
 
 // releaseTraced sets limits on pid, which is stopped at its exec as the tracee of the calling
-// thread, and lets it run.
-func releaseTraced(pid int, limits []rlimit) error {
-	var ws syscall.WaitStatus
-	for {
-		_, err := syscall.Wait4(pid, &ws, syscall.WALL, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("wait for the tool to stop at its exec: %w", err)
-		}
-		break
+// thread, and lets it run. inside: the tracee sets them on itself (setLimitsInside), for hosts
+// that may not set them from outside.
+func releaseTraced(pid int, limits []rlimit, inside bool) error {
+	if err := waitStopped(pid); err != nil {
+		return fmt.Errorf("wait for the tool to stop at its exec: %w", err)
 	}
-	if !ws.Stopped() {
-		return fmt.Errorf("the tool did not stop at its exec (wait status %#x)", uint32(ws))
-	}
-	for _, l := range limits {
-		if err := unix.Prlimit(pid, l.res, &unix.Rlimit{Cur: l.cur, Max: l.max}, nil); err != nil {
-			return fmt.Errorf("set resource limit %d: %w", l.res, err)
+	if inside {
+		if failInside {
+			return &insideError{errors.New("failInside is set")}
+		}
+		if err := setLimitsInside(pid, limits); err != nil {
+			return err
+		}
+	} else {
+		for _, l := range limits {
+			if err := unix.Prlimit(pid, l.res, &unix.Rlimit{Cur: l.cur, Max: l.max}, nil); err != nil {
+				return fmt.Errorf("set resource limit %d: %w", l.res, err)
+			}
 		}
 	}
 	if err := syscall.PtraceDetach(pid); err != nil {
@@ -94,24 +93,72 @@ func releaseTraced(pid int, limits []rlimit) error {
 	return nil
 }
 
-// probeTraced reports whether a process of the tools' user can be started traced, given its
-// limits and released (nil), by starting the trampoline's probe that way. Setting limits on a
-// process of another user needs CAP_SYS_RESOURCE, which containers often drop: there, as where
-// ptrace is not allowed, tools start through the trampoline.
-func probeTraced(cred *syscall.Credential) error {
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{trampolineArg0 + "-probe"}
-	cmd.Env = []string{}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Setpgid: true, Credential: cred}
-	lim := callRlimits(DefaultLimits, 0)
-	if err := startLocked(cmd, func(pid int) error { return releaseTraced(pid, lim) }); err != nil {
-		return err
+// insideError is a tool that could not set its own limits (setLimitsInside): that call starts
+// through the trampoline instead.
+type insideError struct{ err error }
+
+func (e *insideError) Error() string {
+	return "the tool could not set its own limits: " + e.err.Error()
+}
+func (e *insideError) Unwrap() error { return e.err }
+
+// waitStopped waits for the tracee pid to stop.
+func waitStopped(pid int) error {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, syscall.WALL, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("probe: %w", err)
+	if !ws.Stopped() {
+		return fmt.Errorf("the tool did not stop (wait status %#x)", uint32(ws))
 	}
 	return nil
 }
+
+// probeTraced reports whether a process of the tools' user can be started traced, given its
+// limits and released (nil), by starting the trampoline's probe that way. Setting limits on a
+// process of another user needs CAP_SYS_RESOURCE, which containers often drop; there the probe
+// tries again with the tool setting them on itself (inside). Where ptrace is not allowed, tools
+// start through the trampoline.
+func probeTraced(cred *syscall.Credential) (inside bool, err error) {
+	probe := func(inside bool) error {
+		cmd := exec.Command("/proc/self/exe")
+		cmd.Args = []string{trampolineArg0 + "-probe"}
+		cmd.Env = []string{}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Setpgid: true, Credential: cred}
+		lim := callRlimits(DefaultLimits, 0)
+		if err := startLocked(cmd, func(pid int) error { return releaseTraced(pid, lim, inside) }); err != nil {
+			return err
+		}
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		return nil
+	}
+	if !forceInside {
+		err = probe(false)
+		if err == nil || !errors.Is(err, syscall.EPERM) || !canSetLimitsInside {
+			return false, err
+		}
+	}
+	if ierr := probe(true); ierr != nil {
+		if err == nil {
+			return false, ierr
+		}
+		return false, fmt.Errorf("%w; and with the tool setting them itself: %v", err, ierr)
+	}
+	return true, nil
+}
+
+// forceInside makes tools set their own limits even where the host could, and failInside makes
+// that fail: tests use them to run those paths on any host.
+var forceInside, failInside = false, false
 
 // findTrampoline picks the program calls start through when the host cannot set their limits:
 // the one configured (it must work), else skein-tool-sandbox next to the host's binary where it
@@ -158,8 +205,8 @@ type hostSandbox struct {
 	who      string
 	cg       *cgroupBase // nil: the subreaper fallback
 	// traced: tools are exec'd directly and get their limits while stopped at the exec (see
-	// releaseTraced); else through the trampoline.
-	traced bool
+	// releaseTraced); else through the trampoline. inside: the tool sets them on itself.
+	traced, inside bool
 	// trampoline is the program a call starts through when not traced.
 	trampoline string
 	info       string
@@ -205,24 +252,28 @@ func newHostSandbox(s Sandbox) (*hostSandbox, error) {
 	var start string
 	switch s.Start {
 	case "", "auto":
-		if err := probeTraced(hs.cred); err != nil {
+		if inside, err := probeTraced(hs.cred); err != nil {
 			start = fmt.Sprintf("a traced start failed: %v", err)
 		} else {
-			hs.traced = true
+			hs.traced, hs.inside = true, inside
 			start = "limits set at exec under ptrace"
+			if inside {
+				start += ", by the tool on itself (the host may not set another user's limits: no CAP_SYS_RESOURCE)"
+			}
 		}
 	case "trampoline":
 		start = "tools.sandbox.start"
 	default:
 		return nil, fmt.Errorf("tools.sandbox.start must be auto or trampoline, got %q", s.Start)
 	}
+	// A traced start needs the trampoline too, for a program the tool cannot step when it sets
+	// its own limits.
+	trampoline, which, err := findTrampoline(s.Trampoline, hs.cred)
+	if err != nil {
+		return nil, err
+	}
+	hs.trampoline = trampoline
 	if !hs.traced {
-		var which string
-		var err error
-		hs.trampoline, which, err = findTrampoline(s.Trampoline, hs.cred)
-		if err != nil {
-			return nil, err
-		}
 		start = fmt.Sprintf("limits set by a trampoline exec, %s (%s)", which, start)
 	}
 	if hs.cg == nil {
@@ -269,7 +320,7 @@ func (r *Runner) SandboxInfo() (string, error) {
 // confine sets up cmd (the tool) with everything the kernel applies at fork: own process group,
 // parent-death signal, uid, cgroup; and its limits: set at the exec stop (traced) or by the
 // trampoline, which cmd then starts.
-func (r *Runner) confine(cmd *exec.Cmd, t *Tool) (*callConf, error) {
+func (r *Runner) confine(cmd *exec.Cmd, t *Tool, viaTrampoline bool) (*callConf, error) {
 	hs, err := r.hostSandbox()
 	if err != nil {
 		return nil, err
@@ -295,7 +346,7 @@ func (r *Runner) confine(cmd *exec.Cmd, t *Tool) (*callConf, error) {
 		Pdeathsig:  syscall.SIGKILL,
 		Credential: hs.cred,
 	}
-	if hs.traced {
+	if hs.traced && !viaTrampoline {
 		attr.Ptrace = true
 		cc.limits = limits
 	} else {
@@ -329,7 +380,7 @@ func (c *callConf) startTool(cmd *exec.Cmd) error {
 	if c.limits == nil {
 		return startLocked(cmd, nil)
 	}
-	err := startLocked(cmd, func(pid int) error { return releaseTraced(pid, c.limits) })
+	err := startLocked(cmd, func(pid int) error { return releaseTraced(pid, c.limits, c.hs.inside) })
 	if err != nil && c.hs.uid >= 0 && (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)) {
 		err = fmt.Errorf("%w (the tool runs as uid %d: its program, interpreter and their folders must be readable by that user; see tools.sandbox.run_as)", err, c.hs.uid)
 	}

@@ -362,12 +362,24 @@ func sandboxProcs(t *testing.T) int {
 // CAP_SYS_RESOURCE; a host that cannot trace at all says so in its sandbox line and the case is
 // skipped).
 func TestResourceLimitsApply(t *testing.T) {
-	for _, start := range []string{"trampoline", "auto"} {
+	for _, start := range []string{"trampoline", "auto", "inside"} {
 		t.Run("start="+start, func(t *testing.T) {
 			sb := tools.Sandbox{Start: start, RunAs: "current"}
+			if start == "inside" {
+				// The tool sets its own limits, as where the host has no CAP_SYS_RESOURCE;
+				// as root, tools run as nobody then.
+				if runtime.GOARCH != "amd64" {
+					t.Skip("tools set their own limits on amd64 only")
+				}
+				defer tools.ForceLimitsInside()()
+				sb = tools.Sandbox{}
+			}
 			info, err := (&tools.Runner{Sandbox: sb}).SandboxInfo()
 			if err != nil {
 				t.Fatal(err)
+			}
+			if start == "inside" && !strings.Contains(info, "by the tool on itself") {
+				t.Fatalf("sandbox line %q does not say the tool sets its own limits", info)
 			}
 			if start == "auto" && !strings.Contains(info, "under ptrace") {
 				t.Skipf("no traced start on this host: %s", info)
@@ -420,6 +432,31 @@ func TestTheSmallTrampolineSetsTheLimits(t *testing.T) {
 	_, err = (&tools.Runner{Sandbox: tools.Sandbox{Start: "trampoline", Trampoline: "/bin/false"}}).SandboxInfo()
 	if err == nil || !strings.Contains(err.Error(), "tools.sandbox.trampoline /bin/false") {
 		t.Errorf("tools.sandbox.trampoline /bin/false: err %v", err)
+	}
+}
+
+func TestAToolThatCannotSetItsOwnLimitsStartsThroughTheTrampoline(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("tools set their own limits on amd64 only")
+	}
+	defer tools.ForceLimitsInside()()
+	r := &tools.Runner{}
+	if info, err := r.SandboxInfo(); err != nil || !strings.Contains(info, "by the tool on itself") {
+		t.Fatalf("sandbox line %q, err %v", info, err)
+	}
+	defer tools.FailLimitsInside()()
+	if res := r.Run(context.Background(), fixture(t, "plain"), json.RawMessage(`{}`)); !res.OK {
+		t.Errorf("plain tool: %+v", res)
+	}
+	// The limits still hold: the trampoline set them.
+	devtestPython(t)
+	res := r.Run(context.Background(), fixture(t, "limits"), json.RawMessage(`{}`))
+	var got map[string]any
+	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
+		t.Fatalf("got %+v", res)
+	}
+	if got["RLIMIT_CPU"] != 7.0 || got["RLIMIT_NOFILE"] != 32.0 || got["alloc_512mb"] != "MemoryError" {
+		t.Errorf("limits %v", got)
 	}
 }
 
