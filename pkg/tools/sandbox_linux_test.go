@@ -541,3 +541,67 @@ func BenchmarkRunSandboxed(b *testing.B) {
 		}
 	}
 }
+
+// tracedChildren counts this process's children stopped under ptrace.
+func tracedChildren(t *testing.T) int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
+		if len(f) > 1 && f[0] == "t" && f[1] == strconv.Itoa(os.Getpid()) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAHeldCallRunsNoCodeOfTheToolUntilRun(t *testing.T) {
+	dir := openTempDir(t)
+	mark := filepath.Join(dir, "ran")
+	tl := fixture(t, "plain")
+	tl.Argv = []string{"/bin/sh", "-c", "echo ran >> " + mark + "; echo 1"}
+	r := &tools.Runner{}
+	if info, _ := r.SandboxInfo(); !strings.Contains(info, "under ptrace") {
+		t.Skipf("no traced start on this host: %s", info)
+	}
+	ran := func() string { b, _ := os.ReadFile(mark); return string(b) }
+
+	p := r.Prepare(context.Background(), tl, json.RawMessage(`{}`))
+	p.Hold()
+	if n := tracedChildren(t); n != 1 {
+		t.Fatalf("%d processes stopped under ptrace after Hold, want the call's", n)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := ran(); got != "" {
+		t.Fatalf("the tool ran before Run: %q", got)
+	}
+	if res := p.Run(context.Background()); !res.OK || string(res.Result) != "1" {
+		t.Fatalf("held call: %+v", res)
+	}
+	p.Close()
+	if got := ran(); got != "ran\n" {
+		t.Errorf("after Run the tool ran %q, want once", got)
+	}
+
+	// Held and never run (its id was already recorded): ended, nothing ran, nothing left.
+	_ = os.Remove(mark)
+	p = r.Prepare(context.Background(), tl, json.RawMessage(`{}`))
+	p.Hold()
+	p.Close()
+	if n := tracedChildren(t); n != 0 {
+		t.Errorf("%d processes stopped under ptrace after Close", n)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := ran(); got != "" {
+		t.Errorf("a held call that never ran ran the tool: %q", got)
+	}
+}
