@@ -53,8 +53,7 @@ type claimed struct {
 // sent) or is running now (its reply is awaited), and answers through respond. A request
 // without a call id runs as it is. A request whose caller's deadline has passed is not started.
 //
-// The call's place on the caller's path is kept short: it is prepared (its process started
-// and held before its first instruction, where tools start traced) while its claim is being
+// The call's place on the caller's path is kept short: it is prepared while its claim is being
 // written, and its result is recorded and answered in one go, the record first on the same
 // connection, so the server has the record before the caller can have the reply; the record's
 // acknowledgement and the clean-up come after the reply.
@@ -318,11 +317,6 @@ func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time, respond 
 	}
 	h.ledger.once(h.ctx, req, callLease, func() prepared {
 		p := h.runner.Prepare(tools.WithCallID(h.ctx, req.CallID), t, req.Args)
-		if req.CallID != "" {
-			// Started up to its first instruction while the claim is written; none of the
-			// tool's code runs before the claim holds.
-			p.Hold()
-		}
 		return prepared{
 			run: func() protocol.ToolReply {
 				res := h.call(t, req, p)

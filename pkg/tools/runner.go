@@ -96,9 +96,7 @@ type Prepared struct {
 	// failed is why the call cannot start; Run returns it.
 	failed *protocol.ToolResult
 	conf   *callConf
-	// held is the call's process started by Hold and not yet let go.
-	held *proc
-	ran  bool
+	ran    bool
 }
 
 // Prepare does everything for a call of t with args that comes before starting its process. A
@@ -153,33 +151,12 @@ func (r *Runner) Prepare(ctx context.Context, t *Tool, args json.RawMessage) *Pr
 		env = setEnv(env, "HOME", home)
 	}
 	c.env = env
-	if c.conf, err = r.newCallConf(t); err != nil {
-		return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
-	}
 	return c
 }
 
-// Hold starts the call's process as far as it can go without running any of the tool's code:
-// where tools start traced, the program is exec'd and stopped before its first instruction
-// with its limits set, and Run only lets it go. A host holds a call while it records the call
-// elsewhere, so the start costs nothing on the caller's path. Where that is not possible (the
-// trampoline) it does nothing, and Run starts the process.
-func (c *Prepared) Hold() {
-	if c.failed != nil || c.ran || c.held != nil || !c.conf.canHold() {
-		return
-	}
-	if p, err := c.r.start(c.conf, c.path, c.t, c.env, c.dir, true); err == nil {
-		c.held = p
-	}
-}
-
-// Close ends a process Hold started that never ran, and removes the call's scratch folder and
-// cgroup. The call's processes are gone by then: Run kills them all before it returns.
+// Close removes the call's scratch folder and cgroup. The call's processes are gone by then: Run
+// kills them all before it returns.
 func (c *Prepared) Close() {
-	if c.held != nil {
-		c.held.abort()
-		c.held = nil
-	}
 	c.conf.release()
 	c.conf = nil
 	removeScratch(c.scratch)
@@ -201,19 +178,11 @@ func (c *Prepared) Run(ctx context.Context) protocol.ToolResult {
 		return failure(protocol.ToolErrTimeout, fmt.Sprintf("call abandoned before the tool started (%v)", context.Cause(ctx)), "")
 	}
 	r, t := c.r, c.t
-	p := c.held
-	c.held = nil
-	if p != nil {
-		if err := p.letGo(); err != nil {
-			p.abort()
-			return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
-		}
-	} else {
-		var err error
-		if p, err = r.start(c.conf, c.path, t, c.env, c.dir, false); err != nil {
-			return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
-		}
+	p, err := r.start(c.path, t, c.env, c.dir)
+	if err != nil {
+		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
 	}
+	c.conf = p.conf
 	go p.feed(c.args)
 
 	timeout := r.timeout(t)
@@ -291,9 +260,7 @@ type proc struct {
 	reads  sync.WaitGroup
 }
 
-// start starts the call's process, confined by conf. held: the process stays stopped before
-// its first instruction until letGo (traced starts only).
-func (r *Runner) start(conf *callConf, path string, t *Tool, env []string, dir string, held bool) (*proc, error) {
+func (r *Runner) start(path string, t *Tool, env []string, dir string) (*proc, error) {
 	// Plain pipes (not io.Writers) so Wait returns when the process exits even if a grandchild
 	// still holds stdout; reading is ours and is ended by killing the group.
 	inR, inW, err := os.Pipe()
@@ -319,20 +286,25 @@ func (r *Runner) start(conf *callConf, path string, t *Tool, env []string, dir s
 		Stdout: outW,
 		Stderr: errW,
 	}
-	// Its own process group, parent-death signal, uid, limits and cgroup: see apply.
-	conf.apply(cmd, false)
-	err = conf.startTool(cmd, held)
+	// Its own process group, parent-death signal, uid, limits and cgroup: see confine.
+	conf, err := r.confine(cmd, t, false)
+	if err == nil {
+		err = conf.startTool(cmd)
+	}
 	var inside *insideError
-	if errors.As(err, &inside) && !held {
+	if errors.As(err, &inside) {
 		// A program the host cannot step (a 32-bit one, or one its user may run but not
 		// read): this call starts through the trampoline.
+		conf.release()
 		cmd = &exec.Cmd{Path: path, Args: append([]string(nil), t.Argv...), Dir: dir, Env: env, Stdin: inR, Stdout: outW, Stderr: errW}
-		conf.apply(cmd, true)
-		err = conf.startTool(cmd, false)
+		if conf, err = r.confine(cmd, t, true); err == nil {
+			err = conf.startTool(cmd)
+		}
 	}
 	closeAll(inR, outW, errW) // the child has its copies
 	if err != nil {
 		closeAll(inW, outR, errR)
+		conf.release()
 		return nil, err
 	}
 	conf.started(cmd.Process.Pid)
@@ -342,33 +314,6 @@ func (r *Runner) start(conf *callConf, path string, t *Tool, env []string, dir s
 		stderr: &tailBuf{max: r.stderrTail()},
 		exited: make(chan struct{}),
 	}
-	if !held {
-		p.begin()
-	}
-	return p, nil
-}
-
-// letGo lets a held process run.
-func (p *proc) letGo() error {
-	if err := p.conf.letGo(p.cmd.Process.Pid); err != nil {
-		return err
-	}
-	p.begin()
-	return nil
-}
-
-// abort kills a held process that will not run, and reaps it.
-func (p *proc) abort() {
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
-	p.conf.killAll()
-	closeAll(p.stdin, p.outR, p.errR)
-}
-
-// begin reads the process's output and waits for its exit. A held process may not be waited
-// for before it is let go: a wait would see its ptrace stop.
-func (p *proc) begin() {
-	cmd, outR, errR := p.cmd, p.outR, p.errR
 	p.reads.Add(2)
 	go func() { defer p.reads.Done(); p.stdout.readFrom(outR) }()
 	go func() { defer p.reads.Done(); p.stderr.readFrom(errR) }()
@@ -377,6 +322,7 @@ func (p *proc) begin() {
 		p.state = cmd.ProcessState
 		close(p.exited)
 	}()
+	return p, nil
 }
 
 // feed writes the arguments and closes stdin. A tool that never reads stdin makes the write

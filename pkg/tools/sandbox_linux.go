@@ -67,21 +67,9 @@ func trampolineSpec(ls []rlimit) string {
 // allowed (seccomp, Yama ptrace_scope 3) the probe at start fails and the trampoline is used.
 
 // releaseTraced sets limits on pid, which is stopped at its exec as the tracee of the calling
-// thread, and lets it run.
+// thread, and lets it run. inside: the tracee sets them on itself (setLimitsInside), for hosts
+// that may not set them from outside.
 func releaseTraced(pid int, limits []rlimit, inside bool) error {
-	if err := stopTraced(pid, limits, inside); err != nil {
-		return err
-	}
-	if err := syscall.PtraceDetach(pid); err != nil {
-		return fmt.Errorf("release the tool after setting its limits: %w", err)
-	}
-	return nil
-}
-
-// stopTraced waits for pid, the tracee of the calling thread, to stop at its exec and sets its
-// limits. inside: the tracee sets them on itself (setLimitsInside), for hosts that may not set
-// them from outside.
-func stopTraced(pid int, limits []rlimit, inside bool) error {
 	if err := waitStopped(pid); err != nil {
 		return fmt.Errorf("wait for the tool to stop at its exec: %w", err)
 	}
@@ -98,6 +86,9 @@ func stopTraced(pid int, limits []rlimit, inside bool) error {
 				return fmt.Errorf("set resource limit %d: %w", l.res, err)
 			}
 		}
+	}
+	if err := syscall.PtraceDetach(pid); err != nil {
+		return fmt.Errorf("release the tool after setting its limits: %w", err)
 	}
 	return nil
 }
@@ -326,8 +317,10 @@ func (r *Runner) SandboxInfo() (string, error) {
 	return hs.info, nil
 }
 
-// newCallConf makes a call's confinement before its process exists: its id, limits and cgroup.
-func (r *Runner) newCallConf(t *Tool) (*callConf, error) {
+// confine sets up cmd (the tool) with everything the kernel applies at fork: own process group,
+// parent-death signal, uid, cgroup; and its limits: set at the exec stop (traced) or by the
+// trampoline, which cmd then starts.
+func (r *Runner) confine(cmd *exec.Cmd, t *Tool, viaTrampoline bool) (*callConf, error) {
 	hs, err := r.hostSandbox()
 	if err != nil {
 		return nil, err
@@ -347,82 +340,51 @@ func (r *Runner) newCallConf(t *Tool) (*callConf, error) {
 	if uid != 0 {
 		base = tasksOf(uid)
 	}
-	cc.rlimits = callRlimits(lim, base)
-	if hs.cg != nil {
-		if cc.cg, err = hs.cg.newCall(cc.id, lim.Processes); err != nil {
-			return nil, err
-		}
-	}
-	return cc, nil
-}
-
-// apply sets up cmd (the tool) with everything the kernel applies at fork: own process group,
-// parent-death signal, uid, cgroup; and its limits: set at the exec stop (traced) or by the
-// trampoline, which cmd then starts.
-func (c *callConf) apply(cmd *exec.Cmd, viaTrampoline bool) {
+	limits := callRlimits(lim, base)
 	attr := &syscall.SysProcAttr{
 		Setpgid:    true,
 		Pdeathsig:  syscall.SIGKILL,
-		Credential: c.hs.cred,
+		Credential: hs.cred,
 	}
-	c.limits = nil
-	if c.hs.traced && !viaTrampoline {
+	if hs.traced && !viaTrampoline {
 		attr.Ptrace = true
-		c.limits = c.rlimits
+		cc.limits = limits
 	} else {
-		cmd.Args = append([]string{trampolineArg0, trampolineSpec(c.rlimits), cmd.Path}, cmd.Args...)
-		cmd.Path = c.hs.trampoline
+		cmd.Args = append([]string{trampolineArg0, trampolineSpec(limits), cmd.Path}, cmd.Args...)
+		cmd.Path = hs.trampoline
 	}
-	cmd.Env = setEnv(cmd.Env, SandboxEnvVar, c.id)
-	if c.cg != nil {
+	cmd.Env = setEnv(cmd.Env, SandboxEnvVar, cc.id)
+	if hs.cg != nil {
+		cc.cg, err = hs.cg.newCall(cc.id, lim.Processes)
+		if err != nil {
+			return nil, err
+		}
 		attr.UseCgroupFD = true
-		attr.CgroupFD = c.cg.fd
+		attr.CgroupFD = cc.cg.fd
 	}
 	cmd.SysProcAttr = attr
+	return cc, nil
 }
 
 // callConf is one call's confinement.
 type callConf struct {
-	hs      *hostSandbox
-	id      string
-	cg      *callCgroup
-	root    int
-	rlimits []rlimit
-	limits  []rlimit // set by the host at the exec stop (traced start); nil with the trampoline
+	hs     *hostSandbox
+	id     string
+	cg     *callCgroup
+	root   int
+	limits []rlimit // set by the host at the exec stop (traced start); nil with the trampoline
 }
 
-// startTool starts cmd as apply set it up. held (traced starts only): the process is left
-// stopped before its first instruction, limits set, until letGo.
-func (c *callConf) startTool(cmd *exec.Cmd, held bool) error {
+// startTool starts cmd as confine set it up.
+func (c *callConf) startTool(cmd *exec.Cmd) error {
 	if c.limits == nil {
-		if held {
-			return errors.New("a trampoline start cannot be held")
-		}
 		return startLocked(cmd, nil)
 	}
-	err := startLocked(cmd, func(pid int) error {
-		if held {
-			return stopTraced(pid, c.limits, c.hs.inside)
-		}
-		return releaseTraced(pid, c.limits, c.hs.inside)
-	})
+	err := startLocked(cmd, func(pid int) error { return releaseTraced(pid, c.limits, c.hs.inside) })
 	if err != nil && c.hs.uid >= 0 && (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)) {
 		err = fmt.Errorf("%w (the tool runs as uid %d: its program, interpreter and their folders must be readable by that user; see tools.sandbox.run_as)", err, c.hs.uid)
 	}
 	return err
-}
-
-// canHold: calls of this host can be started ahead and held (see Prepared.Hold).
-func (c *callConf) canHold() bool { return c != nil && c.hs.traced }
-
-// letGo lets the held process pid run; only its tracer thread may.
-func (c *callConf) letGo(pid int) error {
-	return onForker(func() error {
-		if err := syscall.PtraceDetach(pid); err != nil {
-			return fmt.Errorf("release the tool after setting its limits: %w", err)
-		}
-		return nil
-	})
 }
 
 var callSeq atomic.Uint64
@@ -467,20 +429,6 @@ func (c *callConf) release() {
 // thread is also the tracer of a traced start: traced, when not nil, runs on it right after the
 // start; when it fails the process is killed and reaped.
 func startLocked(cmd *exec.Cmd, traced func(pid int) error) error {
-	return onForker(func() error {
-		err := cmd.Start()
-		if err == nil && traced != nil {
-			if err = traced(cmd.Process.Pid); err != nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
-		}
-		return err
-	})
-}
-
-// onForker runs f on the forker thread.
-func onForker(f func() error) error {
 	forkerOnce.Do(func() {
 		forker = make(chan func())
 		go func() {
@@ -491,7 +439,16 @@ func onForker(f func() error) error {
 		}()
 	})
 	done := make(chan error, 1)
-	forker <- func() { done <- f() }
+	forker <- func() {
+		err := cmd.Start()
+		if err == nil && traced != nil {
+			if err = traced(cmd.Process.Pid); err != nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+		}
+		done <- err
+	}
 	return <-done
 }
 

@@ -3,7 +3,6 @@
 package tools
 
 import (
-	"errors"
 	"os/exec"
 	"syscall"
 )
@@ -27,25 +26,16 @@ func (r *Runner) SandboxInfo() (string, error) {
 
 type callConf struct{}
 
-func (r *Runner) newCallConf(t *Tool) (*callConf, error) { return &callConf{}, nil }
-
-func (c *callConf) apply(cmd *exec.Cmd, _ bool) {
+func (r *Runner) confine(cmd *exec.Cmd, t *Tool, _ bool) (*callConf, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return &callConf{}, nil
 }
 
 func (c *callConf) started(pid int) {}
 func (c *callConf) killAll()        {}
 func (c *callConf) release()        {}
 
-func (c *callConf) startTool(cmd *exec.Cmd, held bool) error {
-	if held {
-		return errors.New("no held starts outside Linux")
-	}
-	return cmd.Start()
-}
-
-func (c *callConf) canHold() bool       { return false }
-func (c *callConf) letGo(pid int) error { return errors.New("no held starts outside Linux") }
+func (c *callConf) startTool(cmd *exec.Cmd) error { return cmd.Start() }
 
 func accessibleBy(path string, uid, gid int, exec bool) bool { return true }
 
