@@ -1,6 +1,7 @@
 package toolhost
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -55,8 +56,8 @@ type claimed struct {
 //
 // The call's place on the caller's path is kept short: it is prepared while its claim is being
 // written, and its result is recorded and answered in one go, the record first on the same
-// connection, so the server has the record before the caller can have the reply; the record's
-// acknowledgement and the clean-up come after the reply.
+// connection, so the server receives the record before the reply; the record's acknowledgement
+// and the clean-up come after the reply.
 func (l *ledger) once(ctx context.Context, req protocol.ToolRequest, lease time.Duration, prepare func() prepared, respond func(protocol.ToolReply)) {
 	if req.DeadlineMS > 0 && time.Now().UnixMilli() >= req.DeadlineMS {
 		l.attempt(req, protocol.AttemptExpired, "")
@@ -95,9 +96,9 @@ func (l *ledger) once(ctx context.Context, req protocol.ToolRequest, lease time.
 			stop := l.renew(req, hash, lease, r)
 			out := p.run()
 			stop()
-			ack := l.finish(req, hash, r.rev, out)
+			rec := l.finish(req, hash, r.rev, out)
 			respond(out)
-			l.confirm(req, ack)
+			l.confirm(req, rec)
 			return
 		case c.prev.State == protocol.CallDone && c.prev.Reply != nil:
 			l.attempt(req, protocol.AttemptReplay, c.prev.Host)
@@ -209,10 +210,17 @@ func (l *ledger) renew(req protocol.ToolRequest, hash string, lease time.Duratio
 	return func() { close(done); <-finished }
 }
 
+// record is a call's result record on its way to the bucket.
+type record struct {
+	data []byte
+	rev  uint64 // the revision of the running record it replaces
+	ack  jetstream.PubAckFuture
+}
+
 // finish sends the record of the reply of a run this host claimed, without waiting for the
 // server's acknowledgement (confirm does): the reply goes out right after it on the same
-// connection. nil when there is nothing to wait for.
-func (l *ledger) finish(req protocol.ToolRequest, hash string, rev uint64, out protocol.ToolReply) jetstream.PubAckFuture {
+// connection, so the server receives the record before the reply. nil when it cannot be encoded.
+func (l *ledger) finish(req protocol.ToolRequest, hash string, rev uint64, out protocol.ToolReply) *record {
 	rec := protocol.ToolCallRecord{CallID: req.CallID, Tool: req.Tool, ArgsHash: hash, State: protocol.CallDone,
 		Host: l.host, Started: time.Now().UTC(), Reply: &out}
 	out.V = protocol.SchemaVersion
@@ -229,26 +237,40 @@ func (l *ledger) finish(req protocol.ToolRequest, hash string, rev uint64, out p
 		l.log.Error("encode tool call record", "call", req.CallID, "err", err)
 		return nil
 	}
+	r := &record{data: data, rev: rev}
 	// The bucket's subject for the key, as KeyValue.Update writes it; Update itself waits for
 	// the acknowledgement, which would put a round trip to the server before the reply.
 	msg := &nats.Msg{Subject: "$KV." + l.kv.Bucket() + "." + req.CallID, Data: data}
-	ack, err := l.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(rev))
-	if err != nil {
-		l.log.Warn("tool call result not recorded", "call", req.CallID, "err", err)
-		return nil
-	}
-	return ack
+	r.ack, _ = l.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(rev))
+	return r
 }
 
-// confirm waits for the record finish sent. A refusal means someone took the call over (our
-// lease ran out): their record wins.
-func (l *ledger) confirm(req protocol.ToolRequest, ack jetstream.PubAckFuture) {
-	if ack == nil {
+// confirm waits for the record finish sent. One that did not arrive (no stream leader during an
+// election, a lost connection) is written again the waiting way, so a repeat of the call still
+// finds its result. A refusal means someone took the call over (our lease ran out): their
+// record wins.
+func (l *ledger) confirm(req protocol.ToolRequest, r *record) {
+	if r == nil {
 		return
 	}
-	select {
-	case <-ack.Ok():
-	case err := <-ack.Err():
+	if r.ack != nil {
+		select {
+		case <-r.ack.Ok():
+			return
+		case <-r.ack.Err():
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := l.kv.Update(ctx, req.CallID, r.data, r.rev)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		// Ours may have arrived after all, its acknowledgement lost.
+		if e, gerr := l.kv.Get(ctx, req.CallID); gerr == nil && bytes.Equal(e.Value(), r.data) {
+			return
+		}
+	}
+	if err != nil {
 		l.log.Warn("tool call result not recorded", "call", req.CallID, "err", err)
 	}
 }

@@ -103,13 +103,6 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolhost: load tool manifests (tools.manifest_dirs in %s): %w", configName(cfg), err)
 	}
-	specs := make([]protocol.ToolSpec, len(loaded))
-	for i, t := range loaded {
-		specs[i] = t.Spec()
-	}
-	if err := tools.Publish(ctx, d.Conn.JS, d.Names, specs); err != nil {
-		return nil, fmt.Errorf("toolhost: %w", err)
-	}
 
 	// Calls run under their own context: ending Serve's ctx stops new calls, not the ones
 	// running, until the grace period is over.
@@ -190,6 +183,17 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		host.stop()
 		killRunning()
 		return nil, fmt.Errorf("toolhost: tools cannot run: %w", err)
+	}
+	// Published last, so that a tool in the catalog is one that answers: executors offer the
+	// catalog's tools to the model, and a caller that read it finds the endpoint there.
+	specs := make([]protocol.ToolSpec, len(loaded))
+	for i, t := range loaded {
+		specs[i] = t.Spec()
+	}
+	if err := tools.Publish(ctx, d.Conn.JS, d.Names, specs); err != nil {
+		host.stop()
+		killRunning()
+		return nil, fmt.Errorf("toolhost: %w", err)
 	}
 	log.Info("toolhost ready", "tools", host.tools, "concurrency", cap(h.slots), "queue", cap(h.waiting), "sandbox", sandbox)
 	return host, nil
