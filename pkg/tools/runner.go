@@ -277,15 +277,10 @@ func (r *Runner) start(path string, t *Tool, env []string, dir string) (*proc, e
 		closeAll(inR, inW, outR, outW)
 		return nil, err
 	}
-	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   append([]string(nil), t.Argv...),
-		Dir:    dir,
-		Env:    env,
-		Stdin:  inR,
-		Stdout: outW,
-		Stderr: errW,
+	newCmd := func() *exec.Cmd {
+		return &exec.Cmd{Path: path, Args: append([]string(nil), t.Argv...), Dir: dir, Env: env, Stdin: inR, Stdout: outW, Stderr: errW}
 	}
+	cmd := newCmd()
 	// Its own process group, parent-death signal, uid, limits and cgroup: see confine.
 	conf, err := r.confine(cmd, t, false)
 	if err == nil {
@@ -296,7 +291,7 @@ func (r *Runner) start(path string, t *Tool, env []string, dir string) (*proc, e
 		// A program the host cannot step (a 32-bit one, or one its user may run but not
 		// read): this call starts through the trampoline.
 		conf.release()
-		cmd = &exec.Cmd{Path: path, Args: append([]string(nil), t.Argv...), Dir: dir, Env: env, Stdin: inR, Stdout: outW, Stderr: errW}
+		cmd = newCmd()
 		if conf, err = r.confine(cmd, t, true); err == nil {
 			err = conf.startTool(cmd)
 		}

@@ -207,7 +207,8 @@ type hostSandbox struct {
 	// traced: tools are exec'd directly and get their limits while stopped at the exec (see
 	// releaseTraced); else through the trampoline. inside: the tool sets them on itself.
 	traced, inside bool
-	// trampoline is the program a call starts through when not traced.
+	// trampoline is the program a call starts through when not traced, or when its program
+	// could not set its own limits (see insideError).
 	trampoline string
 	info       string
 }
