@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
@@ -254,16 +256,29 @@ func waitPullers(t *testing.T, c *bus.Conn, agent string, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	names := protocol.NewNames("")
+	// What the last look found, for the failure message.
+	last := "no answer"
 	for {
 		cons, err := c.JS.Consumer(ctx, names.Stream(protocol.StreamWork), names.ExecutorConsumer(agent))
 		if err == nil {
-			if info, err := cons.Info(ctx); err == nil && info.NumWaiting >= n {
-				return
+			var info *jetstream.ConsumerInfo
+			if info, err = cons.Info(ctx); err == nil {
+				if info.NumWaiting >= n {
+					return
+				}
+				leader := ""
+				if info.Cluster != nil {
+					leader = info.Cluster.Leader
+				}
+				last = fmt.Sprintf("%d pull requests waiting, %d pending, leader %q", info.NumWaiting, info.NumPending, leader)
 			}
+		}
+		if err != nil && ctx.Err() == nil {
+			last = err.Error()
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("fewer than %d executors pulling work for %q within a minute", n, agent)
+			t.Fatalf("fewer than %d executors pulling work for %q within a minute (last look: %s)", n, agent, last)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
