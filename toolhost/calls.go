@@ -240,7 +240,7 @@ func (l *ledger) finish(req protocol.ToolRequest, hash string, rev uint64, out p
 	r := &record{data: data, rev: rev}
 	// The bucket's subject for the key, as KeyValue.Update writes it; Update itself waits for
 	// the acknowledgement, which would put a round trip to the server before the reply.
-	msg := &nats.Msg{Subject: "$KV." + l.kv.Bucket() + "." + req.CallID, Data: data}
+	msg := &nats.Msg{Subject: protocol.KVKey(l.kv.Bucket(), req.CallID), Data: data}
 	r.ack, _ = l.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(rev))
 	return r
 }

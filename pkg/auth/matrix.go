@@ -314,7 +314,7 @@ func For(id Identity, n protocol.Names) Perms {
 			}
 		case KindBucket:
 			if a&Write != 0 {
-				pub["$KV."+n.Bucket(r.Base)+".>"] = true
+				pub[protocol.KVKey(n.Bucket(r.Base), ">")] = true
 			}
 		case KindObjectStore:
 			if a&Write != 0 {

@@ -181,6 +181,10 @@ func (n Names) Bucket(base string) string {
 	return sanitize(n.ns()) + "_" + base
 }
 
+// KVKey is the subject a write of key in bucket (its full name, as Bucket gives it) is
+// published on: what a KeyValue's Put and Update send, for a writer that publishes itself.
+func KVKey(bucket, key string) string { return "$KV." + bucket + "." + key }
+
 // ExecutorConsumer is the shared durable every executor of one agent pulls from; starting more
 // executor processes scales that agent.
 func (n Names) ExecutorConsumer(agent string) string { return consumerExecutorPrefix + agent }

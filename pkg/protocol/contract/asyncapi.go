@@ -47,7 +47,7 @@ func Channels() []Channel {
 		return Channel{ID: "memory." + op, Address: n.Memory(op), Kind: Service, Message: req, Reply: rep, Doc: doc}
 	}
 	kv := func(bucket, param string, v any, doc string) Channel {
-		return Channel{ID: "kv." + bucket, Address: "$KV." + n.Bucket(bucket) + ".{" + param + "}", Params: []string{param},
+		return Channel{ID: "kv." + bucket, Address: protocol.KVKey(n.Bucket(bucket), "{"+param+"}"), Params: []string{param},
 			Kind: Bucket, Store: "KV_" + n.Bucket(bucket), Message: v, Doc: doc}
 	}
 	return []Channel{
