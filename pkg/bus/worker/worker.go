@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
@@ -120,6 +121,20 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	sem := make(chan struct{}, w.opts.Workers)
 	waiting := make(chan struct{}, w.opts.MaxWaiting)
+	// A pull that fails (no stream or consumer leader during an election, a deleted consumer)
+	// fails again at once: the next one waits, longer each time, so a worker neither spins nor
+	// floods the log, and is back within a second of the cause going away.
+	retry := backoff.NewExponentialBackOff()
+	retry.InitialInterval, retry.MaxInterval, retry.MaxElapsedTime = 50*time.Millisecond, time.Second, 0
+	pause := func(err error) bool {
+		w.opts.Logger.Warn("pull", "err", err)
+		select {
+		case <-time.After(retry.NextBackOff()):
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -146,13 +161,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			for ; free > 0; free-- {
 				<-sem
 			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			w.opts.Logger.Warn("pull", "err", err)
-			select {
-			case <-time.After(time.Second):
-			case <-ctx.Done():
+			if ctx.Err() != nil || !pause(err) {
 				return nil
 			}
 			continue
@@ -187,8 +196,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		for ; free > 0; free-- {
 			<-sem
 		}
-		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-			w.opts.Logger.Warn("pull", "err", err)
+		err = batch.Error()
+		switch {
+		case ctx.Err() != nil:
+		case err == nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+			retry.Reset() // a pull that ended normally, with or without messages
+		case !pause(err):
+			return nil
 		}
 	}
 }

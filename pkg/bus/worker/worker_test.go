@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -328,4 +329,55 @@ func TestWaitingIsBounded(t *testing.T) {
 		t.Fatalf("%d messages in hand, want Workers + MaxWaiting = 3", n)
 	}
 	close(release)
+}
+
+// pullLog counts the worker's failed pulls (its "pull" warnings) and keeps the last error.
+type pullLog struct {
+	n    atomic.Int32
+	last atomic.Value
+}
+
+func (p *pullLog) Enabled(context.Context, slog.Level) bool { return true }
+func (p *pullLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "pull" {
+		p.n.Add(1)
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "err" {
+				p.last.Store(a.Value.String())
+			}
+			return true
+		})
+	}
+	return nil
+}
+func (p *pullLog) WithAttrs([]slog.Attr) slog.Handler { return p }
+func (p *pullLog) WithGroup(string) slog.Handler      { return p }
+
+// A pull that keeps failing (here the consumer is gone; in a cluster, no leader during an
+// election) is retried after a growing pause, not at once in a loop.
+func TestFailingPullsBackOff(t *testing.T) {
+	m := bustest.Start(t)
+	s := spec(t, m, 5)
+	logs := &pullLog{}
+	run(t, m, s, worker.Options{Workers: 2, Logger: slog.New(logs)}, func(context.Context, jetstream.Msg) error { return nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Conn.JS.DeleteConsumer(ctx, m.Names.Stream(protocol.StreamWork), s.Config.Durable); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's pull in flight ends within fetchWait (5 s); the failures start after it.
+	deadline := time.Now().Add(8 * time.Second)
+	for logs.n.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if logs.n.Load() == 0 {
+		t.Fatal("no failed pull was logged after the consumer was deleted")
+	}
+	first := logs.n.Load()
+	time.Sleep(1500 * time.Millisecond)
+	// Pauses of 50 ms doubling to 1 s (with jitter) fit at most 6 pulls in 1.5 s; without
+	// them the worker pulls as fast as the server answers, hundreds of times.
+	if n := logs.n.Load() - first; n > 6 {
+		t.Fatalf("%d failed pulls in 1.5 s (last: %v): the worker retries without pausing", n, logs.last.Load())
+	}
 }
