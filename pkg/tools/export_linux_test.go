@@ -13,3 +13,6 @@ func FailLimitsInside() func() {
 	failInside = true
 	return func() { failInside = false }
 }
+
+// ScratchBaseName is the name of the folder holding the scratch folders of host process pid.
+var ScratchBaseName = scratchBaseName

@@ -3,7 +3,9 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -249,11 +251,12 @@ func TestAPreparedCallKeepsItsScratchFolderUntilClosedAndRunsOnce(t *testing.T) 
 	parent := t.TempDir()
 	r2 := tools.Runner{Sandbox: tools.Sandbox{ScratchDir: parent}}
 	unused := r2.Prepare(context.Background(), tl, json.RawMessage(`{}`))
-	if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+	base := filepath.Join(parent, tools.ScratchBaseName(os.Getpid()))
+	if ents, _ := os.ReadDir(base); len(ents) != 1 {
 		t.Fatalf("prepared call made %d scratch folders, want 1", len(ents))
 	}
 	unused.Close()
-	if ents, _ := os.ReadDir(parent); len(ents) != 0 {
+	if ents, _ := os.ReadDir(base); len(ents) != 0 {
 		t.Errorf("%d scratch folders left after Close of a call never run", len(ents))
 	}
 	// One that cannot start says why when run.
@@ -261,5 +264,53 @@ func TestAPreparedCallKeepsItsScratchFolderUntilClosedAndRunsOnce(t *testing.T) 
 	defer bad.Close()
 	if res := bad.Run(context.Background()); res.OK || res.Kind != protocol.ToolErrBadArgs {
 		t.Errorf("bad arguments: %+v", res)
+	}
+}
+
+// A host killed during a call cannot remove the call's scratch folder: the next host to use
+// the same parent folder removes what hosts that no longer run left there, and only that.
+func TestScratchFoldersOfHostsThatDiedAreRemoved(t *testing.T) {
+	parent := openTempDir(t)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(parent, tools.ScratchBaseName(gone.Process.Pid), "skein-tool-x-1")
+	kept := filepath.Join(parent, tools.ScratchBaseName(1), "skein-tool-x-2") // pid 1 runs
+	// The same pid in another pid namespace (a container sharing the folder) is not ours to judge.
+	other := filepath.Join(parent, fmt.Sprintf("skein-tools-1-%d", gone.Process.Pid), "skein-tool-x-3")
+	for _, d := range []string{filepath.Join(stale, "ro"), kept, other} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(stale, "ro", "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(filepath.Join(stale, "ro"), 0o500) // a tool may leave folders read-only
+
+	r := tools.Runner{Sandbox: tools.Sandbox{ScratchDir: parent}}
+	res := r.Run(context.Background(), fixture(t, "stdincopy"), json.RawMessage(`{"n": 1}`))
+	var got struct {
+		Cwd string `json:"cwd"`
+	}
+	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
+		t.Fatalf("got %+v", res)
+	}
+	own := filepath.Join(parent, tools.ScratchBaseName(os.Getpid()))
+	if filepath.Dir(got.Cwd) != own {
+		t.Errorf("the call ran in %s, want a folder under this host's %s", got.Cwd, own)
+	}
+	if _, err := os.Stat(filepath.Dir(stale)); !os.IsNotExist(err) {
+		t.Errorf("the scratch folders of a host that died are still there (stat: %v)", err)
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("the scratch folder of a running host was removed: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("the scratch folder of a host in another pid namespace was removed: %v", err)
+	}
+	if fi, err := os.Stat(own); err != nil || fi.Mode().Perm() != 0o711 {
+		t.Errorf("this host's scratch folder: %v, %v; want mode 0711 (tools pass through, cannot list)", fi, err)
 	}
 }

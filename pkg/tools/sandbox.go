@@ -1,10 +1,14 @@
 package tools
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 // Limits are the resource limits one tool call runs under. Zero means "the host's default" in a
@@ -127,7 +131,11 @@ func (r *Runner) callDirs(t *Tool, uid, gid int) (scratch, dir, home string, err
 	if parent == "" {
 		parent = os.TempDir()
 	}
-	scratch, err = os.MkdirTemp(parent, "skein-tool-"+t.Name+"-")
+	base, err := scratchBase(parent)
+	if err != nil {
+		return "", "", "", fmt.Errorf("scratch folder (tools.sandbox.scratch_dir): %w", err)
+	}
+	scratch, err = os.MkdirTemp(base, "skein-tool-"+t.Name+"-")
 	if err != nil {
 		return "", "", "", fmt.Errorf("scratch folder (tools.sandbox.scratch_dir): %w", err)
 	}
@@ -147,6 +155,64 @@ func (r *Runner) callDirs(t *Tool, uid, gid int) (scratch, dir, home string, err
 		}
 	}
 	return scratch, dir, home, nil
+}
+
+// scratchPrefix names the folder, under the scratch folder's parent, that holds the scratch
+// folders of one host process: skein-tools-<pid namespace>-<pid>. A pid means a process only in
+// its namespace, and containers may share a folder.
+const scratchPrefix = "skein-tools-"
+
+// scratchBaseName is the name of the folder of the host process pid in this pid namespace.
+func scratchBaseName(pid int) string {
+	ns := "0"
+	if l, err := os.Readlink("/proc/self/ns/pid"); err == nil {
+		ns = strings.Trim(strings.TrimPrefix(l, "pid:"), "[]")
+	}
+	return scratchPrefix + ns + "-" + strconv.Itoa(pid)
+}
+
+var scratchBases sync.Map // parent -> *scratchBaseOnce
+
+type scratchBaseOnce struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// scratchBase returns this process's folder for scratch folders under parent, made on first
+// use, when the folders that hosts which have died left there (a host killed during a call
+// cannot remove its scratch folder) are removed. Mode 0711: a tool reaches its own scratch
+// folder but cannot list the others.
+func scratchBase(parent string) (string, error) {
+	v, _ := scratchBases.LoadOrStore(parent, &scratchBaseOnce{})
+	b := v.(*scratchBaseOnce)
+	b.once.Do(func() {
+		sweepScratch(parent)
+		b.dir = filepath.Join(parent, scratchBaseName(os.Getpid()))
+		if err := os.Mkdir(b.dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+			b.err = err
+			return
+		}
+		// Mkdir applies the umask; the tools' user must be able to pass through.
+		b.err = os.Chmod(b.dir, 0o711)
+	})
+	return b.dir, b.err
+}
+
+// sweepScratch removes the scratch folders of host processes that no longer run.
+func sweepScratch(parent string) {
+	prefix, _, _ := strings.Cut(strings.TrimPrefix(scratchBaseName(0), scratchPrefix), "-")
+	prefix = scratchPrefix + prefix + "-"
+	ents, _ := os.ReadDir(parent)
+	for _, e := range ents {
+		pid, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && syscall.Kill(n, 0) == syscall.ESRCH {
+			removeScratch(filepath.Join(parent, e.Name()))
+		}
+	}
 }
 
 // setEnv replaces or adds name=value in env.
