@@ -225,8 +225,7 @@ func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
 func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 	calls := resp.ToolCalls
 	results := make([]protocol.ToolReply, len(calls))
-	sem := make(chan struct{}, max(r.e.d.Config.Tools.MaxParallel, 1))
-	var wg sync.WaitGroup
+	var jobs []func()
 	bad := 0
 	for i, c := range calls {
 		if !c.ValidArgs() {
@@ -248,11 +247,7 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 			results[i] = refused(ex)
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
+		jobs = append(jobs, func() {
 			// The call id depends on where the call sits, not on the model's id, so a redelivered
 			// step asks the toolhost for the same ids and gets recorded results back.
 			wait := r.toolTimeout(r.tools[c.Name])
@@ -272,9 +267,24 @@ func (r *run) runTools(ctx context.Context, turn int, resp *llm.Response) bool {
 				reply = protocol.ToolReply{ToolResult: protocol.ToolResult{Kind: protocol.ToolErrUnavailable, Error: err.Error()}}
 			}
 			results[i] = interrupted(ctx, reply)
-		}()
+		})
 	}
-	wg.Wait()
+	if len(jobs) == 1 {
+		jobs[0]() // the usual turn: one call, on this goroutine
+	} else {
+		sem := make(chan struct{}, max(r.e.d.Config.Tools.MaxParallel, 1))
+		var wg sync.WaitGroup
+		for _, job := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				job()
+			}()
+		}
+		wg.Wait()
+	}
 	for i, c := range calls {
 		r.subagentUsage(turn, c.Name, results[i])
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -176,38 +177,45 @@ type renewal struct {
 }
 
 // renew keeps a running record's lease fresh until the returned stop is called; stop waits for
-// the renewer, so r.rev is final afterwards.
+// a renewal in progress, so r.rev is final afterwards. Nothing runs until the first renewal is
+// due: most calls end well before it, and starting and stopping a renewer would cost each of
+// them a wake-up on the way to its reply.
 func (l *ledger) renew(req protocol.ToolRequest, hash string, lease time.Duration, r *renewal) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			now := time.Now().UTC()
-			rec := protocol.ToolCallRecord{CallID: req.CallID, Tool: req.Tool, ArgsHash: hash, State: protocol.CallRunning,
-				Host: l.host, Started: now, LeaseUntil: now.Add(lease)}
-			data, err := protocol.Marshal(&rec)
-			if err != nil {
-				return
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), lease/3)
-			rev, err := l.kv.Update(ctx, req.CallID, data, r.rev)
-			cancel()
-			if err != nil {
-				l.log.Warn("tool call lease not renewed", "call", req.CallID, "err", err)
-				return
-			}
-			r.rev = rev
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	tick := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { close(done); <-finished }
+		now := time.Now().UTC()
+		rec := protocol.ToolCallRecord{CallID: req.CallID, Tool: req.Tool, ArgsHash: hash, State: protocol.CallRunning,
+			Host: l.host, Started: now, LeaseUntil: now.Add(lease)}
+		data, err := protocol.Marshal(&rec)
+		if err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), lease/3)
+		rev, err := l.kv.Update(ctx, req.CallID, data, r.rev)
+		cancel()
+		if err != nil {
+			l.log.Warn("tool call lease not renewed", "call", req.CallID, "err", err)
+			return
+		}
+		r.rev = rev
+		t.Reset(lease / 3)
+	}
+	mu.Lock()
+	t = time.AfterFunc(lease/3, tick)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // record is a call's result record on its way to the bucket.

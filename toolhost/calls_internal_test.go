@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
@@ -69,5 +70,45 @@ func TestAnUnacknowledgedResultRecordIsWrittenAgain(t *testing.T) {
 	var rec protocol.ToolCallRecord
 	if err := protocol.Unmarshal([]byte(value("quick")), &rec); err != nil || rec.State != protocol.CallDone || rec.Reply == nil || !rec.Reply.OK {
 		t.Errorf("quick record: %+v (%v)", rec, err)
+	}
+}
+
+// A running record's lease is renewed while the call runs, and not after stop; r.rev is then the
+// record's revision, which the result record is written against.
+func TestARunningCallsLeaseIsRenewedUntilStopped(t *testing.T) {
+	m := bustest.Start(t)
+	ctx := context.Background()
+	kv, err := bus.KV(ctx, m.Conn.JS, m.Names, protocol.BucketToolCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &ledger{kv: kv, js: m.Conn.JS, host: "h", log: slog.New(slog.DiscardHandler)}
+	req := protocol.ToolRequest{CallID: "long", Tool: "t"}
+	const lease = 300 * time.Millisecond
+	rev, prev, err := l.claim(ctx, req, "hash", lease)
+	if err != nil || prev != nil {
+		t.Fatalf("claim: %v, %+v", err, prev)
+	}
+	r := &renewal{rev: rev}
+	stop := l.renew(req, "hash", lease, r)
+	time.Sleep(4 * lease)
+	stop()
+	e, err := kv.Get(ctx, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Revision() == rev {
+		t.Fatalf("the record was not renewed in %s with a lease of %s", 4*lease, lease)
+	}
+	if r.rev != e.Revision() {
+		t.Errorf("after stop r.rev = %d, the record is at %d", r.rev, e.Revision())
+	}
+	var rec protocol.ToolCallRecord
+	if err := protocol.Unmarshal(e.Value(), &rec); err != nil || rec.State != protocol.CallRunning || rec.Host != "h" {
+		t.Errorf("renewed record: %+v (%v)", rec, err)
+	}
+	time.Sleep(2 * lease)
+	if e2, err := kv.Get(ctx, "long"); err != nil || e2.Revision() != e.Revision() {
+		t.Errorf("renewed after stop: revision %d → %v (%v)", e.Revision(), e2, err)
 	}
 }

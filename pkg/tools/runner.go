@@ -27,6 +27,9 @@ const (
 	// pipeGrace bounds how long output is still read after the process group is gone, in case
 	// something outside the group (a daemon that called setsid) holds the pipes open.
 	pipeGrace = 2 * time.Second
+	// pipeAtomic is the least a pipe holds (POSIX PIPE_BUF; Linux pipes hold 64 KiB unless the
+	// user is over its pipe quota, then one 4 KiB page).
+	pipeAtomic = 4096
 )
 
 // Runner runs tools as subprocesses. The zero value is ready to use.
@@ -183,7 +186,11 @@ func (c *Prepared) Run(ctx context.Context) protocol.ToolResult {
 		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
 	}
 	c.conf = p.conf
-	go p.feed(c.args)
+	if len(c.args) <= pipeAtomic {
+		p.feed(c.args) // fits in an empty pipe: the write cannot block
+	} else {
+		go p.feed(c.args)
+	}
 
 	timeout := r.timeout(t)
 	timer := time.NewTimer(timeout)
