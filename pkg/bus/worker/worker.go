@@ -125,7 +125,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// fails again at once: the next one waits, longer each time, so a worker neither spins nor
 	// floods the log, and is back within a second of the cause going away.
 	retry := backoff.NewExponentialBackOff()
-	retry.InitialInterval, retry.MaxInterval, retry.MaxElapsedTime = 50*time.Millisecond, time.Second, 0
+	retry.InitialInterval, retry.Multiplier, retry.MaxInterval, retry.MaxElapsedTime = 50*time.Millisecond, 2, time.Second, 0
 	pause := func(err error) bool {
 		w.opts.Logger.Warn("pull", "err", err)
 		select {
