@@ -89,6 +89,15 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { _ = watch.Stop() }()
 	var rows []SessionRow
+	truncated := false
+	// Only the newest limit rows are answered: the list is cut back to them whenever it reaches
+	// twice that, so a request holds O(limit) rows however many sessions the bucket keeps.
+	keepNewest := func() {
+		sort.Slice(rows, func(i, j int) bool { return rows[i].Created.After(rows[j].Created) })
+		if len(rows) > limit {
+			rows, truncated = rows[:limit], true
+		}
+	}
 	for e := range watch.Updates() {
 		if e == nil {
 			break // the initial values are all delivered
@@ -105,10 +114,11 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 		}
 		rows = append(rows, SessionRow{SessionID: s.SessionID, Agent: s.Agent, Task: preview(s.Task), Status: s.Status, Outcome: s.Outcome,
 			Reason: s.Reason, Parent: s.Parent, Root: s.Root, Children: len(s.Children), Created: s.Created, Updated: s.Updated})
+		if len(rows) >= 2*limit {
+			keepNewest()
+		}
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].Created.After(rows[j].Created) })
-	truncated := len(rows) > limit
-	rows = rows[:min(limit, len(rows))]
+	keepNewest()
 	if len(rows) > 0 {
 		oldest := rows[len(rows)-1].Created
 		reports, err := g.usageReports(ctx, oldest)

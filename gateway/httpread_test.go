@@ -87,8 +87,9 @@ func TestHTTPSessionsListAndUsage(t *testing.T) {
 	if getJSON(t, srv, "/v1/sessions?q=STARS", &list); len(list.Sessions) != 1 || list.Sessions[0].SessionID != "list-2" {
 		t.Errorf("search: %+v", list.Sessions)
 	}
-	if getJSON(t, srv, "/v1/sessions?limit=1", &list); len(list.Sessions) != 1 || !list.Truncated {
-		t.Errorf("limit 1: %d sessions, truncated %v", len(list.Sessions), list.Truncated)
+	// The list is cut to the newest while it is read: limit 1 keeps the newer of the two.
+	if getJSON(t, srv, "/v1/sessions?limit=1", &list); len(list.Sessions) != 1 || !list.Truncated || list.Sessions[0].SessionID != "list-2" {
+		t.Errorf("limit 1: %+v, truncated %v; want list-2 alone, truncated", list.Sessions, list.Truncated)
 	}
 	if getJSON(t, srv, "/v1/sessions?agent=nobody", &list); len(list.Sessions) != 0 {
 		t.Errorf("agent filter: %+v", list.Sessions)
