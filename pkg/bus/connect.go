@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -46,12 +45,6 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 	for _, o := range options {
 		o(&do)
 	}
-	if do.inProcess != nil {
-		// tls:// would make the client insist on TLS, which a connection in memory has no use for.
-		if _, hostPort, ok := strings.Cut(url, "://"); ok {
-			url = "nats://" + hostPort
-		}
-	}
 	credOpts, extra, id, err := do.natsOptions()
 	if err != nil {
 		return nil, err
@@ -80,11 +73,6 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 		}
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
 			return backoff.Permanent(authError(url, do, err))
-		}
-		if err != nil && do.inProcess != nil {
-			// The server is this process's own and already up: nothing to wait for. It closes
-			// the pipe on a connection it refuses, without saying why.
-			return backoff.Permanent(fmt.Errorf("the server in this process refused the connection (credentials %q): %w", do.creds, err))
 		}
 		return err
 	}, backoff.WithContext(b, ctx))

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -106,45 +104,5 @@ func TestTLS(t *testing.T) {
 	if c, err := bus.Connect(ctx, srv.URL(), "wrong-ca", time.Second, id, bus.WithTLS(other)); err == nil {
 		c.Close()
 		t.Error("a client trusting another CA connected")
-	}
-}
-
-// A service in the server's own process connects in memory: no TLS (nothing leaves the
-// process), but the same credentials and permissions as over the socket. (A connection the
-// server refuses is not tried here: over an in-memory pipe the refusal takes the server's 10 s
-// write deadline to arrive.)
-func TestInProcessConnectionsKeepTheirIdentity(t *testing.T) {
-	pki := writePKI(t, t.TempDir())
-	creds := t.TempDir()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames(""), TLS: pki})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	admin, err := bus.Connect(ctx, srv.URL(), "in-process", 5*time.Second, bus.WithCreds(auth.File(creds, auth.Admin)), bus.WithInProcess(srv.Server))
-	if err != nil {
-		t.Fatalf("in-process client on a mutual-TLS server: %v", err)
-	}
-	defer admin.Close()
-	if err := bus.Provision(ctx, admin.JS, protocol.NewNames(""), bus.DefaultLimits()); err != nil {
-		t.Fatalf("provision in process: %v", err)
-	}
-	if n := srv.Server.NumClients(); n != 1 {
-		t.Errorf("server counts %d clients, want the in-process one", n)
-	}
-
-	// The client role may not provision streams, in memory as over a socket.
-	client, err := bus.Connect(ctx, srv.URL(), "client", 5*time.Second, bus.WithCreds(auth.File(creds, auth.Client)), bus.WithInProcess(srv.Server))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	defer cancelShort()
-	if _, err := client.JS.CreateStream(short, jetstream.StreamConfig{Name: "NOPE", Subjects: []string{"nope.>"}}); err == nil {
-		t.Error("the client identity created a stream through an in-process connection")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -91,6 +90,7 @@ type embeddedMesh struct {
 	conns  []*bus.Conn
 	lock   *homeLock
 	home   string
+	tls    config.TLS
 	// emb is the embedder loaded while the server starts (nil when memory is off).
 	emb *preload
 	// memoryOn says whether memoryd serves this mesh: memory is enabled and memoryd started
@@ -177,7 +177,7 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 		return nil, err
 	}
 	lock.setURL(srv.URL())
-	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home}
+	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c, err := m.conn(string(auth.Admin))
 	if err != nil {
@@ -209,21 +209,11 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 	var err error
 	labeled(role, func() {
 		c, err = bus.Connect(m.ctx, m.server.URL(), "skein-"+role, 10*time.Second,
-			bus.WithCreds(auth.File(auth.Dir(m.home), id)), bus.WithInProcess(inProcess{m.server}))
+			bus.WithCreds(auth.File(auth.Dir(m.home), id)), bus.WithTLS(bus.TLSFiles{CA: m.tls.CA, Cert: m.tls.Cert, Key: m.tls.Key}))
 	})
 	if err == nil {
 		m.conns = append(m.conns, c)
 	}
-	return c, err
-}
-
-// inProcess hands the services in this process memory connections to the embedded server,
-// which skip the loopback socket's system calls and wake-ups on every message. The server's
-// goroutines for them carry the nats-server label, as those of socket connections do.
-type inProcess struct{ e *bus.Embedded }
-
-func (p inProcess) InProcessConn() (c net.Conn, err error) {
-	labeled("nats-server", func() { c, err = p.e.Server.InProcessConn() })
 	return c, err
 }
 
