@@ -158,6 +158,7 @@ func latencies(rs []sessionResult) []time.Duration {
 // meshStats is what the runner samples from the mesh process at a point in time.
 type meshStats struct {
 	consumers  map[string]int
+	backlog    int // messages the mesh's consumers have not yet handled (pending and unacked)
 	goroutines int
 	rssKB      int64
 	heapMB     float64       // live Go heap after a GC (RSS also holds freed pages, ONNX, stacks)
@@ -191,6 +192,15 @@ func (m *upMesh) stats(ctx context.Context, t *testing.T) meshStats {
 			t.Fatal(err)
 		}
 		s.consumers[name] = info.State.Consumers
+	}
+	for name := range s.consumers {
+		st, err := m.c.JS.Stream(ctx, m.names.Stream(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ci := range st.ListConsumers(ctx).Info() {
+			s.backlog += int(ci.NumPending) + ci.NumAckPending
+		}
 	}
 	s.goroutines = goroutines(t, m.pprof)
 	s.heapMB = liveHeapMB(t, m.pprof)
@@ -227,6 +237,19 @@ func liveHeapMB(t *testing.T, addr string) float64 {
 }
 
 // goroutines reads the goroutine count from a --pprof endpoint.
+// topGoroutines is the start of a --pprof goroutine profile: the most common stacks first.
+func topGoroutines(t *testing.T, addr string, n int) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	stacks := strings.Split(string(body), "\n\n")
+	return strings.Join(stacks[:min(n+1, len(stacks))], "\n\n")
+}
+
 func goroutines(t *testing.T, addr string) int {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
