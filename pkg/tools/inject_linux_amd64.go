@@ -68,12 +68,9 @@ func limitsCode(limits []rlimit, data uint64) []byte {
 // runLimits sets limits on pid (stopped at its exec, the calling thread's tracee) by running
 // limitsCode at its entry point, then puts back its code, stack and registers.
 func runLimits(pid int, limits []rlimit) (err error) {
-	var saved unix.PtraceRegs
-	if err := unix.PtraceGetRegs(pid, &saved); err != nil {
-		return fmt.Errorf("read the tool's registers: %w", err)
-	}
-	if saved.Cs != 0x33 {
-		return fmt.Errorf("the tool is not a 64-bit program (code segment %#x)", saved.Cs)
+	saved, err := regs64(pid)
+	if err != nil {
+		return err
 	}
 	pc := uintptr(saved.Rip)
 	// The limits go 16 bytes each well below the stack pointer, in stack not used yet.
@@ -125,19 +122,10 @@ func runLimits(pid int, limits []rlimit) (err error) {
 	if err := unix.PtraceCont(pid, 0); err != nil {
 		return fmt.Errorf("run the tool's limit calls: %w", err)
 	}
-	var ws syscall.WaitStatus
-	for {
-		_, err := syscall.Wait4(pid, &ws, syscall.WALL, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("wait for the tool's limit calls: %w", err)
-		}
-		break
-	}
-	if !ws.Stopped() || ws.StopSignal() != syscall.SIGTRAP {
-		return fmt.Errorf("the tool did not reach the end of its limit calls (wait status %#x)", uint32(ws))
+	if ws, err := waitStop(pid); err != nil {
+		return fmt.Errorf("wait for the tool's limit calls: %w", err)
+	} else if ws.StopSignal() != syscall.SIGTRAP {
+		return fmt.Errorf("the tool did not reach the end of its limit calls (stopped by %v)", ws.StopSignal())
 	}
 	if err := unix.PtraceGetRegs(pid, &regs); err != nil {
 		return fmt.Errorf("read the tool's registers: %w", err)
@@ -151,14 +139,23 @@ func runLimits(pid int, limits []rlimit) (err error) {
 	return nil
 }
 
-func stepLimits(pid int, limits []rlimit) (err error) {
-	var saved unix.PtraceRegs
-	if err := unix.PtraceGetRegs(pid, &saved); err != nil {
-		return fmt.Errorf("read the tool's registers: %w", err)
+// regs64 reads the registers of the stopped tracee pid, a 64-bit program: in a 32-bit one the
+// syscall instruction and its numbers are not the ones written here.
+func regs64(pid int) (unix.PtraceRegs, error) {
+	var regs unix.PtraceRegs
+	if err := unix.PtraceGetRegs(pid, &regs); err != nil {
+		return regs, fmt.Errorf("read the tool's registers: %w", err)
 	}
-	if saved.Cs != 0x33 {
-		// A 32-bit program: the syscall instruction and its numbers are not the ones below.
-		return fmt.Errorf("the tool is not a 64-bit program (code segment %#x)", saved.Cs)
+	if regs.Cs != 0x33 {
+		return regs, fmt.Errorf("the tool is not a 64-bit program (code segment %#x)", regs.Cs)
+	}
+	return regs, nil
+}
+
+func stepLimits(pid int, limits []rlimit) (err error) {
+	saved, err := regs64(pid)
+	if err != nil {
+		return err
 	}
 	pc := uintptr(saved.Rip)
 	// The limit is passed through memory: 16 bytes well below the stack pointer, in stack the

@@ -13,7 +13,7 @@ import (
 
 // startStopped starts prog traced and stopped at its exec, and runs fn on the tracer's thread
 // with its pid; the process is killed afterwards.
-func startStopped(t *testing.T, prog string, fn func(pid int) error) error {
+func startStopped(t testing.TB, prog string, fn func(pid int) error) error {
 	t.Helper()
 	cmd := exec.Command(prog, "30")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
@@ -117,28 +117,18 @@ func BenchmarkLimitsInside(b *testing.B) {
 		set  func(int, []rlimit) error
 	}{{"one-go", runLimits}, {"per-limit-step", stepLimits}} {
 		b.Run(bc.name, func(b *testing.B) {
-			cmd := exec.Command(sleep, "30")
-			cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
-			var runErr error
-			err := startLocked(cmd, func(pid int) error {
-				if err := waitStopped(pid); err != nil {
-					return err
-				}
+			err := startStopped(b, sleep, func(pid int) error {
 				b.ResetTimer()
+				defer b.StopTimer()
 				for range b.N {
-					if runErr = bc.set(pid, limits); runErr != nil {
-						break
+					if err := bc.set(pid, limits); err != nil {
+						return err
 					}
 				}
-				b.StopTimer()
-				return syscall.PtraceDetach(pid)
+				return nil
 			})
-			if err == nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
-			if err != nil || runErr != nil {
-				b.Fatal(err, runErr)
+			if err != nil {
+				b.Fatal(err)
 			}
 		})
 	}

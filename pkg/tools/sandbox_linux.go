@@ -104,6 +104,12 @@ func (e *insideError) Unwrap() error { return e.err }
 
 // waitStopped waits for the tracee pid to stop.
 func waitStopped(pid int) error {
+	_, err := waitStop(pid)
+	return err
+}
+
+// waitStop waits for the tracee pid to stop and says how (its stop signal).
+func waitStop(pid int) (syscall.WaitStatus, error) {
 	var ws syscall.WaitStatus
 	for {
 		_, err := syscall.Wait4(pid, &ws, syscall.WALL, nil)
@@ -111,14 +117,14 @@ func waitStopped(pid int) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return ws, err
 		}
 		break
 	}
 	if !ws.Stopped() {
-		return fmt.Errorf("the tool did not stop (wait status %#x)", uint32(ws))
+		return ws, fmt.Errorf("the tool did not stop (wait status %#x)", uint32(ws))
 	}
-	return nil
+	return ws, nil
 }
 
 // probeTraced reports whether a process of the tools' user can be started traced, given its
