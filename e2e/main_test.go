@@ -9,10 +9,15 @@ import (
 
 // TestMain serves two jobs: started as the overhead benchmark's echo responder (echoEnv set),
 // the test binary only answers requests; otherwise it runs the tests and then lets go of the
-// Milvus server the run shares (started only if a test asked for it).
+// Milvus server the run shares (started only if a test asked for it) and of the binaries the
+// run built (half a gigabyte a run, which piled up in the temp folder).
 func TestMain(m *testing.M) {
 	if url := os.Getenv(echoEnv); url != "" {
 		os.Exit(echoResponder(url))
 	}
-	os.Exit(milvustest.Main(m))
+	code := milvustest.Main(m)
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
