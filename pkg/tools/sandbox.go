@@ -162,14 +162,18 @@ func (r *Runner) callDirs(t *Tool, uid, gid int) (scratch, dir, home string, err
 // its namespace, and containers may share a folder.
 const scratchPrefix = "skein-tools-"
 
-// scratchBaseName is the name of the folder of the host process pid in this pid namespace.
-func scratchBaseName(pid int) string {
+// scratchNamespace is the start of the names of the folders of host processes in this pid
+// namespace: skein-tools-<pid namespace>-.
+func scratchNamespace() string {
 	ns := "0"
 	if l, err := os.Readlink("/proc/self/ns/pid"); err == nil {
 		ns = strings.Trim(strings.TrimPrefix(l, "pid:"), "[]")
 	}
-	return scratchPrefix + ns + "-" + strconv.Itoa(pid)
+	return scratchPrefix + ns + "-"
 }
+
+// scratchBaseName is the name of the folder of the host process pid in this pid namespace.
+func scratchBaseName(pid int) string { return scratchNamespace() + strconv.Itoa(pid) }
 
 var scratchBases sync.Map // parent -> *scratchBaseOnce
 
@@ -201,8 +205,7 @@ func scratchBase(parent string) (string, error) {
 
 // sweepScratch removes the scratch folders of host processes that no longer run.
 func sweepScratch(parent string) {
-	prefix, _, _ := strings.Cut(strings.TrimPrefix(scratchBaseName(0), scratchPrefix), "-")
-	prefix = scratchPrefix + prefix + "-"
+	prefix := scratchNamespace()
 	ents, _ := os.ReadDir(parent)
 	for _, e := range ents {
 		pid, ok := strings.CutPrefix(e.Name(), prefix)
