@@ -192,12 +192,6 @@ func (m *upMesh) stats(ctx context.Context, t *testing.T) meshStats {
 			t.Fatal(err)
 		}
 		s.consumers[name] = info.State.Consumers
-	}
-	for name := range s.consumers {
-		st, err := m.c.JS.Stream(ctx, m.names.Stream(name))
-		if err != nil {
-			t.Fatal(err)
-		}
 		for ci := range st.ListConsumers(ctx).Info() {
 			s.backlog += int(ci.NumPending) + ci.NumAckPending
 		}
