@@ -109,7 +109,8 @@ func TestToolCallOverhead(t *testing.T) {
 	// SKEIN_OVERHEAD_RUN_AS sets tools.sandbox.run_as of the mesh and of the runner below (e.g.
 	// "current", to see the traced start on a root host without CAP_SYS_RESOURCE).
 	runAs := os.Getenv("SKEIN_OVERHEAD_RUN_AS")
-	agent := overheadAgent
+	toolDir, toolName := overheadTool(t)
+	agent := strings.ReplaceAll(overheadAgent, "$TOOLS", toolDir)
 	if runAs != "" {
 		agent = strings.Replace(agent, "  enabled: [sum]\n", fmt.Sprintf("  enabled: [sum]\n  sandbox: {run_as: %q}\n", runAs), 1)
 	}
@@ -146,7 +147,11 @@ func TestToolCallOverhead(t *testing.T) {
 	}
 
 	// The tool's own run time.
-	sum := filepath.Join(devtest.RepoRoot(t), "examples", "tools", "sum", "sum")
+	ts, err := tools.LoadDirs([]string{toolDir}, []string{"sum"})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("load sum: %v (%d tools)", err, len(ts))
+	}
+	sum := ts[0].Argv[0]
 	var tool []time.Duration
 	for i := 0; i < 50; i++ {
 		cmd := exec.Command(sum)
@@ -161,10 +166,6 @@ func TestToolCallOverhead(t *testing.T) {
 	// The tool's run time as the toolhost runs it: the same manifest through tools.Runner with
 	// the toolhost's (default) sandbox, so scratch folder, uid, limits, cgroup and tree kill
 	// included.
-	ts, err := tools.LoadDirs([]string{filepath.Join(devtest.RepoRoot(t), "examples", "tools")}, []string{"sum"})
-	if err != nil || len(ts) != 1 {
-		t.Fatalf("load sum: %v (%d tools)", err, len(ts))
-	}
 	// The trampoline, where one is used, is the one next to the mesh's binaries, as for the mesh.
 	runner := tools.Runner{Sandbox: tools.Sandbox{RunAs: runAs, Trampoline: filepath.Join(binaries(t), "skein-tool-sandbox")}}
 	sandbox, err := runner.SandboxInfo()
@@ -199,7 +200,7 @@ func TestToolCallOverhead(t *testing.T) {
 	overheadSandboxed := perCall - median(sandboxed)
 	t.Logf("\ntool call overhead (%d sequential calls vs 1, medians of %d sessions each)\n"+
 		"  bare NATS request/reply, two processes: %s\n"+
-		"  tool's own run time (fork/exec sum):    %s\n"+
+		"  tool's own run time (fork/exec of %s): %s\n"+
 		"  tool's run time in the sandbox:         %s\n"+
 		"    (%s)\n"+
 		"  session with 1 call:                    %s\n"+
@@ -207,6 +208,37 @@ func TestToolCallOverhead(t *testing.T) {
 		"  mesh time per call:                     %s\n"+
 		"  mesh overhead per call (minus fork/exec): %s = %.1f× bare NATS\n"+
 		"  mesh overhead per call (minus sandboxed run): %s = %.1f× bare NATS\n",
-		overheadCalls, len(once), median(bare), median(tool), median(sandboxed), sandbox, median(once), overheadCalls, median(many), perCall,
+		overheadCalls, len(once), median(bare), toolName, median(tool), median(sandboxed), sandbox, median(once), overheadCalls, median(many), perCall,
 		overhead, float64(overhead)/float64(median(bare)), overheadSandboxed, float64(overheadSandboxed)/float64(median(bare)))
+}
+
+// overheadTool is the benchmark's tool: by default the static C build of sum
+// (e2e/testdata/csum), as the issue measured it, so the figures are the mesh's and not a
+// runtime's start; SKEIN_OVERHEAD_TOOL=go takes the Go example tool instead. It returns a
+// manifest folder holding a tool named sum, and what that tool is.
+func overheadTool(t *testing.T) (dir, what string) {
+	t.Helper()
+	root := devtest.RepoRoot(t)
+	switch os.Getenv("SKEIN_OVERHEAD_TOOL") {
+	case "go":
+		binaries(t) // builds examples/tools/sum when it is missing
+		return filepath.Join(root, "examples", "tools"), "the Go sum"
+	case "", "c":
+	default:
+		t.Fatalf("SKEIN_OVERHEAD_TOOL=%q: want c (the default) or go", os.Getenv("SKEIN_OVERHEAD_TOOL"))
+	}
+	dir = reachableTempDir(t) // the tools may run as nobody
+	cc := exec.Command("cc", "-O2", "-static", "-o", filepath.Join(dir, "sum"), filepath.Join(root, "e2e", "testdata", "csum", "sum.c"))
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("build the C sum tool (a C compiler and a static libc are needed; SKEIN_OVERHEAD_TOOL=go uses the Go one): %v\n%s", err, out)
+	}
+	manifest, err := os.ReadFile(filepath.Join(root, "examples", "tools", "sum.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest = bytes.Replace(manifest, []byte(`"./sum/sum"`), []byte(`"./sum"`), 1)
+	if err := os.WriteFile(filepath.Join(dir, "sum.json"), manifest, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, "the static C sum"
 }
