@@ -18,7 +18,11 @@ func (e *Executor) payloads(ctx context.Context) (jetstream.ObjectStore, error) 
 	if e.objects != nil {
 		return e.objects, nil
 	}
-	obs, err := e.d.Conn.JS.ObjectStore(ctx, e.d.Names.Bucket(protocol.ObjectPayloads))
+	js, err := e.d.Conn.ObjectStores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	obs, err := js.ObjectStore(ctx, e.d.Names.Bucket(protocol.ObjectPayloads))
 	if err != nil {
 		return nil, fmt.Errorf("open object store %s: %w", e.d.Names.Bucket(protocol.ObjectPayloads), err)
 	}

@@ -123,19 +123,11 @@ func (r *run) bound(ctx context.Context, c llm.ToolCall, tr protocol.ToolResult,
 	return out, kept
 }
 
-func (r *run) payloads(ctx context.Context) (jetstream.ObjectStore, error) {
-	obs, err := r.e.d.Conn.JS.ObjectStore(ctx, r.e.d.Names.Bucket(protocol.ObjectPayloads))
-	if err != nil {
-		return nil, fmt.Errorf("open object store %s: %w", r.e.d.Names.Bucket(protocol.ObjectPayloads), err)
-	}
-	return obs, nil
-}
-
 func (r *run) storeResult(ctx context.Context, c llm.ToolCall, payload []byte) (string, error) {
 	handle := resultHandle(r.step.StepID, c.ID)
 	sctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	obs, err := r.payloads(sctx)
+	obs, err := r.e.payloads(sctx)
 	if err != nil {
 		return "", err
 	}
@@ -198,7 +190,7 @@ func (r *run) fetch(ctx context.Context, handle string) ([]byte, error) {
 	}
 	fctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	obs, err := r.payloads(fctx)
+	obs, err := r.e.payloads(fctx)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -22,6 +24,33 @@ const DefaultURL = "nats://127.0.0.1:4222"
 type Conn struct {
 	NC *nats.Conn
 	JS jetstream.JetStream
+
+	// dialObjects, set on a connection in memory, dials the socket connection objects are
+	// written through (see ObjectStores); objects is that connection once dialled.
+	dialObjects func(context.Context) (*Conn, error)
+	objMu       sync.Mutex
+	objects     *Conn
+}
+
+// ObjectStores is the JetStream context to open object stores through. It is JS, except on a
+// connection in memory: there it is a second connection, over the server's socket, dialled on
+// first use. nats.go's object store Put (v1.55.0) starts a goroutine on every call that waits
+// forever when all the call's acknowledgements are back before that goroutine first runs, and
+// in memory they come back that fast; over a socket they do not (docs/benchmarks.md).
+func (c *Conn) ObjectStores(ctx context.Context) (jetstream.JetStream, error) {
+	if c.dialObjects == nil {
+		return c.JS, nil
+	}
+	c.objMu.Lock()
+	defer c.objMu.Unlock()
+	if c.objects == nil {
+		o, err := c.dialObjects(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("connection for object stores: %w", err)
+		}
+		c.objects = o
+	}
+	return c.objects.JS, nil
 }
 
 // Close drains the connection so in-flight acks and publishes finish.
@@ -29,6 +58,13 @@ func (c *Conn) Close() {
 	if c == nil || c.NC == nil {
 		return
 	}
+	c.objMu.Lock()
+	if c.objects != nil {
+		c.objects.Close()
+		c.objects = nil
+	}
+	c.dialObjects = nil
+	c.objMu.Unlock()
 	denials.Delete(c.NC)
 	if err := c.NC.Drain(); err != nil {
 		c.NC.Close()
@@ -44,6 +80,17 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 	var do dialOptions
 	for _, o := range options {
 		o(&do)
+	}
+	return connect(ctx, url, name, maxWait, do)
+}
+
+func connect(ctx context.Context, url, name string, maxWait time.Duration, do dialOptions) (*Conn, error) {
+	socketURL := url
+	if do.inProcess != nil {
+		// tls:// would make the client insist on TLS, which a connection in memory has no use for.
+		if _, hostPort, ok := strings.Cut(url, "://"); ok {
+			url = "nats://" + hostPort
+		}
 	}
 	credOpts, extra, id, err := do.natsOptions()
 	if err != nil {
@@ -74,6 +121,11 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
 			return backoff.Permanent(authError(url, do, err))
 		}
+		if err != nil && do.inProcess != nil {
+			// The server is this process's own and already up: nothing to wait for. It closes
+			// the pipe on a connection it refuses, without saying why.
+			return backoff.Permanent(fmt.Errorf("the server in this process refused the connection (credentials %q): %w", do.creds, err))
+		}
 		return err
 	}, backoff.WithContext(b, ctx))
 	if err != nil {
@@ -96,5 +148,13 @@ func Connect(ctx context.Context, url, name string, maxWait time.Duration, optio
 		nc.Close()
 		return nil, fmt.Errorf("jetstream on %s: %w", redact.URL(url), err)
 	}
-	return &Conn{NC: nc, JS: js}, nil
+	c := &Conn{NC: nc, JS: js}
+	if do.inProcess != nil {
+		overSocket := do
+		overSocket.inProcess = nil
+		c.dialObjects = func(ctx context.Context) (*Conn, error) {
+			return connect(ctx, socketURL, name+"-objects", maxWait, overSocket)
+		}
+	}
+	return c, nil
 }

@@ -19,6 +19,7 @@ type dialOptions struct {
 	creds        string
 	tls          TLSFiles
 	asyncTimeout time.Duration
+	inProcess    nats.InProcessConnProvider
 }
 
 // AsyncPublishTimeout bounds how long an asynchronous publish (trace events) waits for its ack.
@@ -35,6 +36,15 @@ func WithAsyncPublishTimeout(d time.Duration) Option {
 // WithCreds connects with the credentials file at path (an nkey seed file as skein writes it, or
 // a NATS user .creds file). An empty path connects without credentials.
 func WithCreds(path string) Option { return func(o *dialOptions) { o.creds = path } }
+
+// WithInProcess connects to a server running in this process through memory instead of a
+// socket: the services `skein up` runs beside its embedded server. The connection still
+// presents its credentials and gets its identity's permissions; it needs no TLS, since nothing
+// leaves the process. Its object stores are written over the socket all the same (see
+// Conn.ObjectStores), with the other options given (WithTLS among them).
+func WithInProcess(s nats.InProcessConnProvider) Option {
+	return func(o *dialOptions) { o.inProcess = s }
+}
 
 // TLSFiles is the mesh.tls block: CA to trust, and a certificate and key to present.
 type TLSFiles struct {
@@ -71,7 +81,9 @@ func (o dialOptions) natsOptions() (creds, opts []nats.Option, id auth.Identity,
 			creds = append(creds, nats.CustomInboxPrefix(auth.InboxPrefix(id)))
 		}
 	}
-	if o.tls.Enabled() {
+	if o.inProcess != nil {
+		opts = append(opts, nats.InProcessServer(o.inProcess))
+	} else if o.tls.Enabled() {
 		if o.tls.CA != "" {
 			opts = append(opts, nats.RootCAs(o.tls.CA))
 		}

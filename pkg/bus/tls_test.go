@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -104,5 +106,113 @@ func TestTLS(t *testing.T) {
 	if c, err := bus.Connect(ctx, srv.URL(), "wrong-ca", time.Second, id, bus.WithTLS(other)); err == nil {
 		c.Close()
 		t.Error("a client trusting another CA connected")
+	}
+}
+
+// A service in the server's own process connects in memory: no TLS (nothing leaves the
+// process), but the same credentials and permissions as over the socket. (A connection the
+// server refuses is not tried here: over an in-memory pipe the refusal takes the server's 10 s
+// write deadline to arrive.)
+func TestInProcessConnectionsKeepTheirIdentity(t *testing.T) {
+	pki := writePKI(t, t.TempDir())
+	creds := t.TempDir()
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames(""), TLS: pki})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	admin, err := bus.Connect(ctx, srv.URL(), "in-process", 5*time.Second, bus.WithCreds(auth.File(creds, auth.Admin)), bus.WithInProcess(srv.Server))
+	if err != nil {
+		t.Fatalf("in-process client on a mutual-TLS server: %v", err)
+	}
+	defer admin.Close()
+	if err := bus.Provision(ctx, admin.JS, protocol.NewNames(""), bus.DefaultLimits()); err != nil {
+		t.Fatalf("provision in process: %v", err)
+	}
+	if n := srv.Server.NumClients(); n != 1 {
+		t.Errorf("server counts %d clients, want the in-process one", n)
+	}
+
+	// The client role may not provision streams, in memory as over a socket.
+	client, err := bus.Connect(ctx, srv.URL(), "client", 5*time.Second, bus.WithCreds(auth.File(creds, auth.Client)), bus.WithInProcess(srv.Server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	if _, err := client.JS.CreateStream(short, jetstream.StreamConfig{Name: "NOPE", Subjects: []string{"nope.>"}}); err == nil {
+		t.Error("the client identity created a stream through an in-process connection")
+	}
+}
+
+// A connection in memory writes its object stores through a second connection over the
+// socket, with the TLS it was given, dialled on first use and closed with it (nats.go's object
+// store Put leaks a goroutine when its acknowledgements come back as fast as memory brings
+// them; see Conn.ObjectStores). A socket connection uses itself.
+func TestInProcessConnectionsWriteObjectsOverTheSocket(t *testing.T) {
+	pki := writePKI(t, t.TempDir())
+	creds := t.TempDir()
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames(""), TLS: pki})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	c, err := bus.Connect(ctx, srv.URL(), "in-process", 5*time.Second, bus.WithCreds(auth.File(creds, auth.Admin)),
+		bus.WithInProcess(srv.Server), bus.WithTLS(pki))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Server.NumClients(); n != 1 {
+		t.Fatalf("server counts %d clients before any object store is used, want 1", n)
+	}
+	objJS, err := c.ObjectStores(ctx)
+	if err != nil {
+		t.Fatalf("object stores of an in-process connection on a mutual-TLS server: %v", err)
+	}
+	if objJS.Conn() == c.NC {
+		t.Fatal("object stores use the in-memory connection")
+	}
+	if _, err := objJS.Conn().TLSConnectionState(); err != nil {
+		t.Errorf("the object stores' connection is not over TLS: %v", err)
+	}
+	again, err := c.ObjectStores(ctx)
+	if err != nil || again != objJS {
+		t.Errorf("a second ObjectStores dialled again (%v)", err)
+	}
+	if n := srv.Server.NumClients(); n != 2 {
+		t.Errorf("server counts %d clients, want the in-process one and the object stores' one", n)
+	}
+	obs, err := objJS.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "objects-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.PutBytes(ctx, "a", []byte("payload")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := obs.GetBytes(ctx, "a"); err != nil || string(b) != "payload" {
+		t.Errorf("object read back %q, %v", b, err)
+	}
+
+	c.Close()
+	for deadline := time.Now().Add(10 * time.Second); srv.Server.NumClients() != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d clients left after Close, want both connections closed", srv.Server.NumClients())
+		}
+	}
+
+	sock, err := bus.Connect(ctx, srv.URL(), "socket", 5*time.Second, bus.WithCreds(auth.File(creds, auth.Admin)), bus.WithTLS(pki))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	if js, err := sock.ObjectStores(ctx); err != nil || js != sock.JS {
+		t.Errorf("a socket connection's object stores: %v, %v; want its own JetStream context", js, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -209,11 +210,23 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 	var err error
 	labeled(role, func() {
 		c, err = bus.Connect(m.ctx, m.server.URL(), "skein-"+role, 10*time.Second,
-			bus.WithCreds(auth.File(auth.Dir(m.home), id)), bus.WithTLS(bus.TLSFiles{CA: m.tls.CA, Cert: m.tls.Cert, Key: m.tls.Key}))
+			bus.WithCreds(auth.File(auth.Dir(m.home), id)), bus.WithInProcess(inProcess{m.server}),
+			// for its object stores, which go over the socket (bus.Conn.ObjectStores)
+			bus.WithTLS(bus.TLSFiles{CA: m.tls.CA, Cert: m.tls.Cert, Key: m.tls.Key}))
 	})
 	if err == nil {
 		m.conns = append(m.conns, c)
 	}
+	return c, err
+}
+
+// inProcess hands the services in this process memory connections to the embedded server,
+// which skip the loopback socket's system calls and wake-ups on every message. The server's
+// goroutines for them carry the nats-server label, as those of socket connections do.
+type inProcess struct{ e *bus.Embedded }
+
+func (p inProcess) InProcessConn() (c net.Conn, err error) {
+	labeled("nats-server", func() { c, err = p.e.Server.InProcessConn() })
 	return c, err
 }
 
