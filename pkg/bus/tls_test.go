@@ -71,15 +71,7 @@ func writePKI(t *testing.T, dir string) bus.TLSFiles {
 // signed by the CA; a client with the block connects, one without it or without a certificate
 // does not.
 func TestTLS(t *testing.T) {
-	pki := writePKI(t, t.TempDir())
-	creds := t.TempDir()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames(""), TLS: pki})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	srv, pki, creds, ctx := mutualTLSServer(t)
 	id := bus.WithCreds(auth.File(creds, auth.Admin))
 
 	c, err := bus.Connect(ctx, srv.URL(), "tls", 5*time.Second, id, bus.WithTLS(pki))
@@ -109,11 +101,10 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-// A service in the server's own process connects in memory: no TLS (nothing leaves the
-// process), but the same credentials and permissions as over the socket. (A connection the
-// server refuses is not tried here: over an in-memory pipe the refusal takes the server's 10 s
-// write deadline to arrive.)
-func TestInProcessConnectionsKeepTheirIdentity(t *testing.T) {
+// mutualTLSServer starts an embedded server that requires client certificates, with its PKI,
+// the folder of its credentials and a context for the test.
+func mutualTLSServer(t *testing.T) (*bus.Embedded, bus.TLSFiles, string, context.Context) {
+	t.Helper()
 	pki := writePKI(t, t.TempDir())
 	creds := t.TempDir()
 	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames(""), TLS: pki})
@@ -122,7 +113,16 @@ func TestInProcessConnectionsKeepTheirIdentity(t *testing.T) {
 	}
 	t.Cleanup(srv.Shutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
+	return srv, pki, creds, ctx
+}
+
+// A service in the server's own process connects in memory: no TLS (nothing leaves the
+// process), but the same credentials and permissions as over the socket. (A connection the
+// server refuses is not tried here: over an in-memory pipe the refusal takes the server's 10 s
+// write deadline to arrive.)
+func TestInProcessConnectionsKeepTheirIdentity(t *testing.T) {
+	srv, _, creds, ctx := mutualTLSServer(t)
 
 	admin, err := bus.Connect(ctx, srv.URL(), "in-process", 5*time.Second, bus.WithCreds(auth.File(creds, auth.Admin)), bus.WithInProcess(srv.Server))
 	if err != nil {
@@ -154,15 +154,7 @@ func TestInProcessConnectionsKeepTheirIdentity(t *testing.T) {
 // store Put leaks a goroutine when its acknowledgements come back as fast as memory brings
 // them; see Conn.ObjectStores). A socket connection uses itself.
 func TestInProcessConnectionsWriteObjectsOverTheSocket(t *testing.T) {
-	pki := writePKI(t, t.TempDir())
-	creds := t.TempDir()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames(""), TLS: pki})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	srv, pki, creds, ctx := mutualTLSServer(t)
 
 	c, err := bus.Connect(ctx, srv.URL(), "in-process", 5*time.Second, bus.WithCreds(auth.File(creds, auth.Admin)),
 		bus.WithInProcess(srv.Server), bus.WithTLS(pki))
