@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -96,6 +97,7 @@ type Prepared struct {
 	env     []string
 	dir     string
 	scratch string
+	spare   spareKey // where scratch goes back to
 	// failed is why the call cannot start; Run returns it.
 	failed *protocol.ToolResult
 	conf   *callConf
@@ -150,6 +152,7 @@ func (r *Runner) Prepare(ctx context.Context, t *Tool, args json.RawMessage) *Pr
 		return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
 	}
 	c.scratch, c.dir = scratch, dir
+	c.spare = spareKey{filepath.Dir(scratch), t.Name, hs.uid}
 	if home != "" {
 		env = setEnv(env, "HOME", home)
 	}
@@ -157,12 +160,15 @@ func (r *Runner) Prepare(ctx context.Context, t *Tool, args json.RawMessage) *Pr
 	return c
 }
 
-// Close removes the call's scratch folder and cgroup. The call's processes are gone by then: Run
+// Close removes the call's cgroup and frees its scratch folder: removed, or kept for the next
+// call of the tool when left empty (see spares). The call's processes are gone by then: Run
 // kills them all before it returns.
 func (c *Prepared) Close() {
 	c.conf.release()
 	c.conf = nil
-	removeScratch(c.scratch)
+	if c.scratch != "" {
+		spares.put(c.spare, c.scratch)
+	}
 	c.scratch = ""
 }
 

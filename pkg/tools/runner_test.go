@@ -159,8 +159,8 @@ func TestArgumentsArriveOnStdinAndToolRunsInAScratchFolder(t *testing.T) {
 	if got.Args["n"] != 7 || got.Cwd == tl.Dir || !strings.Contains(filepath.Base(got.Cwd), "skein-tool-stdincopy-") || got.Home != got.Cwd {
 		t.Errorf("got args %v in %s (HOME %s), want n=7 in a per-call scratch folder that is also HOME", got.Args, got.Cwd, got.Home)
 	}
-	if _, err := os.Stat(got.Cwd); !os.IsNotExist(err) {
-		t.Errorf("scratch folder %s outlived the call (stat: %v)", got.Cwd, err)
+	if ents, err := os.ReadDir(got.Cwd); err == nil && len(ents) > 0 {
+		t.Errorf("scratch folder %s outlived the call with %d entries", got.Cwd, len(ents))
 	}
 	// A manifest may ask for its own folder and the host's HOME.
 	tl.Sandbox = &tools.ManifestSandbox{Workdir: "tool", Home: "host"}
@@ -243,11 +243,12 @@ func TestAPreparedCallKeepsItsScratchFolderUntilClosedAndRunsOnce(t *testing.T) 
 	}
 	wantFail(t, p.Run(context.Background()), protocol.ToolErrStart, "already ran")
 	p.Close()
-	if _, err := os.Stat(got.Cwd); !os.IsNotExist(err) {
-		t.Errorf("scratch folder %s outlived Close (stat: %v)", got.Cwd, err)
+	if ents, err := os.ReadDir(got.Cwd); err == nil && len(ents) > 0 {
+		t.Errorf("scratch folder %s outlived Close with %d entries", got.Cwd, len(ents))
 	}
 
-	// A call prepared and never run (its id was found already recorded) leaves nothing behind.
+	// A call prepared and never run (its id was found already recorded) leaves nothing behind
+	// but its empty folder, kept for the next call.
 	parent := t.TempDir()
 	r2 := tools.Runner{Sandbox: tools.Sandbox{ScratchDir: parent}}
 	unused := r2.Prepare(context.Background(), tl, json.RawMessage(`{}`))
@@ -256,7 +257,7 @@ func TestAPreparedCallKeepsItsScratchFolderUntilClosedAndRunsOnce(t *testing.T) 
 		t.Fatalf("prepared call made %d scratch folders, want 1", len(ents))
 	}
 	unused.Close()
-	if ents, _ := os.ReadDir(base); len(ents) != 0 {
+	if ents, _ := os.ReadDir(base); len(ents) > 1 {
 		t.Errorf("%d scratch folders left after Close of a call never run", len(ents))
 	}
 	// One that cannot start says why when run.
@@ -264,6 +265,97 @@ func TestAPreparedCallKeepsItsScratchFolderUntilClosedAndRunsOnce(t *testing.T) 
 	defer bad.Close()
 	if res := bad.Run(context.Background()); res.OK || res.Kind != protocol.ToolErrBadArgs {
 		t.Errorf("bad arguments: %+v", res)
+	}
+}
+
+// Making and removing a folder is most of a scratch folder's cost on a disk file system, so a
+// folder its tool left empty serves the next call of the same tool. One with anything in it, or
+// whose mode changed, is removed instead, and the host keeps no more folders than its calls held
+// at once.
+func TestEmptyScratchFoldersAreReusedAndOthersAreNot(t *testing.T) {
+	tl := fixture(t, "stdincopy")
+	r := tools.Runner{Sandbox: tools.Sandbox{ScratchDir: openTempDir(t)}}
+	base := ""
+	call := func() string {
+		t.Helper()
+		p := r.Prepare(context.Background(), tl, json.RawMessage(`{"n": 1}`))
+		defer p.Close()
+		res := p.Run(context.Background())
+		var got struct {
+			Cwd string `json:"cwd"`
+		}
+		if !res.OK || json.Unmarshal(res.Result, &got) != nil {
+			t.Fatalf("got %+v", res)
+		}
+		base = filepath.Dir(got.Cwd)
+		return got.Cwd
+	}
+	folders := func() int {
+		t.Helper()
+		ents, err := os.ReadDir(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+
+	first := call()
+	if again := call(); again != first {
+		t.Errorf("the second call ran in %s, want the first call's empty folder %s", again, first)
+	}
+	// Something wrote into the kept folder (another call of the same user can reach it).
+	if err := os.WriteFile(filepath.Join(first, "planted"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second := call()
+	if second == first {
+		t.Fatalf("a kept folder with a file in it was handed out again")
+	}
+	if _, err := os.Stat(first); !os.IsNotExist(err) {
+		t.Errorf("the folder with a planted file is still there (stat: %v)", err)
+	}
+	// Its mode changed (a tool may chmod its HOME).
+	if err := os.Chmod(second, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if third := call(); third == second {
+		t.Errorf("a kept folder whose mode changed to 0755 was handed out again")
+	}
+	// A call that leaves something behind loses its folder at Close.
+	p := r.Prepare(context.Background(), tl, json.RawMessage(`{"n": 1}`))
+	if res := p.Run(context.Background()); !res.OK {
+		t.Fatalf("got %+v", res)
+	}
+	if n := folders(); n != 1 {
+		t.Fatalf("%d folders during a sequential call, want 1", n)
+	}
+	ents, _ := os.ReadDir(base)
+	littered := filepath.Join(base, ents[0].Name())
+	if err := os.WriteFile(filepath.Join(littered, "left-behind"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if _, err := os.Stat(littered); !os.IsNotExist(err) {
+		t.Errorf("a folder left with a file in it was kept (stat: %v)", err)
+	}
+
+	// Three calls held at once leave three folders; sequential calls then reuse them, and the
+	// host never keeps more.
+	var held []*tools.Prepared
+	for i := 0; i < 3; i++ {
+		held = append(held, r.Prepare(context.Background(), tl, json.RawMessage(`{"n": 1}`)))
+	}
+	for _, h := range held {
+		h.Close()
+	}
+	if n := folders(); n != 3 {
+		t.Errorf("%d folders kept after three calls at once, want 3", n)
+	}
+	for i := 0; i < 5; i++ {
+		call()
+	}
+	if n := folders(); n != 3 {
+		t.Errorf("%d folders after five more calls, want the same 3", n)
 	}
 }
 

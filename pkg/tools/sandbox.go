@@ -3,6 +3,7 @@ package tools
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -135,14 +136,19 @@ func (r *Runner) callDirs(t *Tool, uid, gid int) (scratch, dir, home string, err
 	if err != nil {
 		return "", "", "", fmt.Errorf("scratch folder (tools.sandbox.scratch_dir): %w", err)
 	}
-	scratch, err = os.MkdirTemp(base, "skein-tool-"+t.Name+"-")
-	if err != nil {
-		return "", "", "", fmt.Errorf("scratch folder (tools.sandbox.scratch_dir): %w", err)
-	}
-	if uid >= 0 && uid != os.Getuid() {
-		if err := os.Chown(scratch, uid, gid); err != nil {
-			_ = os.RemoveAll(scratch)
-			return "", "", "", fmt.Errorf("scratch folder for uid %d: %w", uid, err)
+	spare := spareKey{base, t.Name, uid}
+	if scratch = spares.take(spare); scratch == "" {
+		scratch, err = os.MkdirTemp(base, "skein-tool-"+t.Name+"-")
+		if err != nil {
+			spares.done(spare)
+			return "", "", "", fmt.Errorf("scratch folder (tools.sandbox.scratch_dir): %w", err)
+		}
+		if uid >= 0 && uid != os.Getuid() {
+			if err := os.Chown(scratch, uid, gid); err != nil {
+				spares.done(spare)
+				_ = os.RemoveAll(scratch)
+				return "", "", "", fmt.Errorf("scratch folder for uid %d: %w", uid, err)
+			}
 		}
 	}
 	dir, home = scratch, scratch
@@ -155,6 +161,108 @@ func (r *Runner) callDirs(t *Tool, uid, gid int) (scratch, dir, home string, err
 		}
 	}
 	return scratch, dir, home, nil
+}
+
+// spares keeps the scratch folders of finished calls that their tool left empty, for the next
+// call of the same tool as the same user: on a disk file system making and removing a folder
+// is the costly part of it (ext4 here: 25 µs to make and chown, 80 µs to remove, against 2 to 5
+// µs each on tmpfs), and most calls leave theirs empty. A folder goes back only once its call's
+// processes are gone and it is empty; it is handed out again only if it is still empty, still
+// 0700 and still the user's. For each tool the pool holds no more folders than that tool's calls
+// held at once, so a host keeps at most its tool count times its concurrency.
+var spares sparePool
+
+type spareKey struct {
+	base, tool string
+	uid        int // -1: tools run as this process's user
+}
+
+type sparePool struct {
+	mu sync.Mutex
+	m  map[spareKey]*spareList
+}
+
+type spareList struct {
+	dirs  []string
+	inUse int // folders held by calls now
+	peak  int // most folders held by calls at once
+}
+
+// take returns a kept folder for k, or "" when the caller must make one; either way the caller
+// now holds a folder, and gives it back with put (or done, if it made none).
+func (p *sparePool) take(k spareKey) string {
+	p.mu.Lock()
+	if p.m == nil {
+		p.m = map[spareKey]*spareList{}
+	}
+	l := p.m[k]
+	if l == nil {
+		l = &spareList{}
+		p.m[k] = l
+	}
+	l.inUse++
+	l.peak = max(l.peak, l.inUse)
+	if len(l.dirs) == 0 {
+		p.mu.Unlock()
+		return ""
+	}
+	dir := l.dirs[len(l.dirs)-1]
+	l.dirs = l.dirs[:len(l.dirs)-1]
+	p.mu.Unlock()
+	if reusable(dir, k.uid) {
+		return dir
+	}
+	removeScratch(dir)
+	return ""
+}
+
+// done says a caller of take holds no folder after all.
+func (p *sparePool) done(k spareKey) {
+	p.mu.Lock()
+	p.m[k].inUse--
+	p.mu.Unlock()
+}
+
+// put gives back the folder of a finished call: kept when the tool left it empty and the pool
+// has room, removed otherwise.
+func (p *sparePool) put(k spareKey, dir string) {
+	empty := isEmptyDir(dir)
+	p.mu.Lock()
+	l := p.m[k]
+	l.inUse--
+	keep := empty && len(l.dirs) < l.peak
+	if keep {
+		l.dirs = append(l.dirs, dir)
+	}
+	p.mu.Unlock()
+	if !keep {
+		removeScratch(dir)
+	}
+}
+
+// reusable reports whether dir can be a new call's scratch folder: still an empty folder of
+// mode 0700 owned by uid (a tool may have changed its folder's mode, and other calls of the same
+// user could reach it).
+func reusable(dir string, uid int) bool {
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		return false
+	}
+	if uid < 0 {
+		uid = os.Getuid()
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == uid && isEmptyDir(dir)
+}
+
+func isEmptyDir(dir string) bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	return err == io.EOF
 }
 
 // scratchPrefix names the folder, under the scratch folder's parent, that holds the scratch
