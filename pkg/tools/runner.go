@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -147,12 +146,11 @@ func (r *Runner) Prepare(ctx context.Context, t *Tool, args json.RawMessage) *Pr
 	if err != nil {
 		return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
 	}
-	scratch, dir, home, err := r.callDirs(t, hs.uid, hs.gid)
+	scratch, spare, dir, home, err := r.callDirs(t, hs.uid, hs.gid)
 	if err != nil {
 		return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
 	}
-	c.scratch, c.dir = scratch, dir
-	c.spare = spareKey{filepath.Dir(scratch), t.Name, hs.uid}
+	c.scratch, c.spare, c.dir = scratch, spare, dir
 	if home != "" {
 		env = setEnv(env, "HOME", home)
 	}

@@ -125,29 +125,30 @@ const (
 // finds the call's orphaned processes by it when no cgroup is available.
 const SandboxEnvVar = "SKEIN_SANDBOX_ID"
 
-// callDirs makes the call's scratch folder (owned by uid/gid when those differ from ours) and
-// picks the working directory and HOME.
-func (r *Runner) callDirs(t *Tool, uid, gid int) (scratch, dir, home string, err error) {
+// callDirs makes the call's scratch folder (owned by uid/gid when those differ from ours), or
+// takes one kept from an earlier call (spare says where it goes back to), and picks the working
+// directory and HOME.
+func (r *Runner) callDirs(t *Tool, uid, gid int) (scratch string, spare spareKey, dir, home string, err error) {
 	parent := r.Sandbox.ScratchDir
 	if parent == "" {
 		parent = os.TempDir()
 	}
 	base, err := scratchBase(parent)
 	if err != nil {
-		return "", "", "", fmt.Errorf("scratch folder (tools.sandbox.scratch_dir): %w", err)
+		return "", spare, "", "", fmt.Errorf("scratch folder (tools.sandbox.scratch_dir): %w", err)
 	}
-	spare := spareKey{base, t.Name, uid}
+	spare = spareKey{base, t.Name, uid}
 	if scratch = spares.take(spare); scratch == "" {
 		scratch, err = os.MkdirTemp(base, "skein-tool-"+t.Name+"-")
 		if err != nil {
 			spares.done(spare)
-			return "", "", "", fmt.Errorf("scratch folder (tools.sandbox.scratch_dir): %w", err)
+			return "", spare, "", "", fmt.Errorf("scratch folder (tools.sandbox.scratch_dir): %w", err)
 		}
 		if uid >= 0 && uid != os.Getuid() {
 			if err := os.Chown(scratch, uid, gid); err != nil {
 				spares.done(spare)
 				_ = os.RemoveAll(scratch)
-				return "", "", "", fmt.Errorf("scratch folder for uid %d: %w", uid, err)
+				return "", spare, "", "", fmt.Errorf("scratch folder for uid %d: %w", uid, err)
 			}
 		}
 	}
@@ -160,7 +161,7 @@ func (r *Runner) callDirs(t *Tool, uid, gid int) (scratch, dir, home string, err
 			home = ""
 		}
 	}
-	return scratch, dir, home, nil
+	return scratch, spare, dir, home, nil
 }
 
 // spares keeps the scratch folders of finished calls that their tool left empty, for the next
