@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -133,16 +134,20 @@ func (l *ledger) claim(ctx context.Context, req protocol.ToolRequest, hash strin
 	if err != nil {
 		return 0, nil, err
 	}
+	// A server of the cluster dying leaves the bucket's stream without a leader for a few
+	// seconds; the record is written once it has one again, rather than the call refused.
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	rev, err := l.kv.Create(kctx, req.CallID, data)
+	var rev uint64
+	err = bus.WhileNoLeader(kctx, func() (err error) { rev, err = l.kv.Create(kctx, req.CallID, data); return err })
 	if err == nil {
 		return rev, nil, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, nil, err
 	}
-	e, err := l.kv.Get(kctx, req.CallID)
+	var e jetstream.KeyValueEntry
+	err = bus.WhileNoLeader(kctx, func() (err error) { e, err = l.kv.Get(kctx, req.CallID); return err })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return l.claim(ctx, req, hash, lease) // expired between the two calls
 	}
@@ -160,7 +165,7 @@ func (l *ledger) claim(ctx context.Context, req protocol.ToolRequest, hash strin
 	} else {
 		l.log.Warn("taking over a call whose host did not finish it in time", "call", req.CallID, "host", prev.Host)
 	}
-	rev, err = l.kv.Update(kctx, req.CallID, data, e.Revision())
+	err = bus.WhileNoLeader(kctx, func() (err error) { rev, err = l.kv.Update(kctx, req.CallID, data, e.Revision()); return err })
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
