@@ -275,7 +275,7 @@ func (l *ledger) confirm(req protocol.ToolRequest, r *record) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := l.kv.Update(ctx, req.CallID, r.data, r.rev)
+	err := bus.WhileNoLeader(ctx, func() error { _, err := l.kv.Update(ctx, req.CallID, r.data, r.rev); return err })
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
 		// Ours may have arrived after all, its acknowledgement lost.
