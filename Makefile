@@ -14,7 +14,7 @@ PY    ?= python3
 VENV  := $(TOOLS)/venv
 VPY   := $(VENV)/bin/python
 NODE_PREFIX := $(TOOLS)/node
-MODULES := pkg gateway planner executor toolhost memoryd miner e2e
+MODULES := pkg gateway planner executor toolhost memoryd miner cli e2e
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 # A count, not a duration: a -fuzztime duration can fail a clean run with "context deadline
 # exceeded" when it ends (a race in Go 1.26's fuzz coordinator, golang/go#75804, fixed in 1.27).

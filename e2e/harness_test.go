@@ -43,7 +43,7 @@ func binaries(t testing.TB) string {
 		if buildErr = os.Chmod(binDir, 0o755); buildErr != nil {
 			return
 		}
-		builds := map[string]string{"skein": "gateway/cmd/skein", "skein-tool-sandbox": "pkg/tools/cmd/skein-tool-sandbox"}
+		builds := map[string]string{"skein": "cli/cmd/skein", "skein-tool-sandbox": "pkg/tools/cmd/skein-tool-sandbox"}
 		for _, r := range []string{"gateway", "planner", "executor", "toolhost", "memoryd", "miner"} {
 			builds[r] = r + "/cmd/" + r
 		}
