@@ -23,6 +23,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed"
+	"github.com/skein-mesh/skein/pkg/embed/embedders"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/service"
@@ -117,7 +118,7 @@ type preload struct {
 }
 
 func newPreload(ctx context.Context, m config.Memory) *preload {
-	return &preload{done: make(chan struct{}), open: func() (embed.Embedder, error) { return embed.Open(ctx, m) }}
+	return &preload{done: make(chan struct{}), open: func() (embed.Embedder, error) { return embedders.Open(ctx, m) }}
 }
 
 // begin starts loading (once).
