@@ -17,6 +17,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -157,7 +158,7 @@ func dumpLog(t *testing.T, p *proc) {
 func natsServer(t *testing.T) string {
 	t.Helper()
 	creds := t.TempDir()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames("")})
+	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames("")})
 	if err != nil {
 		t.Fatal(err)
 	}

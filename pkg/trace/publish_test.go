@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -16,7 +17,7 @@ import (
 // is leaderless during an election (no stream answers a publish).
 func bare(t *testing.T, opts ...bus.Option) (*bus.Conn, protocol.Names) {
 	t.Helper()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/skein-mesh/skein/miner"
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/embed/embedders"
@@ -84,7 +85,7 @@ func checkKeys(cfg *config.Config) error {
 
 // embeddedMesh is every service of the mesh running in this process on an in-process server.
 type embeddedMesh struct {
-	server *bus.Embedded
+	server *embedded.Server
 	mirror *trace.Mirror
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -169,9 +170,9 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 		return nil, err
 	}
 	t := cfg.Mesh.TLS
-	var srv *bus.Embedded
+	var srv *embedded.Server
 	labeled("nats-server", func() {
-		srv, err = bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "nats"), Listen: listen,
+		srv, err = embedded.Start(embedded.Options{StoreDir: filepath.Join(home, "nats"), Listen: listen,
 			CredsDir: auth.Dir(home), Names: protocol.NewNames(cfg.Mesh.Namespace), TLS: bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key}})
 	})
 	if err != nil {
@@ -224,7 +225,7 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 // inProcess hands the services in this process memory connections to the embedded server,
 // which skip the loopback socket's system calls and wake-ups on every message. The server's
 // goroutines for them carry the nats-server label, as those of socket connections do.
-type inProcess struct{ e *bus.Embedded }
+type inProcess struct{ e *embedded.Server }
 
 func (p inProcess) InProcessConn() (c net.Conn, err error) {
 	labeled("nats-server", func() { c, err = p.e.Server.InProcessConn() })
