@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,4 +89,30 @@ func stderrOf(err error) string {
 		return string(ee.Stderr)
 	}
 	return ""
+}
+
+// TestServiceModulesRequireOnlyPkg: each role's module, its tests included, depends on the shared
+// library alone, and the library on no module of this repository; what runs several roles
+// together is the CLI's (cli/) or a test's (e2e/). make tidy-check keeps go.mod honest about
+// what the code imports.
+func TestServiceModulesRequireOnlyPkg(t *testing.T) {
+	const repo = "github.com/skein-mesh/skein/"
+	root := devtest.RepoRoot(t)
+	for _, m := range []string{"pkg", "gateway", "planner", "executor", "toolhost", "memoryd", "miner"} {
+		cmd := exec.Command("go", "mod", "edit", "-json")
+		cmd.Dir = filepath.Join(root, m)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go mod edit -json in %s: %v %s", m, err, stderrOf(err))
+		}
+		var mod struct{ Require []struct{ Path string } }
+		if err := json.Unmarshal(out, &mod); err != nil {
+			t.Fatalf("%s/go.mod: %v", m, err)
+		}
+		for _, r := range mod.Require {
+			if strings.HasPrefix(r.Path, repo) && (m == "pkg" || r.Path != repo+"pkg") {
+				t.Errorf("%s/go.mod requires %s: a role's module depends on pkg only (move a test that runs several roles to e2e/inproc)", m, r.Path)
+			}
+		}
+	}
 }
