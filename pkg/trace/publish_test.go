@@ -62,7 +62,11 @@ func TestEventsOutlastAStreamWithoutLeader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	go provisionAfter(t, c, n, 1500*time.Millisecond)
+	provisioned := make(chan struct{})
+	go func() { defer close(provisioned); provisionAfter(t, c, n, 1500*time.Millisecond) }()
+	// Flush returns once the trace stream exists, before the buckets: the connection, which
+	// closes when the test ends, must outlive the rest of the provisioning.
+	defer func() { <-provisioned }()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := p.Flush(ctx); err != nil {
