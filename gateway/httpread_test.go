@@ -28,19 +28,6 @@ func getJSON(t *testing.T, srv *httptest.Server, path string, out any) int {
 	return resp.StatusCode
 }
 
-func postJSON(t *testing.T, srv *httptest.Server, path, body string, out any) int {
-	t.Helper()
-	resp, err := testClient.Post(srv.URL+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		t.Fatalf("POST %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
-	}
-	return resp.StatusCode
-}
-
 func publishUsage(t *testing.T, f *fixture, session string, cost float64) {
 	t.Helper()
 	ev := protocol.Event{SessionID: session, Agent: testAgent, Type: protocol.EvUsage, Role: protocol.RolePlanner, Time: time.Now().UTC(),

@@ -476,13 +476,9 @@ func meshLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
-// dialMesh honours --nats / $SKEIN_NATS_URL / mesh.nats_url; with none it starts an embedded mesh
-// with every service under $SKEIN_HOME. Call the returned stop func when done.
-func dialMesh(cmd *cobra.Command, cfg *config.Config) (*bus.Conn, protocol.Names, func(), error) {
-	c, names, _, stop, err := dialMeshFull(cmd, cfg, true)
-	return c, names, stop, err
-}
-
+// dialMeshFull honours --nats / $SKEIN_NATS_URL / mesh.nats_url; with none it starts an embedded
+// mesh under $SKEIN_HOME, with every service when services is set, else the server alone. Call
+// the returned stop func when done.
 func dialMeshFull(cmd *cobra.Command, cfg *config.Config, services bool) (*bus.Conn, protocol.Names, *embeddedMesh, func(), error) {
 	ctx := cmd.Context()
 	if ctx == nil {
