@@ -14,7 +14,7 @@ PY    ?= python3
 VENV  := $(TOOLS)/venv
 VPY   := $(VENV)/bin/python
 NODE_PREFIX := $(TOOLS)/node
-MODULES := pkg gateway planner executor toolhost memoryd miner e2e
+MODULES := pkg gateway planner executor toolhost memoryd miner cli e2e
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 # A count, not a duration: a -fuzztime duration can fail a clean run with "context deadline
 # exceeded" when it ends (a race in Go 1.26's fuzz coordinator, golang/go#75804, fixed in 1.27).
@@ -24,7 +24,7 @@ TOON_FUZZTIME ?= 300000x
 export SKEIN_REPO_ROOT := $(ROOT)
 export SKEIN_TOOLS_DIR := $(TOOLS)
 
-.PHONY: all build setup test vet fmt demo clean venv node-prefix
+.PHONY: all build setup test vet tidy tidy-check fmt demo clean venv node-prefix
 
 all: build
 
@@ -49,7 +49,18 @@ vet:
 fmt:
 	gofmt -l -w $(MODULES)
 
-test: setup vet
+# Each module's go.mod and go.sum are what `go mod tidy` makes of them with the workspace off, so
+# every module builds alone, resolving the others through its own replace directives (the
+# service modules require pkg only). tidy-check fails, showing the difference, when one is not.
+tidy:
+	for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy) || exit 1; done
+
+tidy-check:
+	@for m in $(MODULES); do \
+		(cd $$m && GOWORK=off $(GO) mod tidy -diff) || { echo "tidy-check: $$m/go.mod or go.sum is not tidy; run make tidy" >&2; exit 1; }; \
+	done
+
+test: setup vet tidy-check
 	@echo "== fuzz: TOON decoder, $(TOON_FUZZTIME) inputs"
 	@$(MAKE) --no-print-directory toon-fuzz TOON_FUZZTIME=$(TOON_FUZZTIME)
 	@set -o pipefail; for m in $(MODULES); do \

@@ -17,60 +17,44 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
+// programs are what binaries builds: every role, the CLI and the tools' trampoline.
+var programs = []string{"gateway/cmd/gateway", "planner/cmd/planner", "executor/cmd/executor", "toolhost/cmd/toolhost",
+	"memoryd/cmd/memoryd", "miner/cmd/miner", "cli/cmd/skein", "pkg/tools/cmd/skein-tool-sandbox"}
+
 var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
+	sumOnce sync.Once
+	sumErr  error
 )
 
-// binaries builds every role and the CLI once per test process.
+// binaries builds every role and the CLI once per test process and returns their folder.
 func binaries(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		root := devtest.RepoRoot(t)
-		binDir, buildErr = os.MkdirTemp("", "skein-e2e-bin")
-		if buildErr != nil {
-			return
-		}
-		// Tools run as another user where the tests run as root: the small trampoline next to the
-		// binaries must be reachable by that user (a copy of the host binary is reached through
-		// /proc/self/exe).
-		if buildErr = os.Chmod(binDir, 0o755); buildErr != nil {
-			return
-		}
-		builds := map[string]string{"skein": "gateway/cmd/skein", "skein-tool-sandbox": "pkg/tools/cmd/skein-tool-sandbox"}
-		for _, r := range []string{"gateway", "planner", "executor", "toolhost", "memoryd", "miner"} {
-			builds[r] = r + "/cmd/" + r
-		}
-		for name, pkg := range builds {
-			mod := strings.SplitN(pkg, "/", 2)[0]
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, name), "./"+strings.TrimPrefix(pkg, mod+"/"))
-			cmd.Dir = filepath.Join(root, mod)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("build %s: %v\n%s", name, err, out)
-				return
-			}
-		}
-		// The Go example tool is normally built by the Makefile; build it here when it is missing.
-		sum := filepath.Join(root, "examples", "tools", "sum", "sum")
+	var dir string
+	for _, p := range programs {
+		dir = filepath.Dir(devtest.Build(t, p))
+	}
+	// The Go example tool is normally built by the Makefile; build it here when it is missing.
+	sumOnce.Do(func() {
+		sum := filepath.Join(devtest.RepoRoot(t), "examples", "tools", "sum", "sum")
 		if _, err := os.Stat(sum); err != nil {
 			cmd := exec.Command("go", "build", "-o", "sum", ".")
 			cmd.Dir = filepath.Dir(sum)
 			cmd.Env = append(os.Environ(), "GOWORK=off")
 			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("build sum tool: %v\n%s", err, out)
+				sumErr = fmt.Errorf("build sum tool: %v\n%s", err, out)
 			}
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if sumErr != nil {
+		t.Fatal(sumErr)
 	}
-	return binDir
+	return dir
 }
 
 // proc is a role running as its own OS process.
@@ -157,7 +141,7 @@ func dumpLog(t *testing.T, p *proc) {
 func natsServer(t *testing.T) string {
 	t.Helper()
 	creds := t.TempDir()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames("")})
+	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames("")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore/milvustest"
 )
 
@@ -16,8 +17,6 @@ func TestMain(m *testing.M) {
 		os.Exit(echoResponder(url))
 	}
 	code := milvustest.Main(m)
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	devtest.RemoveBuilt()
 	os.Exit(code)
 }

@@ -2,22 +2,28 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/llm/scripted"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
-	"github.com/skein-mesh/skein/toolhost"
 )
 
 // quiet drops service logs unless the test runs with -v and fails; tests assert on traces.
@@ -48,20 +54,62 @@ func startMeshDirs(t *testing.T, dirs []string, enabled ...string) *mesh {
 	t.Helper()
 	devtest.NeedProgram(t, "python3")
 	m := bustest.Start(t)
-	hcfg := config.Default()
-	hcfg.Tools.ManifestDirs = dirs
-	hcfg.Tools.Enabled = enabled
-	ctx, cancel := context.WithCancel(context.Background())
-	conn := m.Connect(t, "toolhost")
-	h, err := toolhost.New(ctx, toolhost.Deps{Conn: conn, Names: m.Names, Config: hcfg, Logger: quiet(), HostID: "test-host"})
-	if err != nil {
-		cancel()
-		t.Fatalf("toolhost: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = h.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	startToolhost(t, m, "test-host", map[string]any{"manifest_dirs": dirs, "enabled": enabled})
 	return &mesh{Mesh: m}
+}
+
+// startToolhost runs a toolhost, the binary as it is deployed (built once per test run: this
+// module depends on pkg only), with tools as its config's tools section, until the test ends.
+// It returns once the toolhost has published its tools and answers them.
+func startToolhost(t *testing.T, m *bustest.Mesh, hostID string, tools map[string]any) {
+	t.Helper()
+	bin := devtest.Build(t, "toolhost/cmd/toolhost")
+	dir := t.TempDir()
+	cfg, err := yaml.Marshal(map[string]any{"tools": tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath, logPath := filepath.Join(dir, "agent.yaml"), filepath.Join(dir, "toolhost.log")
+	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--nats", m.URL, "--config", cfgPath, "--host-id", hostID)
+	cmd.Env = append(os.Environ(), "SKEIN_HOME="+dir) // no credentials: the test server has none
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatalf("start toolhost: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); logFile.Close(); close(exited) }()
+	log := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second): // its shutdown grace is 10 s
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("toolhost %s:\n%s", hostID, log())
+		}
+	})
+	poll.Eventually(t, time.Minute, "toolhost "+hostID+" to serve", func() error {
+		select {
+		case <-exited:
+			t.Fatalf("toolhost %s exited: %v\n%s", hostID, cmd.ProcessState, log())
+		default:
+		}
+		if !strings.Contains(log(), `msg="toolhost ready"`) {
+			return errors.New("no ready line in its log yet")
+		}
+		return nil
+	})
 }
 
 // testConfig is the executor's configuration for the test tools: no memoryd, no miner.

@@ -16,7 +16,6 @@ import (
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/toolhost"
 )
 
 const (
@@ -303,18 +302,7 @@ func TestRetrievalWithoutEmbedderUsesBM25(t *testing.T) {
 // toolhost of an agent listing them does.
 func serveAgents(t *testing.T, m *mesh, agents ...string) {
 	t.Helper()
-	hcfg := config.Default()
-	hcfg.Tools.ManifestDirs = nil
-	hcfg.Tools.Agents = agents
-	ctx, cancel := context.WithCancel(context.Background())
-	h, err := toolhost.New(ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: hcfg, Logger: quiet(), HostID: "agent-host"})
-	if err != nil {
-		cancel()
-		t.Fatalf("agent toolhost: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = h.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	startToolhost(t, m.Mesh, "agent-host", map[string]any{"agents": agents})
 }
 
 // An agent offered as a tool (tools.agents) is ranked with the catalogue like any tool: it is

@@ -2,16 +2,12 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/skein-mesh/skein/memoryd"
-	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/embed/embedtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -203,56 +199,4 @@ func TestHTTPEventsEndAfterUsage(t *testing.T) {
 		t.Errorf("events %v; want %v", types, want)
 	}
 
-}
-
-// With a miner at work (memoryd up, mining on), the stream goes on past the planner's usage
-// and ends with the miner's mined and usage events, the session's last.
-func TestHTTPEventsEndWithTheMinersUsage(t *testing.T) {
-	f := newFixture(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: f.mesh.Connect(t, "memoryd"), Names: f.mesh.Names, Config: config.Default(),
-			Embedder: embedtest.Hash{}, Ready: ready})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	<-ready
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
-	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "sse-2"}`); status != http.StatusAccepted {
-		t.Fatalf("status %d %v", status, out)
-	}
-	resp, err := testClient.Get(srv.URL + "/v1/sessions/sse-2/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
-	cost := 0.0
-	for _, ev := range []protocol.Event{
-		{SessionID: "sse-2", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
-		{SessionID: "sse-2", Type: protocol.EvUsage, Role: protocol.RolePlanner, Report: &protocol.UsageReport{CostUSD: &cost}},
-		{SessionID: "sse-2", Type: protocol.EvMined, Role: protocol.RoleMiner},
-		{SessionID: "sse-2", Type: protocol.EvUsage, Role: protocol.RoleMiner, Report: &protocol.UsageReport{CostUSD: &cost}},
-		{SessionID: "sse-2", Type: protocol.EvFinal, Text: "after the end"},
-	} {
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	var types []string
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "event: ") {
-			types = append(types, strings.TrimPrefix(line, "event: "))
-		}
-	}
-	want := "session_started,final,usage,mined,usage"
-	if got := strings.Join(types, ","); got != want {
-		t.Errorf("events %s; want %s", got, want)
-	}
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -11,11 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/skein-mesh/skein/memoryd"
 	"github.com/skein-mesh/skein/pkg/bus"
-	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/embed/embedtest"
-	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -29,19 +24,6 @@ func getJSON(t *testing.T, srv *httptest.Server, path string, out any) int {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		t.Fatalf("GET %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
-	}
-	return resp.StatusCode
-}
-
-func postJSON(t *testing.T, srv *httptest.Server, path, body string, out any) int {
-	t.Helper()
-	resp, err := testClient.Post(srv.URL+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		t.Fatalf("POST %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
 	}
 	return resp.StatusCode
 }
@@ -135,67 +117,15 @@ func TestHTTPDeadLetters(t *testing.T) {
 	}
 }
 
-func TestHTTPMemory(t *testing.T) {
+// Without memoryd the memory routes answer 503 memory_unavailable (e2e/inproc/gateway tests
+// them with memoryd running).
+func TestHTTPMemoryWithoutMemoryd(t *testing.T) {
 	f := newFixture(t)
 	srv := httptest.NewServer(f.gw.Handler())
 	t.Cleanup(srv.Close)
 	var e map[string]string
 	if status := getJSON(t, srv, "/v1/memory", &e); status != http.StatusServiceUnavailable || e["code"] != "memory_unavailable" {
 		t.Fatalf("without memoryd: %d %v; want 503 memory_unavailable", status, e)
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: f.mesh.Connect(t, "memoryd"), Names: f.mesh.Names, Config: config.Default(),
-			Embedder: embedtest.Hash{}, Ready: ready})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	<-ready
-	now := time.Now().UTC()
-	c := memoryd.Client{NC: f.mesh.Conn.NC, Names: f.mesh.Names}
-	entries := []memory.Entry{
-		{ID: "m-1", Agent: testAgent, Text: "Check the CSV file exists before reading it.", Polarity: protocol.PolarityAvoid, Tier: protocol.TierTactical,
-			Sessions: []string{"s1"}, Source: "human", Status: memory.StatusActive, Created: now, Updated: now},
-		{ID: "m-2", Agent: testAgent, Text: "Greet people by name.", Polarity: protocol.PolarityPattern, Tier: protocol.TierStrategic,
-			Sessions: []string{"s1", "s2", "s3"}, Helpful: 2, Source: "human", Status: memory.StatusActive, Created: now, Updated: now},
-	}
-	if rep, err := c.Import(testCtx(t), protocol.MemoryImportRequest{Entries: entries}); err != nil || rep.Imported != 2 {
-		t.Fatalf("import: %+v %v", rep, err)
-	}
-
-	var list protocol.MemoryListReply
-	if status := getJSON(t, srv, "/v1/memory?agent="+testAgent, &list); status != http.StatusOK || list.Total != 2 || list.Entries[0].ID != "m-2" {
-		t.Fatalf("list: %d %+v", status, list)
-	}
-	var ins protocol.MemoryInspectReply
-	if status := getJSON(t, srv, "/v1/memory/search?q=read+the+csv+file&top_k=1", &ins); status != http.StatusOK || len(ins.Hits) != 1 ||
-		ins.Hits[0].Entry.ID != "m-1" || ins.Hits[0].Why == "" || len(ins.Counts) != 2 {
-		t.Fatalf("search: %d %+v", status, ins)
-	}
-	if status := getJSON(t, srv, "/v1/memory/search?tier=middle", &e); status != http.StatusBadRequest {
-		t.Errorf("bad tier: %d %v", status, e)
-	}
-
-	var ret protocol.MemoryRetireReply
-	if status := postJSON(t, srv, "/v1/memory/m-1/retire", `{"reason": "wrong"}`, &ret); status != http.StatusOK || ret.Status != protocol.MemoryRetired {
-		t.Fatalf("retire: %d %+v", status, ret)
-	}
-	var got memory.Entry
-	if status := getJSON(t, srv, "/v1/memory/m-1", &got); status != http.StatusOK || got.Status != protocol.MemoryRetired {
-		t.Fatalf("retired entry: %d %+v", status, got)
-	}
-	if getJSON(t, srv, "/v1/memory?status=retired", &list); list.Total != 1 || list.Entries[0].ID != "m-1" {
-		t.Errorf("retired list: %+v", list)
-	}
-	if status := postJSON(t, srv, "/v1/memory/m-2/retire", `{"evict": true}`, &ret); status != http.StatusOK || !ret.Evicted {
-		t.Fatalf("evict: %d %+v", status, ret)
-	}
-	if status := getJSON(t, srv, "/v1/memory/m-2", &e); status != http.StatusNotFound || e["code"] != "not_found" {
-		t.Errorf("evicted entry: %d %v; want 404", status, e)
-	}
-	if status := postJSON(t, srv, "/v1/memory/m-1/retire", `{"evict": "yes"}`, &e); status != http.StatusBadRequest {
-		t.Errorf("malformed body: %d %v", status, e)
 	}
 }
 

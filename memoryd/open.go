@@ -6,13 +6,14 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed"
+	"github.com/skein-mesh/skein/pkg/embed/embedders"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/stores"
 )
 
 // openEmbedder builds the configured embedder (minilm in process, or an HTTP embedding server).
 func openEmbedder(ctx context.Context, m config.Memory) (embed.Embedder, error) {
-	return embed.Open(ctx, m)
+	return embedders.Open(ctx, m)
 }
 
 // openStore opens the configured store for emb's model. A store written by another model is

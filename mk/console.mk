@@ -1,4 +1,4 @@
-# Console: the end-to-end test of the web console (gateway/cmd/skein/console_test.go) drives
+# Console: the end-to-end test of the web console (cli/cmd/skein/console_test.go) drives
 # Debian's headless Chromium. Setup installs the package when no chromium is on PATH and it can
 # (root with apt, as in CI); SKEIN_CHROMIUM names another executable. Without a browser the test
 # skips with a message, except under CI (or SKEIN_REQUIRE_ALL=1), where it fails.
@@ -18,4 +18,4 @@ console-setup:
 
 # The screenshots in docs/ are the console test's own, taken against a real embedded mesh.
 console-screenshots: console-setup memory-setup tools-examples
-	cd gateway && SKEIN_CONSOLE_SCREENSHOTS=$(ROOT)/docs $(GO) test -count=1 -run '^TestConsoleEndToEnd$$' ./cmd/skein/
+	cd cli && SKEIN_CONSOLE_SCREENSHOTS=$(ROOT)/docs $(GO) test -count=1 -run '^TestConsoleEndToEnd$$' ./cmd/skein/

@@ -2,36 +2,29 @@ module github.com/skein-mesh/skein/toolhost
 
 go 1.26.8
 
-require github.com/skein-mesh/skein/pkg v0.0.0
+require (
+	github.com/nats-io/nats.go v1.55.0
+	github.com/skein-mesh/skein/pkg v0.0.0
+	github.com/vmihailenco/msgpack/v5 v5.4.1
+)
 
 require (
+	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/nats-io/nats.go v1.55.0 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
-	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 replace github.com/skein-mesh/skein/pkg => ../pkg
-
-// Tests run agents as tools on an in-process mesh; the toolhost itself imports none of these.
-require (
-	github.com/skein-mesh/skein/executor v0.0.0
-	github.com/skein-mesh/skein/gateway v0.0.0
-	github.com/skein-mesh/skein/memoryd v0.0.0
-	github.com/skein-mesh/skein/miner v0.0.0
-	github.com/skein-mesh/skein/planner v0.0.0
-)
-
-replace github.com/skein-mesh/skein/executor => ../executor
-
-replace github.com/skein-mesh/skein/gateway => ../gateway
-
-replace github.com/skein-mesh/skein/planner => ../planner
-
-replace github.com/skein-mesh/skein/memoryd => ../memoryd
-
-replace github.com/skein-mesh/skein/miner => ../miner

@@ -9,6 +9,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -23,12 +24,12 @@ func BenchmarkRequest(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			names := protocol.NewNames("")
-			o := bus.EmbeddedOptions{StoreDir: b.TempDir(), Listen: "127.0.0.1:0"}
+			o := embedded.Options{StoreDir: b.TempDir(), Listen: "127.0.0.1:0"}
 			creds := b.TempDir()
 			if withAuth {
 				o.CredsDir, o.Names = creds, names
 			}
-			srv, err := bus.StartEmbedded(o)
+			srv, err := embedded.Start(o)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -25,7 +26,7 @@ func TestAnswerAfterTheServingNodeDied(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := protocol.NewNames("")
-	users, err := auth.ServerUsers(pub, names)
+	users, err := embedded.Users(pub, names)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/skein-mesh/skein/pkg/auth"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -35,7 +36,7 @@ func TestDeployConfMatchesMatrix(t *testing.T) {
 	for _, id := range auth.Identities {
 		t.Setenv(auth.EnvKey(id), pub[id])
 	}
-	want, err := auth.ServerUsers(pub, names)
+	want, err := embedded.Users(pub, names)
 	if err != nil {
 		t.Fatal(err)
 	}

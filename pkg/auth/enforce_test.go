@@ -14,6 +14,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -28,7 +29,7 @@ type testMesh struct {
 func startMesh(t *testing.T) *testMesh {
 	t.Helper()
 	m := &testMesh{creds: t.TempDir(), names: protocol.NewNames("")}
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: m.creds, Names: m.names})
+	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: m.creds, Names: m.names})
 	if err != nil {
 		t.Fatal(err)
 	}

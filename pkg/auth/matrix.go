@@ -1,19 +1,17 @@
 // Package auth is who may do what on the mesh: the identities (one per role, the CLI/clients and
 // an admin), the permission matrix that says which identity may publish, subscribe, serve or read
-// which subject, stream and bucket, its rendering into nats-server permissions (for the embedded
-// server and for deploy/nats), and the credential files that carry the identities.
+// which subject, stream and bucket, its rendering into a nats-server configuration (for
+// deploy/nats; the embedded server renders it itself, in pkg/bus/embedded, so that only the binary
+// that embeds nats-server links it), and the credential files that carry the identities.
 //
 // The server enforces the matrix; the code of a role is not trusted to keep to it.
 package auth
 
 import (
-	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -359,30 +357,4 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// Server returns the nats-server form of p.
-func (p Perms) Server() *server.Permissions {
-	sp := &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: p.PubAllow, Deny: p.PubDeny},
-		Subscribe: &server.SubjectPermission{Allow: p.SubAllow},
-	}
-	if p.Responses {
-		sp.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseTTL}
-	}
-	return sp
-}
-
-// ServerUsers returns the nkey users of the embedded server: each public key with its
-// identity's permissions.
-func ServerUsers(pub map[Identity]string, n protocol.Names) ([]*server.NkeyUser, error) {
-	var out []*server.NkeyUser
-	for _, id := range Identities {
-		k, ok := pub[id]
-		if !ok {
-			return nil, fmt.Errorf("no public key for identity %s", id)
-		}
-		out = append(out, &server.NkeyUser{Nkey: k, Permissions: For(id, n).Server()})
-	}
-	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -20,7 +21,7 @@ func TestProvisionIsIdempotentAndStateSurvivesRestart(t *testing.T) {
 	defer cancel()
 	names := protocol.NewNames("")
 
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, Listen: "127.0.0.1:0"})
+	srv, err := embedded.Start(embedded.Options{StoreDir: dir, Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestProvisionIsIdempotentAndStateSurvivesRestart(t *testing.T) {
 	c.Close()
 	srv.Shutdown()
 
-	srv2, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, Listen: "127.0.0.1:0"})
+	srv2, err := embedded.Start(embedded.Options{StoreDir: dir, Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestRequestRetriesUntilResponderAppearsAndRefusesUnknownVersion(t *testing.
 // the connection's async publish timeout instead of staying pending, so a later wait for every
 // pending publish ends.
 func TestALostAsyncAckExpires(t *testing.T) {
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,6 @@
+// Package bus connects skein processes to NATS: connections with retry, idempotent provisioning
+// of every stream and bucket, and the request/reply and dead-letter plumbing all services share.
+// The in-process server of the local default is package bus/embedded.
 package bus
 
 import (

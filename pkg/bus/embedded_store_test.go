@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -34,7 +35,7 @@ func TestEmbeddedServerTakesMeshesBeyondTheFreeDisk(t *testing.T) {
 	if meshes > 12 {
 		t.Skipf("the disk has %d GiB free: %d meshes would be needed to exceed it", free>>30, meshes)
 	}
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, Listen: "127.0.0.1:0"})
+	srv, err := embedded.Start(embedded.Options{StoreDir: dir, Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,13 +10,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 // A write to a stream without a leader is tried again until the stream answers; any other
 // error, and the end of the context, end the tries with the operation's own error.
 func TestWritesAreTriedAgainWhileTheStreamHasNoLeader(t *testing.T) {
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", Names: protocol.NewNames("")})
+	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", Names: protocol.NewNames("")})
 	if err != nil {
 		t.Fatal(err)
 	}

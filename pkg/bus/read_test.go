@@ -9,12 +9,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 )
 
 // TestReadStreamReadsEverythingAndLeavesNothing covers both ways of reading: direct gets (a
 // stream that allows them) and the ephemeral-consumer fallback, over more than one batch.
 func TestReadStreamReadsEverythingAndLeavesNothing(t *testing.T) {
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -103,11 +104,11 @@ func TestTLS(t *testing.T) {
 
 // mutualTLSServer starts an embedded server that requires client certificates, with its PKI,
 // the folder of its credentials and a context for the test.
-func mutualTLSServer(t *testing.T) (*bus.Embedded, bus.TLSFiles, string, context.Context) {
+func mutualTLSServer(t *testing.T) (*embedded.Server, bus.TLSFiles, string, context.Context) {
 	t.Helper()
 	pki := writePKI(t, t.TempDir())
 	creds := t.TempDir()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames(""), TLS: pki})
+	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", CredsDir: creds, Names: protocol.NewNames(""), TLS: pki})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package llm
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm/anthropic"
@@ -52,22 +51,5 @@ func DefaultKeyEnv(provider string) string { return core.DefaultKeyEnv(provider)
 func KeyEnv(cfg config.LLM) string { return core.KeyEnv(cfg) }
 
 // CheckKey fails fast, with one line naming the variable and how to set it, when a binding's
-// API key is missing. The scripted model needs no key; an openai binding whose base_url is a
-// loopback address (Ollama, vLLM, llama.cpp on this machine) may run without one.
-func CheckKey(cfg config.LLM) error {
-	switch cfg.Provider {
-	case "scripted":
-		return nil
-	case "anthropic", "openai":
-	default:
-		return fmt.Errorf("llm.provider %q is not one of anthropic, openai, scripted", cfg.Provider)
-	}
-	env := KeyEnv(cfg)
-	if os.Getenv(env) != "" {
-		return nil
-	}
-	if cfg.Provider == "openai" && core.IsLoopback(cfg.BaseURL) {
-		return nil
-	}
-	return fmt.Errorf("%s is not set: export %s=... or set llm.api_key_env in agent.yaml", env, env)
-}
+// API key is missing (see core.CheckKey).
+func CheckKey(cfg config.LLM) error { return core.CheckKey(cfg) }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -40,7 +41,7 @@ mesh:
 	}
 	for _, id := range []auth.Identity{auth.Admin, auth.Gateway} {
 		t.Run(string(id), func(t *testing.T) {
-			srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+			srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
 			if err != nil {
 				t.Fatal(err)
 			}

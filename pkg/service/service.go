@@ -16,7 +16,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/llm/core"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/usage"
@@ -83,9 +83,9 @@ func LoadConfig(path string) (*config.Config, error) {
 // only names like *KEY* or *TOKEN* ($SKEIN_HTTP_TOKEN, $SKEIN_EMBED_API_KEY), so a key under
 // llm.api_key_env: OPENROUTER would otherwise reach traces and logs as it is.
 func MaskConfiguredSecrets(cfg *config.Config) {
-	envs := []string{llm.KeyEnv(cfg.LLM)}
+	envs := []string{core.KeyEnv(cfg.LLM)}
 	for _, role := range []string{protocol.RolePlanner, protocol.RoleExecutor, protocol.RoleMiner} {
-		envs = append(envs, llm.KeyEnv(cfg.ForRole(role)))
+		envs = append(envs, core.KeyEnv(cfg.ForRole(role)))
 	}
 	redact.AddEnv(envs...)
 	redact.AddValues(cfg.Gateway.HTTPToken)
@@ -248,7 +248,7 @@ func CheckKeys(role string, cfg *config.Config) error {
 		}
 	}
 	for _, b := range bindings {
-		if err := llm.CheckKey(b); err != nil {
+		if err := core.CheckKey(b); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -16,7 +17,7 @@ import (
 // is leaderless during an election (no stream answers a publish).
 func bare(t *testing.T, opts ...bus.Option) (*bus.Conn, protocol.Names) {
 	t.Helper()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,11 @@ func TestEventsOutlastAStreamWithoutLeader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	go provisionAfter(t, c, n, 1500*time.Millisecond)
+	provisioned := make(chan struct{})
+	go func() { defer close(provisioned); provisionAfter(t, c, n, 1500*time.Millisecond) }()
+	// Flush returns once the trace stream exists, before the buckets: the connection, which
+	// closes when the test ends, must outlive the rest of the provisioning.
+	defer func() { <-provisioned }()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := p.Flush(ctx); err != nil {

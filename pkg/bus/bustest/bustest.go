@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 // Mesh is a test server and a client connection to it.
 type Mesh struct {
-	Server *bus.Embedded
+	Server *embedded.Server
 	Conn   *bus.Conn
 	Names  protocol.Names
 	URL    string
@@ -22,7 +23,7 @@ type Mesh struct {
 // default namespace and closes everything when the test ends.
 func Start(t testing.TB) *Mesh {
 	t.Helper()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	srv, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatalf("start nats: %v", err)
 	}

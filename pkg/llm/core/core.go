@@ -1,7 +1,8 @@
 // Package core holds the model abstraction's types (Request, Response, Backend, options and
 // errors) so that the provider backends can use them while package llm, which callers import,
 // builds those backends. Package llm re-exports everything here under the same names; callers
-// use llm, not core.
+// use llm, not core, except code every role links (pkg/service checks model keys with KeyEnv
+// and CheckKey): importing llm there would link the provider SDKs into roles that call no model.
 package core
 
 import (

@@ -1,4 +1,4 @@
-package planner
+package planner_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/planner"
 )
 
 const agent = "tester"
@@ -79,7 +80,7 @@ func startRig(t *testing.T, mode, script string, tweaks ...func(*config.Config))
 		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: cfg, Logger: quiet()})
 	})
 	run(t, "planner", func(ctx context.Context) error {
-		return Run(ctx, Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: quiet(),
+		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: quiet(),
 			Home: t.TempDir(), ID: "planner-under-test"})
 	})
 	return r
@@ -216,7 +217,7 @@ rules:
 `
 
 func TestForcePlanRunsIndependentStepsFirstAndKeepsTheTask(t *testing.T) {
-	r := startRig(t, ModeForce, fruitScript)
+	r := startRig(t, planner.ModeForce, fruitScript)
 	const sid = "s-force-plan"
 	r.submit(t, sid, fruitTask)
 
@@ -328,7 +329,7 @@ func TestForcePlanRunsIndependentStepsFirstAndKeepsTheTask(t *testing.T) {
 // A plan that breaks the rules never fails the session: it runs as one step carrying the task,
 // and a decision event says why.
 func TestMalformedPlanFallsBackToOneStep(t *testing.T) {
-	r := startRig(t, ModeForce, `
+	r := startRig(t, planner.ModeForce, `
 rules:
   - when: {system: "^skein-planner:"}
     reply: {text: '{"steps":[{"id":"a","instruction":"first","depends_on":["b"]},{"id":"b","instruction":"second"}]}'}
@@ -359,7 +360,7 @@ rules:
 
 // In auto mode a plan of one item is the plain single step.
 func TestAutoSingleItemIsOneStep(t *testing.T) {
-	r := startRig(t, ModeAuto, `
+	r := startRig(t, planner.ModeAuto, `
 rules:
   - when: {system: "^skein-planner:"}
     reply: {text: '{"steps":[{"id":"only","instruction":"say hi","depends_on":[]}]}'}
@@ -385,7 +386,7 @@ rules:
 
 // With planning off the planner never calls a model, even when the script would plan.
 func TestModeOffMakesNoPlannerCall(t *testing.T) {
-	r := startRig(t, ModeOff, fruitScript+`
+	r := startRig(t, planner.ModeOff, fruitScript+`
   - when: {last: "^Fruit inventory: how many pieces of fruit are in the basket\\?$"}
     reply: {text: "seven"}
 `)
@@ -406,71 +407,6 @@ func TestModeOffMakesNoPlannerCall(t *testing.T) {
 	if u, ok := only(t, evs, protocol.EvUsage, protocol.RolePlanner).Report.ByRole[protocol.RolePlanner]; ok {
 		t.Fatalf("planner tokens with planning off: %+v", u)
 	}
-}
-
-func TestParsePlan(t *testing.T) {
-	good := "```json\n" + `{"steps":[{"id":"s1","instruction":" fetch ","depends_on":[]},{"id":"s_2","instruction":"use","depends_on":["s1"]}]}` + "\n```"
-	plan, err := parsePlan(good, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(plan) != 2 || plan[0].Instruction != "fetch" || plan[0].DependsOn != nil ||
-		plan[1].StepID != "s_2" || strings.Join(plan[1].DependsOn, ",") != "s1" || plan[1].Status != protocol.StepPending {
-		t.Fatalf("plan = %+v", plan)
-	}
-
-	step := func(id, instr string, deps ...string) string {
-		q := func(s string) string { return `"` + s + `"` }
-		var ds []string
-		for _, d := range deps {
-			ds = append(ds, q(d))
-		}
-		return `{"id":` + q(id) + `,"instruction":` + q(instr) + `,"depends_on":[` + strings.Join(ds, ",") + `]}`
-	}
-	doc := func(steps ...string) string { return `{"steps":[` + strings.Join(steps, ",") + `]}` }
-	bad := map[string]string{
-		"not JSON":          "Sure! Step one: fetch.",
-		"text after":        doc(step("s1", "a")) + " hope this helps",
-		"unknown field":     `{"steps":[{"id":"s1","instruction":"a","tool":"x"}]}`,
-		"no steps":          `{"steps":[]}`,
-		"too many":          doc(step("s1", "a"), step("s2", "b"), step("s3", "c")),
-		"unsafe id":         doc(step("s.1", "a")),
-		"empty id":          doc(step("", "a")),
-		"long id":           doc(step(strings.Repeat("x", 33), "a")),
-		"duplicate id":      doc(step("s1", "a"), step("s1", "b")),
-		"empty instruction": doc(step("s1", "  ")),
-		"forward reference": doc(step("s1", "a", "s2"), step("s2", "b")),
-		"self reference":    doc(step("s1", "a", "s1")),
-		"unknown reference": doc(step("s1", "a"), step("s2", "b", "zz")),
-		"repeated dep":      doc(step("s1", "a"), step("s2", "b", "s1", "s1")),
-	}
-	for name, text := range bad {
-		if plan, err := parsePlan(text, 2); err == nil {
-			t.Errorf("%s: accepted %+v", name, plan)
-		}
-	}
-}
-
-func TestCombineAnswersWithSinks(t *testing.T) {
-	plan := []protocol.PlanStep{
-		{StepID: "a", Outcome: protocol.OutcomeSuccess, FinalText: "part a"},
-		{StepID: "b", Outcome: protocol.OutcomeSuccessWithRecovery, FinalText: "part b"},
-		{StepID: "c", DependsOn: []string{"a"}, Outcome: protocol.OutcomeSuccess, FinalText: " answer c "},
-		{StepID: "d", DependsOn: []string{"b"}, Outcome: protocol.OutcomeIncomplete, FinalText: "answer d"},
-	}
-	out, text := combine(plan)
-	if out != protocol.OutcomeIncomplete || text != "answer c\n\nanswer d" {
-		t.Fatalf("combine = %s %q", out, text)
-	}
-	if out, text := combine(singleStepDone("only")); out != protocol.OutcomeSuccess || text != "only" {
-		t.Fatalf("single step combine = %s %q", out, text)
-	}
-}
-
-func singleStepDone(text string) []protocol.PlanStep {
-	p := singleStep()
-	p[0].Status, p[0].Outcome, p[0].FinalText = protocol.StepDone, protocol.OutcomeSuccess, text
-	return p
 }
 
 func status(s protocol.Session, step string) string {

@@ -1,4 +1,4 @@
-package planner
+package planner_test
 
 import (
 	"context"
@@ -8,12 +8,13 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/planner"
 )
 
 // A session cancelled while its steps wait on WORK ends cancelled without any step running, and
 // its dependent step is never published, even once an executor comes to pull the queued ones.
 func TestCancelledSessionStartsNoQueuedStep(t *testing.T) {
-	r := startRig(t, ModeForce, fruitScript)
+	r := startRig(t, planner.ModeForce, fruitScript)
 	const sid = "s-cancel-queued"
 	r.submit(t, sid, fruitTask)
 	for published := 0; published < 2; {

@@ -21,8 +21,10 @@ import (
 	"github.com/skein-mesh/skein/miner"
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed"
+	"github.com/skein-mesh/skein/pkg/embed/embedders"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/service"
@@ -83,7 +85,7 @@ func checkKeys(cfg *config.Config) error {
 
 // embeddedMesh is every service of the mesh running in this process on an in-process server.
 type embeddedMesh struct {
-	server *bus.Embedded
+	server *embedded.Server
 	mirror *trace.Mirror
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -117,7 +119,7 @@ type preload struct {
 }
 
 func newPreload(ctx context.Context, m config.Memory) *preload {
-	return &preload{done: make(chan struct{}), open: func() (embed.Embedder, error) { return embed.Open(ctx, m) }}
+	return &preload{done: make(chan struct{}), open: func() (embed.Embedder, error) { return embedders.Open(ctx, m) }}
 }
 
 // begin starts loading (once).
@@ -168,9 +170,9 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 		return nil, err
 	}
 	t := cfg.Mesh.TLS
-	var srv *bus.Embedded
+	var srv *embedded.Server
 	labeled("nats-server", func() {
-		srv, err = bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "nats"), Listen: listen,
+		srv, err = embedded.Start(embedded.Options{StoreDir: filepath.Join(home, "nats"), Listen: listen,
 			CredsDir: auth.Dir(home), Names: protocol.NewNames(cfg.Mesh.Namespace), TLS: bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key}})
 	})
 	if err != nil {
@@ -223,7 +225,7 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 // inProcess hands the services in this process memory connections to the embedded server,
 // which skip the loopback socket's system calls and wake-ups on every message. The server's
 // goroutines for them carry the nats-server label, as those of socket connections do.
-type inProcess struct{ e *bus.Embedded }
+type inProcess struct{ e *embedded.Server }
 
 func (p inProcess) InProcessConn() (c net.Conn, err error) {
 	labeled("nats-server", func() { c, err = p.e.Server.InProcessConn() })
@@ -474,13 +476,9 @@ func meshLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
-// dialMesh honours --nats / $SKEIN_NATS_URL / mesh.nats_url; with none it starts an embedded mesh
-// with every service under $SKEIN_HOME. Call the returned stop func when done.
-func dialMesh(cmd *cobra.Command, cfg *config.Config) (*bus.Conn, protocol.Names, func(), error) {
-	c, names, _, stop, err := dialMeshFull(cmd, cfg, true)
-	return c, names, stop, err
-}
-
+// dialMeshFull honours --nats / $SKEIN_NATS_URL / mesh.nats_url; with none it starts an embedded
+// mesh under $SKEIN_HOME, with every service when services is set, else the server alone. Call
+// the returned stop func when done.
 func dialMeshFull(cmd *cobra.Command, cfg *config.Config, services bool) (*bus.Conn, protocol.Names, *embeddedMesh, func(), error) {
 	ctx := cmd.Context()
 	if ctx == nil {

@@ -1,4 +1,8 @@
-package embed
+// Package embedders opens the embedder a config's memory section names. It is apart from package
+// embed (the interface and its cache, which every user of vectors links) because the default
+// embedder links ONNX Runtime: only the processes that embed (memoryd, the CLI's embedded mesh)
+// import this package.
+package embedders
 
 import (
 	"context"
@@ -6,6 +10,7 @@ import (
 	"os"
 
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/embed/httpembed"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
 )
@@ -16,16 +21,16 @@ const EnvAPIKey = "SKEIN_EMBED_API_KEY"
 
 // Open returns the embedder the memory section configures: minilm (default, in process),
 // ollama, or openai (any OpenAI-compatible /v1/embeddings server).
-// The embedder is wrapped in a cache of memory.embed_cache vectors (Cached).
-func Open(ctx context.Context, m config.Memory) (Embedder, error) {
+// The embedder is wrapped in a cache of memory.embed_cache vectors (embed.Cached).
+func Open(ctx context.Context, m config.Memory) (embed.Embedder, error) {
 	e, err := open(ctx, m)
 	if err != nil {
 		return nil, err
 	}
-	return NewCached(e, m.EmbedCache), nil
+	return embed.NewCached(e, m.EmbedCache), nil
 }
 
-func open(ctx context.Context, m config.Memory) (Embedder, error) {
+func open(ctx context.Context, m config.Memory) (embed.Embedder, error) {
 	switch m.Embedder {
 	case "", "minilm":
 		e, err := minilm.Open(minilm.Options{ModelDir: os.Getenv(minilm.EnvModelDir), LibPath: os.Getenv(minilm.EnvORTLib)})

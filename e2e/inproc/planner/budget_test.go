@@ -1,4 +1,4 @@
-package planner
+package planner_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/planner"
 )
 
 func (r *rig) submitBudget(t *testing.T, session, task string, b protocol.Budget) {
@@ -26,7 +27,7 @@ func (r *rig) submitBudget(t *testing.T, session, task string, b protocol.Budget
 // The planning call is charged to the session's ledger entry like the executors' calls: one
 // turn, and its tokens, so a budget holds whichever role makes the call.
 func TestPlanningCallIsChargedToTheSessionsLedger(t *testing.T) {
-	r := startRig(t, ModeForce, fruitScript)
+	r := startRig(t, planner.ModeForce, fruitScript)
 	const sid = "s-plan-charged"
 	r.submitBudget(t, sid, fruitTask, protocol.Budget{MaxTurns: 50})
 	r.serve(t)
@@ -61,7 +62,7 @@ func TestPlanningCallIsChargedToTheSessionsLedger(t *testing.T) {
 // A session tree whose budget is spent before planning is not planned: no planning call is
 // made, and its one step ends budget_exceeded.
 func TestSpentBudgetIsNotPlanned(t *testing.T) {
-	r := startRig(t, ModeForce, fruitScript)
+	r := startRig(t, planner.ModeForce, fruitScript)
 	const sid = "s-plan-spent"
 	r.submitBudget(t, sid, fruitTask, protocol.Budget{DeadlineS: 0.001})
 	r.serve(t)

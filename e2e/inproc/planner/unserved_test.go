@@ -1,4 +1,4 @@
-package planner
+package planner_test
 
 import (
 	"strings"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/planner"
 )
 
 // TestSessionOfAnUnservedAgentEnds: the agent's only executor registers, the task is accepted
@@ -14,7 +15,7 @@ import (
 // refreshed). Once the registration has been lapsed for mesh.queue_timeout the planner ends the
 // session failed, saying why, instead of leaving it running while the step waits in WORK.
 func TestSessionOfAnUnservedAgentEnds(t *testing.T) {
-	r := startRig(t, ModeOff, "rules:\n  - reply: {text: \"never asked\"}\n", func(c *config.Config) {
+	r := startRig(t, planner.ModeOff, "rules:\n  - reply: {text: \"never asked\"}\n", func(c *config.Config) {
 		c.Mesh.AgentTTL, c.Mesh.QueueTimeout = "1s", "1s"
 	})
 	r.submit(t, "unserved-1", "anything")

@@ -1,7 +1,7 @@
-// Package bus connects skein processes to NATS: an embedded server for the local default,
-// connections with retry, idempotent provisioning of every stream and bucket, and the
-// request/reply and dead-letter plumbing all services share.
-package bus
+// Package embedded runs the NATS server in process: the local default mesh (`skein up`,
+// `skein run`) and the tests' servers. It is apart from package bus, which every role links, so
+// that nats-server is linked only into the binary that embeds it (the CLI).
+package embedded
 
 import (
 	"cmp"
@@ -15,11 +15,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/skein-mesh/skein/pkg/auth"
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-// EmbeddedOptions configures an in-process NATS server.
-type EmbeddedOptions struct {
+// Options configures an in-process NATS server.
+type Options struct {
 	// StoreDir holds JetStream files; it is created if missing.
 	StoreDir string
 	// Listen is host:port; port 0 (or "127.0.0.1:-1") picks a free port.
@@ -36,7 +37,7 @@ type EmbeddedOptions struct {
 	Names protocol.Names
 	// TLS, when Cert and Key are set, makes the server speak TLS; with CA it also requires client
 	// certificates signed by it.
-	TLS TLSFiles
+	TLS bus.TLSFiles
 	// MaxStore is JetStream's file store limit in bytes; zero means DefaultMaxStore.
 	MaxStore int64
 }
@@ -48,22 +49,22 @@ type EmbeddedOptions struct {
 // what bound the mesh's storage; this only keeps the server from refusing them up front.
 const DefaultMaxStore int64 = 1 << 40
 
-// Embedded is a running in-process server.
-type Embedded struct {
+// Server is a running in-process server.
+type Server struct {
 	Server *server.Server
 }
 
 // URL is the client URL of the server.
-func (e *Embedded) URL() string { return e.Server.ClientURL() }
+func (e *Server) URL() string { return e.Server.ClientURL() }
 
 // Shutdown stops the server and waits for it.
-func (e *Embedded) Shutdown() {
+func (e *Server) Shutdown() {
 	e.Server.Shutdown()
 	e.Server.WaitForShutdown()
 }
 
-// StartEmbedded starts a JetStream-enabled NATS server in this process.
-func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
+// Start starts a JetStream-enabled NATS server in this process.
+func Start(o Options) (*Server, error) {
 	if o.StoreDir == "" {
 		return nil, fmt.Errorf("embedded nats: no store directory")
 	}
@@ -110,7 +111,7 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		if err != nil {
 			return nil, fmt.Errorf("embedded nats: %w", err)
 		}
-		if opts.Nkeys, err = auth.ServerUsers(pub, o.Names); err != nil {
+		if opts.Nkeys, err = Users(pub, o.Names); err != nil {
 			return nil, fmt.Errorf("embedded nats: %w", err)
 		}
 	}
@@ -134,5 +135,31 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		s.Shutdown()
 		return nil, fmt.Errorf("embedded nats: not ready on %s:%d within 15s (is the port taken? try --listen 127.0.0.1:0)", host, port)
 	}
-	return &Embedded{Server: s}, nil
+	return &Server{Server: s}, nil
+}
+
+// Users renders the permission matrix (pkg/auth) into the server's nkey users: each identity's
+// public key with its row of the matrix.
+func Users(pub map[auth.Identity]string, n protocol.Names) ([]*server.NkeyUser, error) {
+	var out []*server.NkeyUser
+	for _, id := range auth.Identities {
+		k, ok := pub[id]
+		if !ok {
+			return nil, fmt.Errorf("no public key for identity %s", id)
+		}
+		out = append(out, &server.NkeyUser{Nkey: k, Permissions: permissions(auth.For(id, n))})
+	}
+	return out, nil
+}
+
+// permissions is the nats-server form of p.
+func permissions(p auth.Perms) *server.Permissions {
+	sp := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: p.PubAllow, Deny: p.PubDeny},
+		Subscribe: &server.SubjectPermission{Allow: p.SubAllow},
+	}
+	if p.Responses {
+		sp.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: auth.ResponseTTL}
+	}
+	return sp
 }

@@ -1,0 +1,237 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skein-mesh/skein/gateway"
+	"github.com/skein-mesh/skein/memoryd"
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/embed/embedtest"
+	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/trace"
+)
+
+// The gateway's HTTP API with a real memoryd beside it, on a real NATS: the routes that read
+// memory and the event stream that waits for the miner's usage when memoryd answers. The
+// gateway's other HTTP tests are in its own module.
+
+const (
+	testAgent = "greeter"
+	testToken = "skh_test-token-0123456789abcdef"
+)
+
+// bearer adds the test token to every request.
+type bearer struct{}
+
+func (bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+testToken)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+var testClient = &http.Client{Transport: bearer{}}
+
+type fixture struct {
+	mesh *bustest.Mesh
+	srv  *httptest.Server
+}
+
+// newFixture serves a gateway's HTTP API for one registered agent.
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	m := bustest.Start(t)
+	cfg := config.Default()
+	cfg.Agent.Name = testAgent
+	gw, err := gateway.New(testCtx(t), gateway.Deps{Conn: m.Conn, Names: m.Names, Config: cfg,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HTTPToken: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	registerAgent(t, m, protocol.AgentSpec{Name: testAgent, MaxSteps: 5, MaxDepth: 2})
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(srv.Close)
+	return &fixture{mesh: m, srv: srv}
+}
+
+// startMemoryd runs memoryd (with a hash embedder) until the test ends and returns a client.
+func startMemoryd(t *testing.T, m *bustest.Mesh) memoryd.Client {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: config.Default(),
+			Embedder: embedtest.Hash{}, Ready: ready})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("memoryd: %v", err)
+	}
+	return memoryd.Client{NC: m.Conn.NC, Names: m.Names}
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func registerAgent(t *testing.T, m *bustest.Mesh, spec protocol.AgentSpec) {
+	t.Helper()
+	ctx := testCtx(t)
+	kv, err := bus.KV(ctx, m.Conn.JS, m.Names, protocol.BucketAgents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Updated = time.Now().UTC()
+	data, err := protocol.Marshal(&spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, spec.Name, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func postTask(t *testing.T, srv *httptest.Server, body string) (int, map[string]any) {
+	t.Helper()
+	var out map[string]any
+	return postJSON(t, srv, "/v1/tasks", body, &out), out
+}
+
+// getJSON GETs path with the token and decodes the JSON answer into out.
+func getJSON(t *testing.T, srv *httptest.Server, path string, out any) int {
+	t.Helper()
+	resp, err := testClient.Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("GET %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
+	}
+	return resp.StatusCode
+}
+
+func postJSON(t *testing.T, srv *httptest.Server, path, body string, out any) int {
+	t.Helper()
+	resp, err := testClient.Post(srv.URL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("POST %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
+	}
+	return resp.StatusCode
+}
+
+// With a miner at work (memoryd up, mining on), the stream goes on past the planner's usage
+// and ends with the miner's mined and usage events, the session's last.
+func TestHTTPEventsEndWithTheMinersUsage(t *testing.T) {
+	f := newFixture(t)
+	startMemoryd(t, f.mesh)
+	srv := f.srv
+	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "sse-2"}`); status != http.StatusAccepted {
+		t.Fatalf("status %d %v", status, out)
+	}
+	resp, err := testClient.Get(srv.URL + "/v1/sessions/sse-2/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
+	cost := 0.0
+	for _, ev := range []protocol.Event{
+		{SessionID: "sse-2", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
+		{SessionID: "sse-2", Type: protocol.EvUsage, Role: protocol.RolePlanner, Report: &protocol.UsageReport{CostUSD: &cost}},
+		{SessionID: "sse-2", Type: protocol.EvMined, Role: protocol.RoleMiner},
+		{SessionID: "sse-2", Type: protocol.EvUsage, Role: protocol.RoleMiner, Report: &protocol.UsageReport{CostUSD: &cost}},
+		{SessionID: "sse-2", Type: protocol.EvFinal, Text: "after the end"},
+	} {
+		if err := pub.Emit(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "event: ") {
+			types = append(types, strings.TrimPrefix(line, "event: "))
+		}
+	}
+	want := "session_started,final,usage,mined,usage"
+	if got := strings.Join(types, ","); got != want {
+		t.Errorf("events %s; want %s", got, want)
+	}
+}
+
+// The memory routes list, search, retire and evict what memoryd holds.
+func TestHTTPMemory(t *testing.T) {
+	f := newFixture(t)
+	srv := f.srv
+	c := startMemoryd(t, f.mesh)
+	var e map[string]string
+	now := time.Now().UTC()
+	entries := []memory.Entry{
+		{ID: "m-1", Agent: testAgent, Text: "Check the CSV file exists before reading it.", Polarity: protocol.PolarityAvoid, Tier: protocol.TierTactical,
+			Sessions: []string{"s1"}, Source: "human", Status: memory.StatusActive, Created: now, Updated: now},
+		{ID: "m-2", Agent: testAgent, Text: "Greet people by name.", Polarity: protocol.PolarityPattern, Tier: protocol.TierStrategic,
+			Sessions: []string{"s1", "s2", "s3"}, Helpful: 2, Source: "human", Status: memory.StatusActive, Created: now, Updated: now},
+	}
+	if rep, err := c.Import(testCtx(t), protocol.MemoryImportRequest{Entries: entries}); err != nil || rep.Imported != 2 {
+		t.Fatalf("import: %+v %v", rep, err)
+	}
+
+	var list protocol.MemoryListReply
+	if status := getJSON(t, srv, "/v1/memory?agent="+testAgent, &list); status != http.StatusOK || list.Total != 2 || list.Entries[0].ID != "m-2" {
+		t.Fatalf("list: %d %+v", status, list)
+	}
+	var ins protocol.MemoryInspectReply
+	if status := getJSON(t, srv, "/v1/memory/search?q=read+the+csv+file&top_k=1", &ins); status != http.StatusOK || len(ins.Hits) != 1 ||
+		ins.Hits[0].Entry.ID != "m-1" || ins.Hits[0].Why == "" || len(ins.Counts) != 2 {
+		t.Fatalf("search: %d %+v", status, ins)
+	}
+	if status := getJSON(t, srv, "/v1/memory/search?tier=middle", &e); status != http.StatusBadRequest {
+		t.Errorf("bad tier: %d %v", status, e)
+	}
+
+	var ret protocol.MemoryRetireReply
+	if status := postJSON(t, srv, "/v1/memory/m-1/retire", `{"reason": "wrong"}`, &ret); status != http.StatusOK || ret.Status != protocol.MemoryRetired {
+		t.Fatalf("retire: %d %+v", status, ret)
+	}
+	var got memory.Entry
+	if status := getJSON(t, srv, "/v1/memory/m-1", &got); status != http.StatusOK || got.Status != protocol.MemoryRetired {
+		t.Fatalf("retired entry: %d %+v", status, got)
+	}
+	if getJSON(t, srv, "/v1/memory?status=retired", &list); list.Total != 1 || list.Entries[0].ID != "m-1" {
+		t.Errorf("retired list: %+v", list)
+	}
+	if status := postJSON(t, srv, "/v1/memory/m-2/retire", `{"evict": true}`, &ret); status != http.StatusOK || !ret.Evicted {
+		t.Fatalf("evict: %d %+v", status, ret)
+	}
+	if status := getJSON(t, srv, "/v1/memory/m-2", &e); status != http.StatusNotFound || e["code"] != "not_found" {
+		t.Errorf("evicted entry: %d %v; want 404", status, e)
+	}
+	if status := postJSON(t, srv, "/v1/memory/m-1/retire", `{"evict": "yes"}`, &e); status != http.StatusBadRequest {
+		t.Errorf("malformed body: %d %v", status, e)
+	}
+}
