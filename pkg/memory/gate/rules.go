@@ -254,7 +254,7 @@ func scopeRules(l Lesson, text string) []Finding {
 				Reason: fmt.Sprintf("names address(es) %s that its source session's task and tool arguments never used", strings.Join(foreign, ", "))})
 		}
 	}
-	if l.Source == SourceMined && len(own) > 0 {
+	if l.Source == SourceMined && l.Scope != nil && len(own) > 0 {
 		anchored := false
 		for _, tok := range toolToken.FindAllString(text, -1) {
 			if slices.Contains(own, tok) {

@@ -22,8 +22,9 @@ func lastAt(e memory.Entry) time.Time {
 }
 
 // Evict keeps every (agent, tier) at or under the capacity. It removes, in order, entries no
-// longer active (superseded or retired: their pointer has served its purpose once the store is
-// full), then the least helpful (helpful - harmful), then the least recently used or updated.
+// longer active (superseded, retired or quarantined: kept while there is room, since their
+// history and links say what was believed and why), then the least worth (helpful - harmful
+// marks plus utility: see worth), then the least recently used or updated.
 // agent "" means every agent. With dryRun it only reports.
 func (e *Engine) Evict(ctx context.Context, agent string, dryRun bool) ([]Eviction, error) {
 	all, err := e.store.List(ctx, memory.Filter{Agent: agent, Status: memory.StatusAny})
@@ -54,7 +55,7 @@ func (e *Engine) Evict(ctx context.Context, agent string, dryRun bool) ([]Evicti
 		}
 		SortForEviction(g)
 		for _, x := range g[:over] {
-			reason := fmt.Sprintf("over capacity %d: helpful-harmful %d, last used %s", e.opt.Capacity, x.Helpful-x.Harmful, lastAt(x).Format(time.RFC3339))
+			reason := fmt.Sprintf("over capacity %d: helpful-harmful %d, utility %+.2f, last used %s", e.opt.Capacity, x.Helpful-x.Harmful, x.Utility, lastAt(x).Format(time.RFC3339))
 			if x.Status != memory.StatusActive {
 				reason = fmt.Sprintf("over capacity %d: %s", e.opt.Capacity, x.Status)
 			}
@@ -78,7 +79,7 @@ func SortForEviction(g []memory.Entry) {
 		if (a.Status == memory.StatusActive) != (b.Status == memory.StatusActive) {
 			return a.Status != memory.StatusActive
 		}
-		if sa, sb := a.Helpful-a.Harmful, b.Helpful-b.Harmful; sa != sb {
+		if sa, sb := worth(a), worth(b); sa != sb {
 			return sa < sb
 		}
 		if ta, tb := lastAt(a), lastAt(b); !ta.Equal(tb) {
@@ -86,4 +87,13 @@ func SortForEviction(g []memory.Entry) {
 		}
 		return a.ID < b.ID
 	})
+}
+
+// utilityMarks is how many helpful marks a utility of 1 is worth when eviction compares entries:
+// a guideline that is followed to success keeps its place over one that is merely retrieved.
+const utilityMarks = 5
+
+// worth orders active entries for eviction: helpful minus harmful marks, plus utility.
+func worth(x memory.Entry) float64 {
+	return float64(x.Helpful-x.Harmful) + utilityMarks*x.Utility
 }
