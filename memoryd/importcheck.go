@@ -66,6 +66,9 @@ func checkImport(e *memory.Entry, now time.Time) error {
 			break
 		}
 	}
+	if len(e.History) > protocol.MaxHistory || len(e.Supersedes) > protocol.MaxHistory || len(e.Marks) > protocol.MaxMarks {
+		bad("history, supersedes or marks too long: at most %d, %d and %d", protocol.MaxHistory, protocol.MaxHistory, protocol.MaxMarks)
+	}
 	if len(e.Mined) > maxImportMined {
 		bad("%d mined keys, at most %d", len(e.Mined), maxImportMined)
 	}
