@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/memory"
@@ -205,7 +207,7 @@ func Select(hits []memory.Hit, named []string, opt Options) []protocol.Guideline
 	seen := map[string]bool{}
 	var uniq []memory.Hit
 	for _, h := range hits {
-		if seen[h.Entry.ID] || h.Entry.Status != memory.StatusActive || refused(h.Entry) {
+		if seen[h.Entry.ID] || h.Entry.Status != memory.StatusActive {
 			continue
 		}
 		seen[h.Entry.ID] = true
@@ -222,6 +224,9 @@ func Select(hits []memory.Hit, named []string, opt Options) []protocol.Guideline
 	var picked []memory.Hit
 	take := func(h memory.Hit) {
 		chosen[h.Entry.ID] = true
+		if refused(h.Entry) {
+			return // never shown, and its slot goes to the next
+		}
 		picked = append(picked, h)
 		why[h.Entry.ID] = Why(h.Entry, h.Score, named, opt)
 	}
@@ -301,15 +306,27 @@ func Select(hits []memory.Hit, named []string, opt Options) []protocol.Guideline
 
 // refused reports an entry whose text the gate's rules reject. Every text is gated before it is
 // stored; this catches entries stored before the gate existed, or imported around it, before
-// they reach a prompt.
+// they reach a prompt. Answers are remembered by text (refusedCache entries), so a retrieval
+// pays the rules only for texts it has not seen.
 func refused(e memory.Entry) bool {
-	for _, f := range gate.Rules(gate.Lesson{Text: e.Text, Source: e.Source, Tools: e.Tools}, gate.Normalize(e.Text)) {
+	if r, ok := refusals.Get(e.Text); ok {
+		return r
+	}
+	r := false
+	for _, f := range gate.Rules(gate.Lesson{Text: e.Text}, gate.Normalize(e.Text)) {
 		if f.Verdict == gate.Reject {
-			return true
+			r = true
+			break
 		}
 	}
-	return false
+	refusals.Add(e.Text, r)
+	return r
 }
+
+// refusedCache bounds the texts whose refusal is remembered.
+const refusedCache = 8192
+
+var refusals, _ = lru.New[string, bool](refusedCache)
 
 func tierOf(g protocol.Guideline) protocol.Tier {
 	if g.Tier == protocol.TierStrategic {
