@@ -244,3 +244,22 @@ func TestUtilityFromEchoAndFizzle(t *testing.T) {
 		t.Fatalf("eviction should take the fizzling entry first: %+v %v", ev, err)
 	}
 }
+
+// Over capacity, what is no longer believed goes first: retired, then quarantined, then
+// superseded (which may still overturn its rule), then active entries by worth.
+func TestEvictionOrderKeepsContestedLessonsLongest(t *testing.T) {
+	g := []memory.Entry{
+		{ID: "active", Status: memory.StatusActive},
+		{ID: "superseded", Status: memory.StatusSuperseded, Helpful: 9},
+		{ID: "quarantined", Status: memory.StatusQuarantined},
+		{ID: "retired", Status: memory.StatusRetired, Helpful: 9},
+	}
+	ingest.SortForEviction(g)
+	var got []string
+	for _, e := range g {
+		got = append(got, e.ID)
+	}
+	if !slices.Equal(got, []string{"retired", "quarantined", "superseded", "active"}) {
+		t.Fatalf("eviction order %v", got)
+	}
+}
