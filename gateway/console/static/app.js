@@ -309,7 +309,7 @@ function memoryRow(e, hit) {
       e.utility ? el('div', { class: 'muted' }, `utility ${e.utility > 0 ? '+' : ''}${e.utility.toFixed(2)} (echo ${e.echoes || 0}, fizzle ${e.fizzles || 0})`) : null,
       e.superseded_by ? el('div', { class: 'muted' }, 'superseded by ', entryLink(e.superseded_by)) : null,
       (e.supersedes || []).length ? el('div', { class: 'muted' }, 'supersedes ', ...e.supersedes.flatMap((id, i) => [i ? ', ' : '', entryLink(id)])) : null,
-      history(e)),
+      entryHistory(e)),
     el('td', { class: 'num', title: (e.sessions || []).join('\n') }, sessions),
     el('td', { class: 'num' }, e.hits),
     el('td', { class: 'num' }, e.helpful),
@@ -331,9 +331,9 @@ async function showEntry(id) {
   } catch (err) { showError(err); }
 }
 
-// history shows what happened to an entry, oldest first: promoted, superseded (by whom, why),
+// entryHistory shows what happened to an entry, oldest first: promoted, superseded (by whom, why),
 // judged again, demoted, retired, quarantined by the lesson gate.
-function history(e) {
+function entryHistory(e) {
   if (!(e.history || []).length) return null;
   return el('details', { class: 'history' }, el('summary', { class: 'muted' }, `history (${e.history.length})`),
     el('ol', {}, ...e.history.map((h) => el('li', {},
