@@ -292,7 +292,7 @@ func tierParam(w http.ResponseWriter, r *http.Request) (protocol.Tier, bool) {
 	}
 }
 
-// httpMemoryList pages through entries: GET /v1/memory?agent=&tier=&status=active|superseded|retired|all&offset=&limit=
+// httpMemoryList pages through entries: GET /v1/memory?agent=&tier=&status=active|superseded|retired|quarantined|all&offset=&limit=
 func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	tier, ok := tierParam(w, r)
@@ -304,10 +304,10 @@ func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 	case "", string(protocol.MemoryActive):
 	case "all":
 		req.Status = memory.StatusAny
-	case string(protocol.MemorySuperseded), string(protocol.MemoryRetired):
+	case string(protocol.MemorySuperseded), string(protocol.MemoryRetired), string(protocol.MemoryQuarantined):
 		req.Status = protocol.MemoryStatus(st)
 	default:
-		httpError(w, http.StatusBadRequest, "bad_request", "status must be active, superseded, retired or all, got "+strconv.Quote(st))
+		httpError(w, http.StatusBadRequest, "bad_request", "status must be active, superseded, retired, quarantined or all, got "+strconv.Quote(st))
 		return
 	}
 	for name, dst := range map[string]*int{"offset": &req.Offset, "limit": &req.Limit} {

@@ -79,7 +79,7 @@ var apiRoutes = []apiRoute{
 	{Pattern: "GET /v1/dlq", ID: "listDeadLetters", Summary: "The newest dead letters within `since`, with their origin and reason.",
 		Query:     []string{"since", "limit"},
 		Responses: append([]apiResponse{{Status: 200, Doc: "the dead letters", Body: []DeadLetter{}}}, errs(400, 500)...)},
-	{Pattern: "GET /v1/memory", ID: "listMemory", Summary: "Memory entries by `agent`, `tier`, `status` (active, superseded, retired or all), paged by `offset` and `limit` (at most 200).",
+	{Pattern: "GET /v1/memory", ID: "listMemory", Summary: "Memory entries by `agent`, `tier`, `status` (active, superseded, retired, quarantined or all), paged by `offset` and `limit` (at most 200).",
 		Query:     []string{"agent", "tier", "status", "offset", "limit"},
 		Responses: append([]apiResponse{{Status: 200, Doc: "the entries", Body: protocol.MemoryListReply{}}}, errs(400, 502, 503)...)},
 	{Pattern: "GET /v1/memory/search", ID: "searchMemory", Summary: "Counts per agent, tier and status, and the entries nearest `q` ranked as retrieval ranks them (`top_k` 1..100).",

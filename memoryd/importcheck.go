@@ -3,6 +3,7 @@ package memoryd
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/memory"
@@ -22,9 +23,8 @@ const (
 )
 
 // checkImport validates every field of an imported entry and fills the defaults. The text is
-// redacted and sanitized as mined text is; a text that sanitizing would change beyond spacing
-// is stored sanitized, and one over the guideline length cap is refused (not cut: a cut
-// guideline can say the opposite of the whole).
+// redacted (the lesson gate then judges it, in importOne); one over the guideline length cap is
+// refused (not cut: a cut guideline can say the opposite of the whole).
 func checkImport(e *memory.Entry, now time.Time) error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
@@ -33,7 +33,7 @@ func checkImport(e *memory.Entry, now time.Time) error {
 	}
 	if len(e.Text) > retrieve.MaxGuidelineChars {
 		bad("text is %d bytes, at most %d", len(e.Text), retrieve.MaxGuidelineChars)
-	} else if e.Text = retrieve.Sanitize(redact.String(e.Text)); e.Text == "" {
+	} else if e.Text = strings.TrimSpace(redact.String(e.Text)); e.Text == "" {
 		bad("text is empty")
 	}
 	if e.Polarity != protocol.PolarityAvoid && e.Polarity != protocol.PolarityPattern {
@@ -66,6 +66,9 @@ func checkImport(e *memory.Entry, now time.Time) error {
 			break
 		}
 	}
+	if len(e.History) > protocol.MaxHistory || len(e.Supersedes) > protocol.MaxHistory || len(e.Marks) > protocol.MaxMarks {
+		bad("history, supersedes or marks too long: at most %d, %d and %d", protocol.MaxHistory, protocol.MaxHistory, protocol.MaxMarks)
+	}
 	if len(e.Mined) > maxImportMined {
 		bad("%d mined keys, at most %d", len(e.Mined), maxImportMined)
 	}
@@ -90,13 +93,13 @@ func checkImport(e *memory.Entry, now time.Time) error {
 	switch e.Status {
 	case "":
 		e.Status = memory.StatusActive
-	case memory.StatusActive, memory.StatusRetired:
+	case memory.StatusActive, memory.StatusRetired, memory.StatusQuarantined:
 	case memory.StatusSuperseded:
 		if !protocol.ValidToken(e.SupersededBy) {
 			bad("a superseded entry needs superseded_by (an entry id), got %q", e.SupersededBy)
 		}
 	default:
-		bad("status must be active, superseded or retired, got %q", e.Status)
+		bad("status must be active, superseded, retired or quarantined, got %q", e.Status)
 	}
 	if e.SupersededBy != "" && e.Status != memory.StatusSuperseded {
 		bad("superseded_by is set on an entry whose status is %q", e.Status)
@@ -108,9 +111,6 @@ func checkImport(e *memory.Entry, now time.Time) error {
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
-	}
-	if e.ID == "" {
-		e.ID = memory.EntryID(e.Agent, e.Polarity, e.Text)
 	}
 	if e.Created.IsZero() {
 		e.Created = now

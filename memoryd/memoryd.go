@@ -20,6 +20,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/memory/gate"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/memory/retrieve"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -41,6 +42,9 @@ type Deps struct {
 	Store    memory.Store
 	Embedder embed.Embedder
 	Judge    ingest.Judge
+	// GateJudge is the lesson gate's model check; nil means the model of miner.llm when one is
+	// configured, else the gate's rules alone.
+	GateJudge gate.Judge
 	// Ready, when set, is closed once every endpoint is registered.
 	Ready chan<- struct{}
 }
@@ -54,6 +58,8 @@ type server struct {
 	store  memory.Store
 	emb    embed.Embedder
 	eng    *ingest.Engine
+	gate   *gate.Gate
+	tools  *catalogue
 	ret    *retrieve.Retriever
 	retOpt retrieve.Options
 	sem    chan struct{}
@@ -107,20 +113,32 @@ func Run(ctx context.Context, d Deps) error {
 	opt := ingest.OptionsFrom(d.Config.Memory)
 	opt.Logger = s.log
 	opt.Judge = d.Judge
-	if opt.Judge == nil && d.Config.Miner.LLM != nil {
-		// Judging relations is a small task; it uses the miner's cheaper model only when one is
-		// configured, never the agent's main model, and the rules when the model fails.
+	gateJudge := d.GateJudge
+	if (opt.Judge == nil || gateJudge == nil) && d.Config.Miner.LLM != nil {
+		// Judging relations and lessons are small tasks; they use the miner's cheaper model only
+		// when one is configured, never the agent's main model, and the rules when the model fails.
 		err := llm.CheckKey(*d.Config.Miner.LLM)
 		var m llm.Backend
 		if err == nil {
 			m, err = newModel(*d.Config.Miner.LLM, s.log)
 		}
 		if err != nil {
-			s.log.Warn("no model judge for promotions; using the deterministic rules", "err", err)
+			s.log.Warn("no model judge for promotions and the lesson gate; using the deterministic rules", "err", err)
 		} else {
-			opt.Judge = ingest.ModelJudge{Backend: m, Model: d.Config.Miner.LLM.Model}
+			if opt.Judge == nil {
+				opt.Judge = ingest.ModelJudge{Backend: m, Model: d.Config.Miner.LLM.Model}
+			}
+			if gateJudge == nil {
+				gateJudge = gate.ModelJudge{Backend: m, Model: d.Config.Miner.LLM.Model}
+			}
 		}
 	}
+	if gateJudge == nil {
+		s.log.Info("lesson gate: no model judge (set miner.llm to have one); the normalised rules alone decide what enters memory")
+	}
+	s.gate = gate.New(gateJudge, s.log, 0)
+	s.tools = &catalogue{conn: d.Conn, mesh: d.Names, log: s.log}
+	opt.Gate, opt.KnownTools = s.gate, s.tools.toolNames
 	// The tokenizer's vocabulary loads on first use (about a second); load it now so the first
 	// retrieval does not pay for it.
 	go tokenize.Count("warm up")
@@ -343,7 +361,7 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 	}
 	named := retrieve.NamedTools(req.Query, tools)
 	for _, h := range hits {
-		rep.Hits = append(rep.Hits, protocol.MemoryScored{Entry: strip(h.Entry), Score: retrieve.Rank(h.Score, h.Entry.Helpful, h.Entry.Harmful),
+		rep.Hits = append(rep.Hits, protocol.MemoryScored{Entry: strip(h.Entry), Score: retrieve.Rank(h.Score, h.Entry),
 			Similarity: h.Score, Why: retrieve.Why(h.Entry, h.Score, named, s.retOpt)})
 	}
 	sort.SliceStable(rep.Hits, func(i, j int) bool {
@@ -426,8 +444,21 @@ func (s *server) importEntries(ctx context.Context, data []byte) (protocol.Messa
 }
 
 func (s *server) importOne(ctx context.Context, e memory.Entry, replace bool) (bool, error) {
-	if err := checkImport(&e, time.Now().UTC()); err != nil {
+	now := time.Now().UTC()
+	if err := checkImport(&e, now); err != nil {
 		return false, err
+	}
+	// An import is text from outside like any other: the lesson gate decides what it may be.
+	d := s.gate.Check(ctx, gate.Lesson{Text: e.Text, Source: gate.SourceImported, Agent: e.Agent, Tools: e.Tools})
+	switch d.Verdict {
+	case gate.Reject:
+		return false, fmt.Errorf("lesson gate: %s", d.Reason())
+	case gate.Quarantine:
+		e.Status, e.SupersededBy = memory.StatusQuarantined, ""
+		e.History = append(e.History, protocol.MemoryChange{At: now, Event: protocol.ChangeQuarantined, Reason: "lesson gate at import: " + d.Reason()})
+	}
+	if e.Text = d.Text; e.ID == "" {
+		e.ID = memory.EntryID(e.Agent, e.Polarity, e.Text)
 	}
 	// Vectors never travel in exports: every entry is embedded with this memoryd's model.
 	vecs, err := s.emb.Embed(ctx, []string{e.Text})

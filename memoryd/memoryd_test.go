@@ -83,6 +83,12 @@ func TestEndpointsOverTheBus(t *testing.T) {
 	cand := protocol.Candidate{Text: guideline, Polarity: protocol.PolarityAvoid, Tools: []string{"csv_read"}, Key: "csv_read|tool_error|no such file"}
 	var last []protocol.IngestAction
 	for _, s := range []string{"s1", "s2", "s2", "s3"} {
+		if s == "s3" {
+			// s2 used the lesson and succeeded: a helpful mark, which promotion needs.
+			if err := c.Feedback(ctx, protocol.FeedbackRequest{Agent: "demo", SessionID: "s2", Helpful: []string{last[0].EntryID}}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		last, err = c.Ingest(ctx, protocol.IngestRequest{Agent: "demo", SessionID: s, Candidates: []protocol.Candidate{cand}})
 		if err != nil {
 			t.Fatalf("ingest %s: %v", s, err)
@@ -113,7 +119,7 @@ func TestEndpointsOverTheBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	e, err := c.Get(ctx, id)
-	if err != nil || e.Helpful != 2 || len(e.Sessions) != 3 || e.Hits != 3 {
+	if err != nil || e.Helpful != 3 || len(e.Sessions) != 3 || e.Hits != 3 { // 1 (s2) + 2 (followed in s4)
 		t.Fatalf("get: %+v %v", e, err)
 	}
 	if _, err := c.Get(ctx, "nope"); err == nil {
@@ -213,12 +219,19 @@ func TestRealEmbedderFromConfig(t *testing.T) {
 		t.Fatalf("health %+v %v", h, err)
 	}
 	for _, s := range []string{"s1", "s2", "s3"} {
-		if _, err := c.Ingest(ctx, protocol.IngestRequest{Agent: "demo", SessionID: s, Candidates: []protocol.Candidate{
+		acts, err := c.Ingest(ctx, protocol.IngestRequest{Agent: "demo", SessionID: s, Candidates: []protocol.Candidate{
 			{Text: `Avoid calling csv_read with {"path":"/data/x.csv"}: it failed with "no such file: /data/x.csv"`,
 				Polarity: protocol.PolarityAvoid, Tools: []string{"csv_read"}, Key: "k"},
 			{Text: "Set a timeout when calling fetch_url on slow hosts.", Polarity: protocol.PolarityAvoid, Tools: []string{"fetch_url"}, Key: "t"},
-		}}); err != nil {
+		}})
+		if err != nil {
 			t.Fatal(err)
+		}
+		if s == "s2" {
+			// Only the csv lesson helped a session: only it is promoted.
+			if err := c.Feedback(ctx, protocol.FeedbackRequest{Agent: "demo", SessionID: s, Helpful: []string{acts[0].EntryID}}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	gs, err := c.Retrieve(ctx, protocol.RetrieveRequest{Agent: "demo", Task: "Summarize the sales in /data/x.csv", Tools: []string{"csv_read", "fetch_url"}})

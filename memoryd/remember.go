@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/retrieve"
@@ -13,9 +14,10 @@ import (
 )
 
 // remember stores notes written inside a session (an agent's remember calls, a sub-agent's
-// findings) through the ingest rules mined candidates follow: redacted and sanitized first,
-// refused over the guideline length cap, tactical, counted once per (session, key), merged into
-// a similar entry, promoted on evidence from distinct sessions.
+// findings) through the ingest rules mined candidates follow: redacted, refused over the
+// guideline length cap, through the lesson gate (rejected, quarantined or stored normalised),
+// tactical, counted once per (session, key), merged into a similar entry, promoted on evidence
+// from distinct sessions and a helpful mark.
 func (s *server) remember(ctx context.Context, data []byte) (protocol.Message, error) {
 	var req protocol.RememberRequest
 	if err := decode(data, &req); err != nil {
@@ -33,7 +35,7 @@ func (s *server) remember(ctx context.Context, data []byte) (protocol.Message, e
 		if key == "" {
 			key = NoteKey(n.Text)
 		}
-		text := retrieve.Sanitize(redact.String(n.Text))
+		text := strings.TrimSpace(redact.String(n.Text))
 		switch {
 		case len(n.Text) > retrieve.MaxGuidelineChars:
 			rep.Actions = append(rep.Actions, protocol.IngestAction{Key: key, Action: "refused",

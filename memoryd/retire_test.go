@@ -35,7 +35,7 @@ func TestInspectRanksLikeRetrievalAndRetireTakesEntriesOut(t *testing.T) {
 		t.Fatalf("hits not ordered by feedback: %+v", ins.Hits)
 	}
 	h := ins.Hits[0]
-	if want := retrieve.Rank(h.Similarity, 3, 0); h.Score != want || h.Why == "" {
+	if want := retrieve.Rank(h.Similarity, h.Entry); h.Score != want || h.Why == "" {
 		t.Fatalf("hit score %v, want retrieval's rank %v (similarity %v), why %q", h.Score, want, h.Similarity, h.Why)
 	}
 

@@ -74,62 +74,116 @@ func warnedAbout(g protocol.Guideline, tools []string, c Call) bool {
 	return words == 0 || 2*hit >= words
 }
 
-// Feedback marks the guidelines a session retrieved: helpful when it succeeded, harmful when it
-// failed with the very tool failure the guideline warned about, and followed when it succeeded
-// and its tool calls plainly did what the guideline said (an avoid guideline's literals never
-// appear in the calls of its tools; a pattern's tools all ran successfully).
+// use is what a session did with a guideline it retrieved, read from its tool calls.
+type use int
+
+const (
+	// unknown: none of the guideline's tools was called, so the trace cannot tell.
+	unknown use = iota
+	// followed: the calls did what it says (an avoid guideline: the last call of its tools
+	// neither used a value it names nor failed the way it warned; a pattern: a call of its
+	// tools used a value it names and succeeded, or, naming none, each of its tools ran
+	// successfully).
+	followed
+	// followedIntoFailure: the calls did what it says and failed all the same.
+	followedIntoFailure
+	// ignored: the calls went against it (the last call of an avoid guideline's tools used what
+	// it warned about or failed as it warned; a pattern's tools ran without the values it
+	// names, or not all of them ran).
+	ignored
+)
+
+// useOf reads how the session used g.
+func useOf(g protocol.Guideline, tools []string, calls []Call) use {
+	var mine []Call
+	for _, c := range calls {
+		if slices.Contains(tools, c.Tool) {
+			mine = append(mine, c)
+		}
+	}
+	if len(tools) == 0 || len(mine) == 0 {
+		return unknown
+	}
+	lits := literals(g.Text, tools)
+	usesLiteral := func(c Call) bool {
+		return slices.ContainsFunc(lits, func(l string) bool { return strings.Contains(string(c.Args), l) })
+	}
+	if g.Polarity == protocol.PolarityAvoid {
+		// The last call decides: a session that hit the warned failure and then did as the
+		// guideline says followed it in the end.
+		last := mine[len(mine)-1]
+		switch {
+		case usesLiteral(last) || last.Failed() && warnedAbout(g, tools, last):
+			return ignored
+		case last.Failed():
+			return followedIntoFailure
+		}
+		return followed
+	}
+	if len(lits) > 0 {
+		var using []Call
+		for _, c := range mine {
+			if usesLiteral(c) {
+				using = append(using, c)
+			}
+		}
+		switch {
+		case len(using) == 0:
+			return ignored
+		case slices.ContainsFunc(using, func(c Call) bool { return !c.Failed() }):
+			return followed
+		}
+		return followedIntoFailure
+	}
+	ran, succeeded := 0, 0
+	for _, t := range tools {
+		if slices.ContainsFunc(mine, func(c Call) bool { return c.Tool == t }) {
+			ran++
+		}
+		if slices.ContainsFunc(mine, func(c Call) bool { return c.Tool == t && !c.Failed() }) {
+			succeeded++
+		}
+	}
+	switch {
+	case succeeded == len(tools):
+		return followed
+	case ran == len(tools):
+		return followedIntoFailure
+	}
+	return ignored
+}
+
+// Feedback marks the guidelines a session retrieved, from how its tool calls used each (useOf):
+//
+//   - followed, in a session that succeeded: helpful and followed (two helpful marks), echo;
+//   - followed into a failure: harmful, fizzle (whatever the session's outcome);
+//   - ignored: fizzle, and no helpful mark even if the session succeeded;
+//   - none of its tools called: one helpful mark when the session succeeded (it was there when
+//     things went right), and its utility is left alone.
+//
+// A guideline the session ignored and then failed exactly as it warned is not harmful: the
+// failure confirms it (the miner mines that failure again, which counts for the guideline).
 func Feedback(s Session) protocol.FeedbackRequest {
 	fb := protocol.FeedbackRequest{Agent: s.MemoryAgent(), SessionID: s.ID}
 	ok := s.Outcome.Succeeded()
 	for _, g := range s.Retrieved {
-		tools := toolsOf(g, s.Calls)
-		if ok {
-			fb.Helpful = append(fb.Helpful, g.ID)
-			if followed(g, tools, s.Calls) {
+		switch useOf(g, toolsOf(g, s.Calls), s.Calls) {
+		case followed:
+			if ok {
+				fb.Helpful = append(fb.Helpful, g.ID)
 				fb.Followed = append(fb.Followed, g.ID)
+				fb.Echo = append(fb.Echo, g.ID)
 			}
-			continue
-		}
-		if g.Polarity != protocol.PolarityAvoid {
-			continue
-		}
-		for _, c := range s.Calls {
-			if c.Failed() && warnedAbout(g, tools, c) {
-				fb.Harmful = append(fb.Harmful, g.ID)
-				break
+		case followedIntoFailure:
+			fb.Harmful = append(fb.Harmful, g.ID)
+			fb.Fizzle = append(fb.Fizzle, g.ID)
+		case ignored:
+			fb.Fizzle = append(fb.Fizzle, g.ID)
+		case unknown:
+			if ok {
+				fb.Helpful = append(fb.Helpful, g.ID)
 			}
 		}
 	}
 	return fb
-}
-
-func followed(g protocol.Guideline, tools []string, calls []Call) bool {
-	if len(tools) == 0 {
-		return false
-	}
-	if g.Polarity == protocol.PolarityPattern {
-		for _, t := range tools {
-			if !slices.ContainsFunc(calls, func(c Call) bool { return c.Tool == t && !c.Failed() }) {
-				return false
-			}
-		}
-		return true
-	}
-	lits := literals(g.Text, tools)
-	used := false
-	for _, c := range calls {
-		if !slices.Contains(tools, c.Tool) {
-			continue
-		}
-		used = true
-		if c.Failed() && warnedAbout(g, tools, c) {
-			return false
-		}
-		for _, l := range lits {
-			if strings.Contains(string(c.Args), l) {
-				return false
-			}
-		}
-	}
-	return used
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/skein-mesh/skein/pkg/memory/gate"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -23,8 +24,10 @@ type Session struct {
 	Task    string
 	Outcome protocol.Outcome
 	// Ended is true once the usage event (always last) was seen.
-	Ended     bool
-	Calls     []Call
+	Ended bool
+	Calls []Call
+	// Offered is the tools the session's steps were offered (tools events).
+	Offered   []string
 	Retrieved []protocol.Guideline
 	// Report is the usage report the session ended with; MinerCalls are earlier mining calls.
 	Report     *protocol.UsageReport
@@ -92,6 +95,12 @@ func ParseSession(session string, events []protocol.Event) Session {
 			// writers may not be, and what is mined here becomes prompt text.
 			trace.Scrub(&ev)
 			s.Calls = append(s.Calls, Call{Tool: ev.Tool, Args: ev.Args, Result: *ev.Result})
+		case protocol.EvTools:
+			for _, t := range ev.Tools {
+				if t != "" && !slices.Contains(s.Offered, t) {
+					s.Offered = append(s.Offered, t)
+				}
+			}
 		case protocol.EvRetrieval:
 			for _, g := range ev.Guidelines {
 				if !seen[g.ID] {
@@ -114,6 +123,36 @@ func ParseSession(session string, events []protocol.Event) Session {
 		}
 	}
 	return s
+}
+
+// Scope is the tools the session offered or called: what its lessons may speak of.
+func (s Session) Scope() []string {
+	out := slices.Clone(s.Offered)
+	for _, c := range s.Calls {
+		if !slices.Contains(out, c.Tool) {
+			out = append(out, c.Tool)
+		}
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
+// Seen is the hosts and mail domains the session's task and tool arguments named: the
+// addresses its lessons may name.
+func (s Session) Seen() []string {
+	var b strings.Builder
+	b.WriteString(s.Task)
+	for _, c := range s.Calls {
+		b.WriteByte('\n')
+		b.Write(c.Args)
+	}
+	out := gate.Hosts(b.String())
+	if out == nil {
+		out = []string{}
+	}
+	return out
 }
 
 // Evidence is one mined candidate before compression: the facts a model (or the template) turns

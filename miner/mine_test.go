@@ -95,34 +95,56 @@ func TestTemplateStaysUnderCap(t *testing.T) {
 }
 
 func TestFeedbackMarks(t *testing.T) {
+	// The session hit the missing file, then read another one: in the end it did what the avoid
+	// guideline says, and both of the pattern's tools ran.
 	ok := Feedback(ParseSession("s1", failingSession("s1", protocol.OutcomeSuccess)))
-	if strings.Join(ok.Helpful, ",") != "g-avoid,g-pattern" || len(ok.Harmful) != 0 {
+	if strings.Join(ok.Followed, ",") != "g-avoid,g-pattern" || strings.Join(ok.Helpful, ",") != "g-avoid,g-pattern" ||
+		strings.Join(ok.Echo, ",") != "g-avoid,g-pattern" || len(ok.Harmful)+len(ok.Fizzle) != 0 {
 		t.Fatalf("success: %+v", ok)
 	}
-	// The session did call csv_read on the missing file, so the avoid guideline was not followed;
-	// the pattern's tools both ran successfully.
-	if strings.Join(ok.Followed, ",") != "g-pattern" {
-		t.Fatalf("followed: %v", ok.Followed)
-	}
+	// Followed, but the session failed elsewhere: no mark either way.
 	bad := Feedback(ParseSession("s1", failingSession("s1", protocol.OutcomeIncompleteToolFail)))
-	if len(bad.Helpful) != 0 || strings.Join(bad.Harmful, ",") != "g-avoid" {
+	if len(bad.Helpful)+len(bad.Harmful)+len(bad.Echo)+len(bad.Fizzle) != 0 {
 		t.Fatalf("failure: %+v", bad)
 	}
 
-	// A session that heeded the guideline: it never touched the path the guideline named.
-	heed := []protocol.Event{
-		{Type: protocol.EvSessionStarted, Agent: "demo", Task: "t"},
-		{Type: protocol.EvRetrieval, Guidelines: []protocol.Guideline{{ID: "g", Polarity: protocol.PolarityAvoid, Tools: []string{"csv_read"},
-			Text: `Avoid calling csv_read with {"path":"/data/x.csv"}: it failed with "no such file: /data/x.csv"`}}},
-		toolEv("csv_read", `{"path":"/data/y.csv"}`, protocol.ToolResult{OK: true}),
-		{Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess},
+	g := protocol.Guideline{ID: "g", Polarity: protocol.PolarityAvoid, Tools: []string{"csv_read"},
+		Text: `Avoid calling csv_read with {"path":"/data/x.csv"}: it failed with "no such file: /data/x.csv"`}
+	session := func(outcome protocol.Outcome, g protocol.Guideline, calls ...protocol.Event) []protocol.Event {
+		evs := []protocol.Event{{Type: protocol.EvSessionStarted, Agent: "demo", Task: "t"}, {Type: protocol.EvRetrieval, Guidelines: []protocol.Guideline{g}}}
+		return append(append(evs, calls...), protocol.Event{Type: protocol.EvFinal, Outcome: outcome})
 	}
-	if fb := Feedback(ParseSession("s2", heed)); strings.Join(fb.Followed, ",") != "g" {
+	join := func(ids []string) string { return strings.Join(ids, ",") }
+	// Heeded: it never touched the path the guideline named.
+	if fb := Feedback(ParseSession("s2", session(protocol.OutcomeSuccess, g, toolEv("csv_read", `{"path":"/data/y.csv"}`, protocol.ToolResult{OK: true})))); join(fb.Followed) != "g" || join(fb.Echo) != "g" {
 		t.Fatalf("heeded guideline not followed: %+v", fb)
 	}
-	heed[2] = toolEv("csv_read", `{"path":"/data/x.csv"}`, protocol.ToolResult{OK: true})
-	if fb := Feedback(ParseSession("s2", heed)); len(fb.Followed) != 0 {
-		t.Fatalf("used the avoided path yet followed: %+v", fb)
+	// Ignored: used the path it warned about; no helpful mark although the session succeeded.
+	if fb := Feedback(ParseSession("s2", session(protocol.OutcomeSuccess, g, toolEv("csv_read", `{"path":"/data/x.csv"}`, protocol.ToolResult{OK: true})))); len(fb.Helpful) != 0 || join(fb.Fizzle) != "g" {
+		t.Fatalf("used the avoided path: %+v", fb)
+	}
+	// Followed into a failure: heeded it and its tool still failed.
+	if fb := Feedback(ParseSession("s2", session(protocol.OutcomeIncompleteToolFail, g, toolEv("csv_read", `{"path":"/data/y.csv"}`,
+		protocol.ToolResult{OK: false, Error: "permission denied"})))); join(fb.Harmful) != "g" || join(fb.Fizzle) != "g" {
+		t.Fatalf("followed into failure: %+v", fb)
+	}
+	// A pattern naming a value: followed when a successful call used it, followed into a
+	// failure when every call using it failed, ignored when none used it.
+	p := protocol.Guideline{ID: "p", Polarity: protocol.PolarityPattern, Tools: []string{"report_tool"}, Text: `Always pass dates to report_tool as ISO dates like "2024-05-01".`}
+	iso, dmy := `{"date":"2024-05-01"}`, `{"date":"01/05/2024"}`
+	fail := protocol.ToolResult{OK: false, Error: "date must be DD/MM/YYYY"}
+	if fb := Feedback(ParseSession("s3", session(protocol.OutcomeSuccess, p, toolEv("report_tool", iso, protocol.ToolResult{OK: true})))); join(fb.Echo) != "p" {
+		t.Fatalf("pattern followed: %+v", fb)
+	}
+	if fb := Feedback(ParseSession("s3", session(protocol.OutcomeSuccessWithRecovery, p, toolEv("report_tool", iso, fail), toolEv("report_tool", dmy, protocol.ToolResult{OK: true})))); join(fb.Harmful) != "p" || len(fb.Helpful) != 0 {
+		t.Fatalf("pattern followed into failure: %+v", fb)
+	}
+	if fb := Feedback(ParseSession("s3", session(protocol.OutcomeSuccess, p, toolEv("report_tool", dmy, protocol.ToolResult{OK: true})))); join(fb.Fizzle) != "p" || len(fb.Helpful) != 0 {
+		t.Fatalf("pattern ignored: %+v", fb)
+	}
+	// None of its tools called: present when things went right, nothing more.
+	if fb := Feedback(ParseSession("s4", session(protocol.OutcomeSuccess, p, toolEv("csv_read", `{}`, protocol.ToolResult{OK: true})))); join(fb.Helpful) != "p" || len(fb.Echo)+len(fb.Fizzle) != 0 {
+		t.Fatalf("unused: %+v", fb)
 	}
 }
 

@@ -146,7 +146,7 @@ func handle(ctx context.Context, d *Deps, msg jetstream.Msg) error {
 		return fmt.Errorf("mining session %s: %w", ev.SessionID, err)
 	}
 	d.Logger.Info("mined", "session", ev.SessionID, "candidates", len(res.Candidates), "helpful", len(res.Feedback.Helpful),
-		"harmful", len(res.Feedback.Harmful), "followed", len(res.Feedback.Followed))
+		"harmful", len(res.Feedback.Harmful), "followed", len(res.Feedback.Followed), "echo", len(res.Feedback.Echo), "fizzle", len(res.Feedback.Fizzle))
 	return nil
 }
 
@@ -190,7 +190,7 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 	}
 	if len(res.Candidates) > 0 {
 		var rep protocol.IngestReply
-		req := protocol.IngestRequest{Agent: s.MemoryAgent(), SessionID: session, Candidates: res.Candidates}
+		req := protocol.IngestRequest{Agent: s.MemoryAgent(), SessionID: session, Candidates: res.Candidates, Scope: s.Scope(), Seen: s.Seen()}
 		if err := bus.Request(ctx, d.Conn.NC, d.Names.Memory(protocol.MemIngest), &req, &rep, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("mine %s: ingest: %w", session, err)
 		}
@@ -200,7 +200,7 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 		}
 	}
 	res.Feedback = Feedback(s)
-	if fb := res.Feedback; len(fb.Helpful)+len(fb.Harmful)+len(fb.Followed) > 0 {
+	if fb := res.Feedback; len(fb.Helpful)+len(fb.Harmful)+len(fb.Followed)+len(fb.Echo)+len(fb.Fizzle) > 0 {
 		var ack protocol.Ack
 		if err := bus.Request(ctx, d.Conn.NC, d.Names.Memory(protocol.MemFeedback), &fb, &ack, 30*time.Second); err != nil {
 			return res, fmt.Errorf("mine %s: feedback: %w", session, err)
@@ -282,7 +282,8 @@ func closeTrace(ctx context.Context, d Deps, s Session, res *Result, calls []Mod
 	// The feedback marks go with the decisions, so a reader of the trace sees what the session
 	// taught memory about the guidelines it was given.
 	var marks map[string]string
-	for k, ids := range map[string][]string{"helpful": res.Feedback.Helpful, "harmful": res.Feedback.Harmful, "followed": res.Feedback.Followed} {
+	for k, ids := range map[string][]string{"helpful": res.Feedback.Helpful, "harmful": res.Feedback.Harmful, "followed": res.Feedback.Followed,
+		"echo": res.Feedback.Echo, "fizzle": res.Feedback.Fizzle} {
 		if len(ids) > 0 {
 			if marks == nil {
 				marks = map[string]string{}

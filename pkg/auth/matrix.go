@@ -168,7 +168,9 @@ var Matrix = []Row{
 		// toolhost reads an agent's declaration (description, input schema) to offer it as a tool.
 		Grants: map[Identity]Access{Executor: RW, Gateway: Read | Create, Planner: Read, Client: Read, Toolhost: Read}},
 	{Kind: KindBucket, Base: protocol.BucketTools, Doc: "tool catalogue",
-		Grants: map[Identity]Access{Toolhost: RW, Executor: Read, Gateway: Create, Client: Read}},
+		// memoryd's lesson gate reads the tool names to tell a lesson that names a tool its
+		// session never used.
+		Grants: map[Identity]Access{Toolhost: RW, Executor: Read, Gateway: Create, Client: Read, Memoryd: Read}},
 	{Kind: KindBucket, Base: protocol.BucketMemory, Doc: "strategic and tactical memory (only memoryd)",
 		Grants: map[Identity]Access{Memoryd: RW, Gateway: Create}},
 	{Kind: KindBucket, Base: protocol.BucketMined, Doc: "the miner's compression cache",

@@ -175,17 +175,25 @@ type Memory struct {
 	TopK                int     `yaml:"top_k"`
 	SimilarityThreshold float64 `yaml:"similarity_threshold"`
 	PromotionSessions   int     `yaml:"promotion_sessions"`
-	GuidelineMaxTokens  int     `yaml:"guideline_max_tokens"`
-	TokenBudget         int     `yaml:"token_budget"`
-	ToolFloor           float64 `yaml:"tool_floor"`
-	PatternShare        float64 `yaml:"pattern_share"`
-	Capacity            int     `yaml:"capacity"`
-	EvictEvery          string  `yaml:"evict_every"`
-	Store               string  `yaml:"store"` // kv | milvus
-	MilvusAddr          string  `yaml:"milvus_addr"`
-	Embedder            string  `yaml:"embedder"` // minilm | ollama | openai
-	EmbedURL            string  `yaml:"embed_url"`
-	EmbedModel          string  `yaml:"embed_model"`
+	// PromotionHelpful is how many helpful marks a guideline needs besides its sessions before
+	// it is promoted (at least 1: recurrence alone is not enough).
+	PromotionHelpful int `yaml:"promotion_helpful"`
+	// FeedbackWindow is how many sessions' feedback marks an entry keeps; DemoteHarmful harmful
+	// marks in that window, outnumbering its helpful ones, demote a strategic rule to tactical
+	// (and retire a demoted one).
+	FeedbackWindow     int     `yaml:"feedback_window"`
+	DemoteHarmful      int     `yaml:"demote_harmful"`
+	GuidelineMaxTokens int     `yaml:"guideline_max_tokens"`
+	TokenBudget        int     `yaml:"token_budget"`
+	ToolFloor          float64 `yaml:"tool_floor"`
+	PatternShare       float64 `yaml:"pattern_share"`
+	Capacity           int     `yaml:"capacity"`
+	EvictEvery         string  `yaml:"evict_every"`
+	Store              string  `yaml:"store"` // kv | milvus
+	MilvusAddr         string  `yaml:"milvus_addr"`
+	Embedder           string  `yaml:"embedder"` // minilm | ollama | openai
+	EmbedURL           string  `yaml:"embed_url"`
+	EmbedModel         string  `yaml:"embed_model"`
 
 	// MilvusConsistency of Milvus searches and lists: session (default), bounded, strong, eventually.
 	MilvusConsistency string `yaml:"milvus_consistency"`

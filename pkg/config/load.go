@@ -55,6 +55,9 @@ func Default() *Config {
 			TopK:                5,
 			SimilarityThreshold: 0.85,
 			PromotionSessions:   3,
+			PromotionHelpful:    1,
+			FeedbackWindow:      10,
+			DemoteHarmful:       3,
 			GuidelineMaxTokens:  30,
 			TokenBudget:         400,
 			ToolFloor:           0.30,
@@ -376,6 +379,15 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Memory.PromotionSessions < 1 {
 		bad("memory.promotion_sessions", "must be at least 1, got %d", c.Memory.PromotionSessions)
+	}
+	if c.Memory.PromotionHelpful < 1 {
+		bad("memory.promotion_helpful", "must be at least 1 (recurrence alone does not promote), got %d", c.Memory.PromotionHelpful)
+	}
+	if c.Memory.FeedbackWindow < 1 || c.Memory.FeedbackWindow > protocol.MaxMarks {
+		bad("memory.feedback_window", "must be between 1 and %d, got %d", protocol.MaxMarks, c.Memory.FeedbackWindow)
+	}
+	if c.Memory.DemoteHarmful < 1 || c.Memory.DemoteHarmful > c.Memory.FeedbackWindow {
+		bad("memory.demote_harmful", "must be between 1 and memory.feedback_window (%d), got %d", c.Memory.FeedbackWindow, c.Memory.DemoteHarmful)
 	}
 	if c.Memory.GuidelineMaxTokens < 5 {
 		bad("memory.guideline_max_tokens", "must be at least 5, got %d", c.Memory.GuidelineMaxTokens)

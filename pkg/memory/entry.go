@@ -21,6 +21,8 @@ const (
 	StatusActive     = protocol.MemoryActive
 	StatusSuperseded = protocol.MemorySuperseded
 	StatusRetired    = protocol.MemoryRetired
+	// StatusQuarantined: held back by the lesson gate, never retrieved or promoted.
+	StatusQuarantined = protocol.MemoryQuarantined
 )
 
 // Source of an entry (see protocol for what each means).
@@ -91,6 +93,9 @@ func Clone(e Entry) Entry {
 	e.Sessions = slices.Clone(e.Sessions)
 	e.Mined = slices.Clone(e.Mined)
 	e.Embedding = slices.Clone(e.Embedding)
+	e.Supersedes = slices.Clone(e.Supersedes)
+	e.Marks = slices.Clone(e.Marks)
+	e.History = slices.Clone(e.History)
 	return e
 }
 

@@ -12,6 +12,9 @@ const (
 	MemoryActive     MemoryStatus = "active"
 	MemorySuperseded MemoryStatus = "superseded"
 	MemoryRetired    MemoryStatus = "retired"
+	// MemoryQuarantined: the lesson gate held the text back (History says why); it is kept and
+	// counted, never retrieved or promoted, until an operator retires or re-imports it.
+	MemoryQuarantined MemoryStatus = "quarantined"
 )
 
 // MemoryEntry is one guideline as stored and exchanged.
@@ -38,12 +41,61 @@ type MemoryEntry struct {
 	SourceSession string       `msgpack:"source_session,omitempty" json:"source_session,omitempty"`
 	Status        MemoryStatus `msgpack:"status" json:"status"`
 	SupersededBy  string       `msgpack:"superseded_by,omitempty" json:"superseded_by,omitempty"`
+	// Supersedes lists the entries this one replaced, oldest first (at most MaxHistory): with
+	// SupersededBy the two ends of every replacement, both entries kept.
+	Supersedes []string `msgpack:"supersedes,omitempty" json:"supersedes,omitempty"`
 	// Mined records (session, candidate key) pairs already counted, so re-mining is idempotent.
-	Mined    []string  `msgpack:"mined,omitempty" json:"mined,omitempty"`
-	Created  time.Time `msgpack:"created" json:"created"`
-	Updated  time.Time `msgpack:"updated" json:"updated"`
-	LastUsed time.Time `msgpack:"last_used,omitempty" json:"last_used,omitzero"`
-	Revision uint64    `msgpack:"-" json:"-"` // store revision for compare-and-set
+	Mined []string `msgpack:"mined,omitempty" json:"mined,omitempty"`
+	// Marks are the feedback of the entry's last sessions (at most MaxMarks): the window over
+	// which harmful marks demote a rule and let a rival overturn it.
+	Marks []MemoryMark `msgpack:"marks,omitempty" json:"marks,omitempty"`
+	// Utility is the echo/fizzle score in [-1, 1]: it rises when the entry was retrieved and
+	// followed in a session that succeeded, falls when it was retrieved and ignored or followed
+	// into a failure. Echoes and Fizzles count those sessions.
+	Utility float64 `msgpack:"utility,omitempty" json:"utility,omitempty"`
+	Echoes  int     `msgpack:"echoes,omitempty" json:"echoes,omitempty"`
+	Fizzles int     `msgpack:"fizzles,omitempty" json:"fizzles,omitempty"`
+	// History is what happened to the entry, oldest first (at most MaxHistory).
+	History  []MemoryChange `msgpack:"history,omitempty" json:"history,omitempty"`
+	Created  time.Time      `msgpack:"created" json:"created"`
+	Updated  time.Time      `msgpack:"updated" json:"updated"`
+	LastUsed time.Time      `msgpack:"last_used,omitempty" json:"last_used,omitzero"`
+	Revision uint64         `msgpack:"-" json:"-"` // store revision for compare-and-set
+}
+
+// Uses of a retrieved entry in one session, as the miner reads them from the trace.
+const (
+	UseEcho   = "echo"   // followed, and the session succeeded
+	UseFizzle = "fizzle" // ignored, or followed into a failure
+)
+
+// MemoryMark is one session's feedback on an entry.
+type MemoryMark struct {
+	Session string    `msgpack:"session" json:"session"`
+	Helpful int       `msgpack:"helpful,omitempty" json:"helpful,omitempty"`
+	Harmful int       `msgpack:"harmful,omitempty" json:"harmful,omitempty"`
+	Use     string    `msgpack:"use,omitempty" json:"use,omitempty"` // UseEcho, UseFizzle or ""
+	At      time.Time `msgpack:"at" json:"at"`
+}
+
+// Events of an entry's history.
+const (
+	ChangePromoted    = "promoted"    // tactical to strategic
+	ChangeSuperseded  = "superseded"  // replaced by Other (contradiction lost, duplicate absorbed, refined, reconciled, overturned)
+	ChangeSupersedes  = "supersedes"  // replaced Other
+	ChangeReinstated  = "reinstated"  // judged again: active again beside Other
+	ChangeDemoted     = "demoted"     // strategic to tactical: harmful marks outweighed helpful ones
+	ChangeRetired     = "retired"     // out of retrieval for good
+	ChangeQuarantined = "quarantined" // the lesson gate held it back
+	ChangeReworded    = "reworded"    // the judge reconciled its text with Other's
+)
+
+// MemoryChange is one event of an entry's life: what, when, the other entry involved, and why.
+type MemoryChange struct {
+	At     time.Time `msgpack:"at" json:"at"`
+	Event  string    `msgpack:"event" json:"event"`
+	Other  string    `msgpack:"other,omitempty" json:"other,omitempty"`
+	Reason string    `msgpack:"reason,omitempty" json:"reason,omitempty"`
 }
 
 // Bounds of an entry's evidence lists, so an entry stays a small message however many sessions
@@ -51,6 +103,8 @@ type MemoryEntry struct {
 const (
 	MaxEvidenceSessions = 32
 	MaxEvidenceMarkers  = 256
+	MaxMarks            = 64
+	MaxHistory          = 32
 )
 
 // DistinctSessions is how many distinct sessions gave the entry evidence.

@@ -394,6 +394,11 @@ type IngestRequest struct {
 	Agent      string      `msgpack:"agent" json:"agent"`
 	SessionID  string      `msgpack:"session_id" json:"session_id"`
 	Candidates []Candidate `msgpack:"candidates" json:"candidates"`
+	// Scope is the tools the session offered or called, Seen the hosts and mail domains its task
+	// and tool arguments named: what the lesson gate lets a lesson of this session speak of
+	// (nil: unknown, and that check is skipped).
+	Scope []string `msgpack:"scope,omitempty" json:"scope,omitempty"`
+	Seen  []string `msgpack:"seen,omitempty" json:"seen,omitempty"`
 }
 
 // IngestReply reports what memoryd did with each candidate.
@@ -420,6 +425,10 @@ type FeedbackRequest struct {
 	Harmful   []string `msgpack:"harmful,omitempty" json:"harmful,omitempty"`
 	// Followed lists entries the session plainly followed (a stronger signal).
 	Followed []string `msgpack:"followed,omitempty" json:"followed,omitempty"`
+	// Echo lists entries retrieved and followed in a session that succeeded, Fizzle entries
+	// retrieved and ignored, or followed into a failure: they move the entries' utility.
+	Echo   []string `msgpack:"echo,omitempty" json:"echo,omitempty"`
+	Fizzle []string `msgpack:"fizzle,omitempty" json:"fizzle,omitempty"`
 }
 
 // Ack is the generic reply of operations that return nothing else.

@@ -51,15 +51,18 @@ func memReady(cmd *cobra.Command, env meshEnv) (memoryd.Client, error) {
 
 func newInspectMemoryCmd() *cobra.Command {
 	var topK int
-	var tier, agent string
+	var tier, agent, id string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "inspect-memory [QUERY]",
-		Short: "Show memory counts per tier and the guidelines nearest a query, with scores",
+		Short: "Show memory counts per tier and the guidelines nearest a query, with scores and history (--id: one rule's history and the rules it is linked to)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tier != "" && tier != string(protocol.TierTactical) && tier != string(protocol.TierStrategic) {
 				return &exitError{code: 2, msg: fmt.Sprintf("skein: --tier must be tactical or strategic, got %q", tier)}
+			}
+			if id != "" {
+				return withMesh(cmd, func(env meshEnv) error { return inspectOne(cmd, env, id, asJSON) })
 			}
 			return withMesh(cmd, func(env meshEnv) error {
 				req := protocol.MemoryInspectRequest{Agent: agent, TopK: topK, Tier: protocol.Tier(tier)}
@@ -85,8 +88,68 @@ func newInspectMemoryCmd() *cobra.Command {
 	cmd.Flags().IntVar(&topK, "top-k", 10, "how many hits to show")
 	cmd.Flags().StringVar(&tier, "tier", "", "only this tier (tactical or strategic)")
 	cmd.Flags().StringVar(&agent, "agent", "", "only this agent (default: every agent)")
+	cmd.Flags().StringVar(&id, "id", "", "show this entry's history and the entries it supersedes or was superseded by")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// inspectOne prints one entry, its history, and the entries linked to it by supersession.
+func inspectOne(cmd *cobra.Command, env meshEnv, id string, asJSON bool) error {
+	c, err := memReady(cmd, env)
+	if err != nil {
+		return err
+	}
+	e, err := c.Get(cmd.Context(), id)
+	if err != nil {
+		return &exitError{code: 1, msg: "skein: " + err.Error()}
+	}
+	linked := map[string]*memory.Entry{}
+	for _, l := range append([]string{e.SupersededBy}, e.Supersedes...) {
+		if l == "" || linked[l] != nil {
+			continue
+		}
+		if x, err := c.Get(cmd.Context(), l); err == nil {
+			linked[l] = x
+		}
+	}
+	w := cmd.OutOrStdout()
+	if asJSON {
+		return writeJSON(w, struct {
+			Entry  *memory.Entry            `json:"entry"`
+			Linked map[string]*memory.Entry `json:"linked,omitempty"`
+		}{e, linked})
+	}
+	fmt.Fprintf(w, "%s  %s %s %s  %s\n  %s\n", e.ID, e.Status, e.Tier, e.Polarity, sourceOf(*e), e.Text)
+	fmt.Fprintf(w, "  sessions %d  helpful %d  harmful %d  utility %+.2f (echo %d, fizzle %d)\n", e.DistinctSessions(), e.Helpful, e.Harmful, e.Utility, e.Echoes, e.Fizzles)
+	printHistory(w, *e, "  ")
+	link := func(rel, l string) {
+		if x := linked[l]; x != nil {
+			fmt.Fprintf(w, "  %s %s (%s %s): %s\n", rel, l, x.Status, x.Tier, clipText(x.Text, 90))
+		} else {
+			fmt.Fprintf(w, "  %s %s (gone)\n", rel, l)
+		}
+	}
+	if e.SupersededBy != "" {
+		link("superseded by", e.SupersededBy)
+	}
+	for _, l := range e.Supersedes {
+		link("supersedes", l)
+	}
+	return nil
+}
+
+// printHistory writes an entry's history, one change a line, oldest first.
+func printHistory(w io.Writer, e memory.Entry, indent string) {
+	for _, h := range e.History {
+		line := indent + h.At.UTC().Format(time.RFC3339) + "  " + h.Event
+		if h.Other != "" {
+			line += " " + h.Other
+		}
+		if h.Reason != "" {
+			line += ": " + h.Reason
+		}
+		fmt.Fprintln(w, line)
+	}
 }
 
 func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.MemoryInspectReply) {
@@ -115,7 +178,7 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 	}
 	for _, a := range agents {
 		t := by[a]
-		fmt.Fprintf(w, "  %-16s strategic %d  tactical %d  superseded/retired %d\n", a, t.strategic, t.tactical, t.inactive)
+		fmt.Fprintf(w, "  %-16s strategic %d  tactical %d  superseded/retired/quarantined %d\n", a, t.strategic, t.tactical, t.inactive)
 	}
 	if len(rep.Hits) == 0 {
 		if req.Query != "" {
@@ -124,7 +187,7 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 		return
 	}
 	if req.Query != "" {
-		fmt.Fprintf(w, "top %d for %q, ranked as retrieval ranks (similarity nudged by helpful/harmful):\n", len(rep.Hits), req.Query)
+		fmt.Fprintf(w, "top %d for %q, ranked as retrieval ranks (similarity nudged by helpful/harmful marks and utility):\n", len(rep.Hits), req.Query)
 	} else {
 		fmt.Fprintf(w, "most established guidelines:\n")
 	}
@@ -134,12 +197,13 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 		if req.Query != "" {
 			score = fmt.Sprintf("%.3f", h.Score)
 		}
-		fmt.Fprintf(w, "%3d. %s  %-9s %-7s %s  sessions %d  hits %d  helpful %d  harmful %d  %s  %s\n", i+1, score, e.Tier, e.Polarity,
-			toolList(e.Tools), e.DistinctSessions(), e.Hits, e.Helpful, e.Harmful, sourceOf(e), e.ID)
+		fmt.Fprintf(w, "%3d. %s  %-9s %-7s %s  sessions %d  hits %d  helpful %d  harmful %d  utility %+.2f  %s  %s\n", i+1, score, e.Tier, e.Polarity,
+			toolList(e.Tools), e.DistinctSessions(), e.Hits, e.Helpful, e.Harmful, e.Utility, sourceOf(e), e.ID)
 		fmt.Fprintf(w, "       %s\n", e.Text)
 		if h.Why != "" {
 			fmt.Fprintf(w, "       why: %s\n", h.Why)
 		}
+		printHistory(w, e, "       ")
 	}
 }
 
@@ -214,8 +278,11 @@ func newMemoryCmd() *cobra.Command {
 				}
 				for _, e := range es {
 					status := ""
-					if e.Status != memory.StatusActive {
+					switch {
+					case e.SupersededBy != "":
 						status = fmt.Sprintf("  (%s by %s)", e.Status, e.SupersededBy)
+					case e.Status != memory.StatusActive:
+						status = fmt.Sprintf("  (%s)", e.Status)
 					}
 					fmt.Fprintf(w, "%s  %-12s %-9s %-7s sessions %-3d helpful %-3d harmful %-3d %-10s %s%s\n", e.ID, e.Agent, e.Tier, e.Polarity,
 						e.DistinctSessions(), e.Helpful, e.Harmful, sourceLabel(e), clipText(e.Text, 90), status)
@@ -226,7 +293,7 @@ func newMemoryCmd() *cobra.Command {
 	}
 	list.Flags().StringVar(&agent, "agent", "", "only this agent")
 	list.Flags().StringVar(&tier, "tier", "", "only this tier (tactical or strategic)")
-	list.Flags().BoolVar(&all, "all", false, "include superseded and retired entries")
+	list.Flags().BoolVar(&all, "all", false, "include superseded, retired and quarantined entries")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	show := &cobra.Command{

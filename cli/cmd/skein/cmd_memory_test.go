@@ -289,3 +289,43 @@ func TestMemoryImportShowsProgress(t *testing.T) {
 		t.Errorf("no progress on stderr: %q", errOut.String())
 	}
 }
+
+// inspect-memory shows what happened to a rule: its history under every hit, and with --id one
+// entry's whole history and the entries it replaced or was replaced by.
+func TestInspectMemoryShowsARulesHistory(t *testing.T) {
+	m := memMesh(t)
+	in := filepath.Join(t.TempDir(), "in.jsonl")
+	lines := []string{
+		`{"id":"never1","agent":"demo","text":"Never pass ISO dates to report_tool.","polarity":"avoid","tier":"strategic","tools":["report_tool"],"sessions":["b1","b2","b3","b4","b5"],` +
+			`"supersedes":["always1"],"history":[{"at":"2026-03-01T10:00:00Z","event":"superseded","other":"always1","reason":"evidence 8 vs 10"},` +
+			`{"at":"2026-03-02T10:00:00Z","event":"supersedes","other":"always1","reason":"judged contradiction (report_tool changed its date format); evidence 17 vs 16"}]}`,
+		`{"id":"always1","agent":"demo","text":"Always pass dates to report_tool as ISO dates.","polarity":"pattern","tier":"strategic","status":"superseded","superseded_by":"never1",` +
+			`"tools":["report_tool"],"sessions":["a1"],"history":[{"at":"2026-03-02T10:00:00Z","event":"superseded","other":"never1","reason":"evidence 17 vs 16"}]}`,
+	}
+	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, m, "memory", "import", in); err != nil || !strings.Contains(out, "imported 2") {
+		t.Fatalf("import: %q %v", out, err)
+	}
+	out, err := runCLI(t, m, "inspect-memory", "report dates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "2026-03-02T10:00:00Z  supersedes always1: judged contradiction") || !strings.Contains(out, "utility +0.00") {
+		t.Errorf("inspect-memory does not show the history:\n%s", out)
+	}
+	out, err = runCLI(t, m, "inspect-memory", "--id", "always1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"always1  superseded strategic pattern", "2026-03-02T10:00:00Z  superseded never1: evidence 17 vs 16",
+		"superseded by never1 (active strategic): Never pass ISO dates"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect-memory --id lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := runCLI(t, m, "inspect-memory", "--id", "nope"); err == nil {
+		t.Error("--id of a missing entry did not fail")
+	}
+}

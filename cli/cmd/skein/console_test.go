@@ -140,7 +140,9 @@ func TestConsoleEndToEnd(t *testing.T) {
 	const sumText, csvText = "Use the sum tool to add numbers; never add them by hand.", "Check that a CSV file exists before reading it."
 	imp, err := mem.Import(ctx, protocol.MemoryImportRequest{Entries: []memory.Entry{
 		{ID: "console-sum", Agent: agent, Text: sumText, Polarity: protocol.PolarityPattern, Tier: protocol.TierTactical, Tools: []string{"sum"},
-			Sessions: []string{"earlier-1"}, Helpful: 1, Source: memory.SourceHuman, Status: memory.StatusActive, Created: now, Updated: now},
+			Sessions: []string{"earlier-1"}, Helpful: 1, Source: memory.SourceHuman, Status: memory.StatusActive, Created: now, Updated: now,
+			Supersedes: []string{"console-old"}, History: []protocol.MemoryChange{{At: now, Event: protocol.ChangeSupersedes, Other: "console-old",
+				Reason: "judged contradiction (adding by hand went wrong); evidence 5 vs 3"}}},
 		{ID: "console-csv", Agent: agent, Text: csvText, Polarity: protocol.PolarityAvoid, Tier: protocol.TierTactical,
 			Sessions: []string{"earlier-2"}, Source: memory.SourceHuman, Status: memory.StatusActive, Created: now, Updated: now},
 	}})
@@ -296,6 +298,15 @@ func TestConsoleEndToEnd(t *testing.T) {
 	}
 	if e, err := mem.Get(ctx, "console-sum"); err != nil || e.Status != memory.StatusActive {
 		t.Errorf("the other entry: %+v %v", e, err)
+	}
+	// A rule's history and links: what it replaced, when and why.
+	step("a rule's history", click(`tr[data-entry="console-sum"] details.history summary`),
+		chromedp.WaitVisible(css(`tr[data-entry="console-sum"] details.history li`)))
+	if h := text(`tr[data-entry="console-sum"] details.history`); !strings.Contains(h, "supersedes") || !strings.Contains(h, "evidence 5 vs 3") {
+		t.Errorf("history %q: want the supersession and its reason", h)
+	}
+	if l := text(`tr[data-entry="console-sum"] td:nth-child(4)`); !strings.Contains(l, "supersedes console-") {
+		t.Errorf("entry %q: want the link to the rule it supersedes", l)
 	}
 
 	step("usage charts", click(`nav button[data-view="usage"]`), chromedp.WaitVisible(css(`#u-tokens-model svg rect`)))

@@ -279,7 +279,7 @@ async function loadMemory() {
     const t = by[c.agent] || (by[c.agent] = { strategic: 0, tactical: 0, inactive: 0 });
     if (c.status !== 'active') t.inactive += c.n; else t[c.tier] += c.n;
   }
-  $('m-counts').textContent = Object.entries(by).map(([a, t]) => `${a}: strategic ${t.strategic}, tactical ${t.tactical}, superseded/retired ${t.inactive}`).join(' · ') +
+  $('m-counts').textContent = Object.entries(by).map(([a, t]) => `${a}: strategic ${t.strategic}, tactical ${t.tactical}, superseded/retired/quarantined ${t.inactive}`).join(' · ') +
     ` (embedding model ${counts.model})`;
   let rows;
   if (q) {
@@ -306,13 +306,39 @@ function memoryRow(e, hit) {
     el('td', {}, badge(e.tier), ' ', badge(e.polarity)),
     el('td', {}, e.text, (e.tools || []).length ? el('span', { class: 'muted' }, ` [${e.tools.join(', ')}]`) : null,
       hit && hit.why ? el('div', { class: 'why' }, 'why: ' + hit.why) : null,
-      e.superseded_by ? el('div', { class: 'muted' }, 'superseded by ' + e.superseded_by) : null),
+      e.utility ? el('div', { class: 'muted' }, `utility ${e.utility > 0 ? '+' : ''}${e.utility.toFixed(2)} (echo ${e.echoes || 0}, fizzle ${e.fizzles || 0})`) : null,
+      e.superseded_by ? el('div', { class: 'muted' }, 'superseded by ', entryLink(e.superseded_by)) : null,
+      (e.supersedes || []).length ? el('div', { class: 'muted' }, 'supersedes ', ...e.supersedes.flatMap((id, i) => [i ? ', ' : '', entryLink(id)])) : null,
+      entryHistory(e)),
     el('td', { class: 'num', title: (e.sessions || []).join('\n') }, sessions),
     el('td', { class: 'num' }, e.hits),
     el('td', { class: 'num' }, e.helpful),
     el('td', { class: 'num' }, e.harmful),
     el('td', {}, badge(e.status)),
     actions);
+}
+
+// entryLink searches memory for one entry (its id is the query's text match in the list view).
+function entryLink(id) {
+  return el('a', { href: '#', class: 'mono', title: id, onclick: (ev) => { ev.preventDefault(); showEntry(id); } }, short(id));
+}
+
+async function showEntry(id) {
+  try {
+    const e = await api('/v1/memory/' + encodeURIComponent(id));
+    $('m-rows').replaceChildren(memoryRow(e, null));
+    $('m-rows').querySelector('details.history')?.setAttribute('open', '');
+  } catch (err) { showError(err); }
+}
+
+// entryHistory shows what happened to an entry, oldest first: promoted, superseded (by whom, why),
+// judged again, demoted, retired, quarantined by the lesson gate.
+function entryHistory(e) {
+  if (!(e.history || []).length) return null;
+  return el('details', { class: 'history' }, el('summary', { class: 'muted' }, `history (${e.history.length})`),
+    el('ol', {}, ...e.history.map((h) => el('li', {},
+      el('span', { class: 'mono muted' }, h.at.replace('T', ' ').replace(/\.\d+/, '').replace('Z', ' UTC')), ' ', badge(h.event),
+      h.other ? [' ', entryLink(h.other)] : null, h.reason ? ': ' + h.reason : null))));
 }
 
 function confirmDialog(text) {

@@ -22,8 +22,10 @@ func lastAt(e memory.Entry) time.Time {
 }
 
 // Evict keeps every (agent, tier) at or under the capacity. It removes, in order, entries no
-// longer active (superseded or retired: their pointer has served its purpose once the store is
-// full), then the least helpful (helpful - harmful), then the least recently used or updated.
+// longer active (kept while there is room, since their history and links say what was believed
+// and why): retired ones, then quarantined, then superseded (which may still overturn the rule
+// that replaced them); then the active ones of least worth (helpful - harmful marks plus
+// utility: see worth); each group least recently used or updated first.
 // agent "" means every agent. With dryRun it only reports.
 func (e *Engine) Evict(ctx context.Context, agent string, dryRun bool) ([]Eviction, error) {
 	all, err := e.store.List(ctx, memory.Filter{Agent: agent, Status: memory.StatusAny})
@@ -54,7 +56,7 @@ func (e *Engine) Evict(ctx context.Context, agent string, dryRun bool) ([]Evicti
 		}
 		SortForEviction(g)
 		for _, x := range g[:over] {
-			reason := fmt.Sprintf("over capacity %d: helpful-harmful %d, last used %s", e.opt.Capacity, x.Helpful-x.Harmful, lastAt(x).Format(time.RFC3339))
+			reason := fmt.Sprintf("over capacity %d: helpful-harmful %d, utility %+.2f, last used %s", e.opt.Capacity, x.Helpful-x.Harmful, x.Utility, lastAt(x).Format(time.RFC3339))
 			if x.Status != memory.StatusActive {
 				reason = fmt.Sprintf("over capacity %d: %s", e.opt.Capacity, x.Status)
 			}
@@ -75,10 +77,10 @@ func (e *Engine) Evict(ctx context.Context, agent string, dryRun bool) ([]Evicti
 func SortForEviction(g []memory.Entry) {
 	sort.SliceStable(g, func(i, j int) bool {
 		a, b := g[i], g[j]
-		if (a.Status == memory.StatusActive) != (b.Status == memory.StatusActive) {
-			return a.Status != memory.StatusActive
+		if ra, rb := evictRank(a.Status), evictRank(b.Status); ra != rb {
+			return ra < rb
 		}
-		if sa, sb := a.Helpful-a.Harmful, b.Helpful-b.Harmful; sa != sb {
+		if sa, sb := worth(a), worth(b); sa != sb {
 			return sa < sb
 		}
 		if ta, tb := lastAt(a), lastAt(b); !ta.Equal(tb) {
@@ -86,4 +88,26 @@ func SortForEviction(g []memory.Entry) {
 		}
 		return a.ID < b.ID
 	})
+}
+
+// utilityMarks is how many helpful marks a utility of 1 is worth when eviction compares entries:
+// a guideline that is followed to success keeps its place over one that is merely retrieved.
+const utilityMarks = 5
+
+// worth orders active entries for eviction: helpful minus harmful marks, plus utility.
+func worth(x memory.Entry) float64 {
+	return float64(x.Helpful-x.Harmful) + utilityMarks*x.Utility
+}
+
+// evictRank orders statuses for eviction, first to go first.
+func evictRank(s memory.Status) int {
+	switch s {
+	case memory.StatusRetired:
+		return 0
+	case memory.StatusQuarantined:
+		return 1
+	case memory.StatusSuperseded:
+		return 2
+	}
+	return 3
 }

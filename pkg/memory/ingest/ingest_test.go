@@ -60,6 +60,14 @@ func (f *fixture) get(t *testing.T, id string) memory.Entry {
 	return e
 }
 
+// helpful marks entry id helpful from session (as the miner does after a session that used it).
+func (f *fixture) helpful(t *testing.T, id, session string) {
+	t.Helper()
+	if _, err := f.eng.Feedback(context.Background(), protocol.FeedbackRequest{Agent: agent, SessionID: session, Helpful: []string{id}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func avoid(text, key string, tools ...string) protocol.Candidate {
 	return protocol.Candidate{Text: text, Polarity: protocol.PolarityAvoid, Key: key, Tools: tools}
 }
@@ -183,6 +191,9 @@ func TestPromotionInPlace(t *testing.T) {
 		if a.Action != want {
 			t.Fatalf("step %d: want %s, got %+v", i, want, a)
 		}
+		if i == 1 {
+			f.helpful(t, id, "used-1")
+		}
 	}
 	es := f.all(t)
 	if len(es) != 1 {
@@ -216,11 +227,15 @@ func (f *fixture) seedStrategic(t *testing.T, text string, pol protocol.Polarity
 	return e
 }
 
-// promoteCandidate ingests c from three sessions; returns the last action.
+// promoteCandidate ingests c from three sessions, with a helpful mark after the second (its
+// evidence is then 3 sessions + 1 helpful = 4); returns the last action.
 func (f *fixture) promoteCandidate(t *testing.T, c protocol.Candidate) protocol.IngestAction {
 	t.Helper()
 	var a protocol.IngestAction
 	for _, s := range []string{"n1", "n2", "n3"} {
+		if s == "n3" {
+			f.helpful(t, a.EntryID, "used-n2")
+		}
 		a = f.ingest(t, s, c)
 	}
 	return a
@@ -527,7 +542,7 @@ func TestOppositeAdviceIsNeverMerged(t *testing.T) {
 
 func TestContradictionTieDefersPromotion(t *testing.T) {
 	f := newFixture(t, ingest.Options{})
-	old := f.seedStrategic(t, "Always pass --header to csv_read.", protocol.PolarityPattern, ingesttest.Axis(0, 1, 1), 3, 0, 0)
+	old := f.seedStrategic(t, "Always pass --header to csv_read.", protocol.PolarityPattern, ingesttest.Axis(0, 1, 1), 3, 1, 0)
 	c := avoid("Never pass --header to csv_read.", "k", "csv_read")
 	f.emb.Set(c.Text, ingesttest.Axis(0, 0.8, 2))
 	if a := f.promoteCandidate(t, c); a.Action != ingest.ActDeferred {

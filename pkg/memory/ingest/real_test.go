@@ -54,12 +54,19 @@ func TestReplicasOnKVStoreAgree(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	// Recurrence alone does not promote: the first helpful mark does, on either replica.
+	id := memory.EntryID(agent, protocol.PolarityAvoid, c.Text)
+	for r := range 2 {
+		if _, err := engines[r].Feedback(context.Background(), protocol.FeedbackRequest{Agent: agent, SessionID: "used", Helpful: []string{id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	st := openKV(t, m, emb)
 	es, err := st.List(context.Background(), memory.Filter{Status: memory.StatusAny})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(es) != 1 || len(es[0].Sessions) != 8 || es[0].Hits != 8 || es[0].Tier != protocol.TierStrategic {
+	if len(es) != 1 || len(es[0].Sessions) != 8 || es[0].Hits != 8 || es[0].Tier != protocol.TierStrategic || es[0].Helpful != 1 {
 		t.Fatalf("want one strategic entry with 8 sessions, got %+v", es)
 	}
 }
@@ -103,7 +110,10 @@ func TestRulesWithMiniLMOnKVStore(t *testing.T) {
 	if a := do("s5", pattern("Check that the CSV file exists before calling csv_read.", "p", "csv_read")); a.Action != ingest.ActAdded {
 		t.Fatalf("pattern merged into failure: %+v", a)
 	}
-	// Third distinct session: promoted in place.
+	// Third distinct session, after a helpful mark: promoted in place.
+	if _, err := eng.Feedback(ctx, protocol.FeedbackRequest{Agent: agent, SessionID: "s5", Helpful: []string{first.EntryID}}); err != nil {
+		t.Fatal(err)
+	}
 	if a := do("s6", avoid("Check the CSV file exists before you call csv_read.", "k", "csv_read")); a.Action != ingest.ActPromoted || a.EntryID != first.EntryID {
 		t.Fatalf("promotion: %+v", a)
 	}

@@ -56,6 +56,7 @@ const (
 	flagActive
 	flagSuperseded
 	flagRetired
+	flagQuarantined
 )
 
 func newIndex(model string, dim int) *vindex {
@@ -98,6 +99,8 @@ func flagsOf(e *memory.Entry) uint8 {
 		f |= flagSuperseded
 	case memory.StatusRetired:
 		f |= flagRetired
+	case memory.StatusQuarantined:
+		f |= flagQuarantined
 	}
 	return f
 }
@@ -239,6 +242,8 @@ func (x *vindex) compile(f *memory.Filter) matcher {
 		m.mask, m.eq = m.mask|flagSuperseded, m.eq|flagSuperseded
 	case memory.StatusRetired:
 		m.mask, m.eq = m.mask|flagRetired, m.eq|flagRetired
+	case memory.StatusQuarantined:
+		m.mask, m.eq = m.mask|flagQuarantined, m.eq|flagQuarantined
 	default:
 		m.none = true
 	}

@@ -417,23 +417,9 @@ func expr(f memory.Filter) string {
 	return strings.Join(parts, " && ")
 }
 
-// payload is what the scalar fields do not carry.
-type payload struct {
-	Text         string    `json:"text"`
-	Sessions     []string  `json:"sessions"`
-	SessionCount int       `json:"session_count,omitempty"`
-	Hits         int       `json:"hits"`
-	Helpful      int       `json:"helpful"`
-	Harmful      int       `json:"harmful"`
-	Model        string    `json:"model"`
-	Source       string    `json:"source"`
-	SupersededBy string    `json:"superseded_by,omitempty"`
-	Mined        []string  `json:"mined,omitempty"`
-	Created      time.Time `json:"created"`
-	Updated      time.Time `json:"updated"`
-	LastUsed     time.Time `json:"last_used"`
-}
-
+// The payload column is the entry as JSON without what the scalar fields and the vector carry,
+// so every field of the entry travels with a search hit (rows written by earlier versions, with
+// fewer fields, decode the same way).
 func decodeRows(rs client.ResultSet) ([]memory.Entry, error) {
 	idc := rs.GetColumn(fID)
 	if idc == nil || idc.Len() == 0 {
@@ -457,15 +443,12 @@ func decodeRows(rs client.ResultSet) ([]memory.Entry, error) {
 		st, _ := status.GetAsString(i)
 		r, _ := rev.GetAsInt64(i)
 		raw, _ := pl.GetAsString(i)
-		var body payload
-		if err := json.Unmarshal([]byte(raw), &body); err != nil {
-			return nil, fmt.Errorf("milvus: decode entry %s: %w", e.ID, err)
+		id, agent := e.ID, e.Agent
+		if err := json.Unmarshal([]byte(raw), e); err != nil {
+			return nil, fmt.Errorf("milvus: decode entry %s: %w", id, err)
 		}
+		e.ID, e.Agent, e.Tools, e.Embedding = id, agent, nil, nil
 		e.Tier, e.Polarity, e.Status, e.Revision = protocol.Tier(t), protocol.Polarity(p), memory.Status(st), uint64(r)
-		e.Text, e.Sessions, e.Hits, e.Helpful, e.Harmful = body.Text, body.Sessions, body.Hits, body.Helpful, body.Harmful
-		e.Model, e.Source, e.SupersededBy, e.Mined = body.Model, body.Source, body.SupersededBy, body.Mined
-		e.SessionCount = body.SessionCount
-		e.Created, e.Updated, e.LastUsed = body.Created, body.Updated, body.LastUsed
 		ts, _ := tools.ValueByIdx(i)
 		for _, t := range ts {
 			e.Tools = append(e.Tools, string(t))
@@ -601,9 +584,8 @@ func (s *Store) check(e *memory.Entry) error {
 }
 
 func encodePayload(e memory.Entry) (string, error) {
-	b, err := json.Marshal(payload{Text: e.Text, Sessions: e.Sessions, SessionCount: e.SessionCount, Hits: e.Hits, Helpful: e.Helpful, Harmful: e.Harmful,
-		Model: e.Model, Source: e.Source, SupersededBy: e.SupersededBy, Mined: e.Mined,
-		Created: e.Created, Updated: e.Updated, LastUsed: e.LastUsed})
+	e.ID, e.Agent, e.Tier, e.Polarity, e.Status, e.Tools, e.Embedding = "", "", "", "", "", nil, nil
+	b, err := json.Marshal(e)
 	if err != nil {
 		return "", fmt.Errorf("encode memory entry %s: %w", e.ID, err)
 	}

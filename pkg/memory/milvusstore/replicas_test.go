@@ -155,10 +155,21 @@ func TestReplicasIngestSameGuidelines(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, sid := range sessions[r] {
+			for i, sid := range sessions[r] {
 				_, err := eng.Ingest(context.Background(), protocol.IngestRequest{Agent: "coder", SessionID: sid, Candidates: cands})
 				if err != nil {
 					errs <- fmt.Errorf("replica %d, session %s: %w", r, sid, err)
+				}
+				if i == 1 {
+					// A session that used the guidelines marks them helpful (both replicas get
+					// it): promotion needs a helpful mark besides the sessions.
+					fb := protocol.FeedbackRequest{Agent: "coder", SessionID: "used"}
+					for _, g := range guidelines {
+						fb.Helpful = append(fb.Helpful, memory.EntryID("coder", protocol.PolarityAvoid, g))
+					}
+					if _, err := eng.Feedback(context.Background(), fb); err != nil {
+						errs <- fmt.Errorf("replica %d, feedback: %w", r, err)
+					}
 				}
 			}
 		}()
@@ -179,8 +190,8 @@ func TestReplicasIngestSameGuidelines(t *testing.T) {
 		if len(e.Sessions) != wantSessions || e.Hits != wantSessions {
 			t.Errorf("%q: %d sessions, %d hits; want %d distinct sessions counted once", g, len(e.Sessions), e.Hits, wantSessions)
 		}
-		if e.Tier != protocol.TierStrategic || e.Status != memory.StatusActive {
-			t.Errorf("%q: %s/%s, want active strategic", g, e.Tier, e.Status)
+		if e.Tier != protocol.TierStrategic || e.Status != memory.StatusActive || e.Helpful != 1 {
+			t.Errorf("%q: %s/%s, %d helpful; want active strategic, the one helpful mark counted once", g, e.Tier, e.Status, e.Helpful)
 		}
 		records = append(records, e)
 	}

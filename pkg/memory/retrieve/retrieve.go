@@ -14,9 +14,12 @@ import (
 	"strings"
 	"sync"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/memory/gate"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 )
@@ -33,6 +36,9 @@ const (
 	// hits but never lifts an unrelated entry over a related one.
 	feedbackWeight = 0.02
 	feedbackCap    = 5
+	// utilityWeight turns echo/fizzle utility (in [-1, 1]) into a nudge of the same size as the
+	// feedback cap: a guideline that keeps being followed to success rises among close hits.
+	utilityWeight = 0.1
 )
 
 // Options of one retrieval.
@@ -148,14 +154,15 @@ func NamedTools(task string, tools []string) []string {
 	return out
 }
 
-func rank(h memory.Hit) float64 { return Rank(h.Score, h.Entry.Helpful, h.Entry.Harmful) }
+func rank(h memory.Hit) float64 { return Rank(h.Score, h.Entry) }
 
 // Rank is the score retrieval orders candidates by: the similarity nudged by the entry's
-// helpful and harmful marks. inspect-memory and the console rank with it too.
-func Rank(similarity float64, helpful, harmful int) float64 {
-	fb := float64(helpful - harmful)
+// helpful and harmful marks and by its echo/fizzle utility. inspect-memory and the console rank
+// with it too.
+func Rank(similarity float64, e memory.Entry) float64 {
+	fb := float64(e.Helpful - e.Harmful)
 	fb = math.Max(-feedbackCap, math.Min(feedbackCap, fb))
-	return similarity + feedbackWeight*fb
+	return similarity + feedbackWeight*fb + utilityWeight*math.Max(-1, math.Min(1, e.Utility))
 }
 
 // Why explains in a few words how Select treats an entry of similarity score for a task that
@@ -165,14 +172,16 @@ func Why(e memory.Entry, score float64, named []string, opt Options) string {
 	switch {
 	case e.Status != memory.StatusActive:
 		return "never retrieved: " + string(e.Status)
+	case refused(e):
+		return "never retrieved: the lesson gate's rules refuse its text"
 	case score >= opt.ToolFloor && slices.ContainsFunc(e.Tools, func(t string) bool { return slices.Contains(named, t) }):
 		return fmt.Sprintf("tool %s named in the task (similarity %.2f ≥ floor %.2f)", strings.Join(e.Tools, ","), score, opt.ToolFloor)
 	case score < opt.MinScore:
 		return fmt.Sprintf("below the minimum similarity %.2f", opt.MinScore)
 	}
 	why := fmt.Sprintf("similarity %.2f", score)
-	if fb := e.Helpful - e.Harmful; fb != 0 {
-		why += fmt.Sprintf(", feedback %+d (rank %.3f)", fb, Rank(score, e.Helpful, e.Harmful))
+	if fb := e.Helpful - e.Harmful; fb != 0 || e.Utility != 0 {
+		why += fmt.Sprintf(", feedback %+d, utility %+.2f (rank %.3f)", fb, e.Utility, Rank(score, e))
 	}
 	if e.Polarity == protocol.PolarityPattern {
 		why += ", success pattern (reserved share)"
@@ -215,6 +224,9 @@ func Select(hits []memory.Hit, named []string, opt Options) []protocol.Guideline
 	var picked []memory.Hit
 	take := func(h memory.Hit) {
 		chosen[h.Entry.ID] = true
+		if refused(h.Entry) {
+			return // never shown, and its slot goes to the next
+		}
 		picked = append(picked, h)
 		why[h.Entry.ID] = Why(h.Entry, h.Score, named, opt)
 	}
@@ -291,6 +303,30 @@ func Select(hits []memory.Hit, named []string, opt Options) []protocol.Guideline
 	})
 	return out
 }
+
+// refused reports an entry whose text the gate's rules reject. Every text is gated before it is
+// stored; this catches entries stored before the gate existed, or imported around it, before
+// they reach a prompt. Answers are remembered by text (refusedCache entries), so a retrieval
+// pays the rules only for texts it has not seen.
+func refused(e memory.Entry) bool {
+	if r, ok := refusals.Get(e.Text); ok {
+		return r
+	}
+	r := false
+	for _, f := range gate.Rules(gate.Lesson{Text: e.Text}, gate.Normalize(e.Text)) {
+		if f.Verdict == gate.Reject {
+			r = true
+			break
+		}
+	}
+	refusals.Add(e.Text, r)
+	return r
+}
+
+// refusedCache bounds the texts whose refusal is remembered.
+const refusedCache = 8192
+
+var refusals, _ = lru.New[string, bool](refusedCache)
 
 func tierOf(g protocol.Guideline) protocol.Tier {
 	if g.Tier == protocol.TierStrategic {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/skein-mesh/skein/pkg/memory/gate"
 	"github.com/skein-mesh/skein/pkg/redact"
 )
 
@@ -36,7 +37,9 @@ const MaxGuidelineChars = 600
 // Sanitize neutralizes prompt-injection markers in stored guideline text and flattens it to one
 // line without control characters. It is idempotent.
 func Sanitize(text string) string {
-	text = redact.String(text)
+	// Normalised first, so a fullwidth "＜/guidelines＞" or a tag split by a zero-width space is
+	// the tag the patterns below see.
+	text = redact.String(gate.Normalize(text))
 	text = strings.Map(func(r rune) rune {
 		switch {
 		case r == '\n' || r == '\r' || r == '\t':

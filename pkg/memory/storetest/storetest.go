@@ -157,6 +157,13 @@ func testRoundTrip(t *testing.T, s memory.Store) {
 	e.Tier = protocol.TierStrategic
 	e.Polarity = protocol.PolarityPattern
 	e.Source = memory.SourceHuman
+	// The life-cycle fields travel whole, in Get and in search hits.
+	at := e.Created.Add(time.Minute)
+	e.Source, e.SourceAgent, e.SourceSession = memory.SourceSubagent, "helper", "sess-9"
+	e.Supersedes = []string{"old-1"}
+	e.Marks = []protocol.MemoryMark{{Session: "s2", Helpful: 2, Use: protocol.UseEcho, At: at}}
+	e.Utility, e.Echoes, e.Fizzles = 0.3, 1, 0
+	e.History = []protocol.MemoryChange{{At: at, Event: protocol.ChangeSupersedes, Other: "old-1", Reason: "more sessions (5 vs 4)"}}
 	got := mustPut(t, s, e)
 	if got.Revision == 0 {
 		t.Fatalf("Put returned revision 0")
@@ -182,6 +189,26 @@ func testRoundTrip(t *testing.T, s memory.Store) {
 	if len(back.Embedding) != Dim || cos(back.Embedding, e.Embedding) < 0.9999 {
 		t.Errorf("embedding changed: %v want %v", back.Embedding, e.Embedding)
 	}
+	lifeCycle := func(where string, x memory.Entry) {
+		if x.SourceAgent != "helper" || x.SourceSession != "sess-9" || !slices.Equal(x.Supersedes, e.Supersedes) ||
+			len(x.Marks) != 1 || x.Marks[0].Session != "s2" || x.Marks[0].Use != protocol.UseEcho || !x.Marks[0].At.Equal(at) ||
+			x.Utility != 0.3 || x.Echoes != 1 || len(x.History) != 1 || x.History[0].Event != protocol.ChangeSupersedes ||
+			x.History[0].Other != "old-1" || x.History[0].Reason != e.History[0].Reason || !x.History[0].At.Equal(at) {
+			t.Errorf("%s lost life-cycle fields: %+v", where, x)
+		}
+	}
+	lifeCycle("Get", back)
+	eventually(t, "search hit with every field", func() error {
+		hits, err := s.Search(ctxT(t), e.Embedding, 1, memory.Filter{Agent: e.Agent})
+		if err != nil {
+			return err
+		}
+		if len(hits) != 1 || hits[0].Entry.ID != e.ID {
+			return fmt.Errorf("search found %v", ids(hits))
+		}
+		lifeCycle("Search", hits[0].Entry)
+		return nil
+	})
 	if _, err := s.Get(ctxT(t), "no-such-id"); !errors.Is(err, memory.ErrNotFound) {
 		t.Errorf("Get missing: %v, want ErrNotFound", err)
 	}
@@ -364,6 +391,7 @@ var fixtures = []fixture{
 	{"a-tac-avoid-retired", "alpha", protocol.TierTactical, protocol.PolarityAvoid, []string{"go_test"}, memory.StatusRetired},
 	{"b-tac-avoid-git", "beta", protocol.TierTactical, protocol.PolarityAvoid, []string{"git"}, memory.StatusActive},
 	{"b-str-pattern-gitx", "beta", protocol.TierStrategic, protocol.PolarityPattern, []string{"gitx"}, memory.StatusActive},
+	{"b-tac-avoid-quarantined", "beta", protocol.TierTactical, protocol.PolarityAvoid, []string{"git"}, memory.StatusQuarantined},
 }
 
 var filterCases = []struct {
@@ -379,6 +407,7 @@ var filterCases = []struct {
 	{"any of tools", memory.Filter{Tools: []string{"go_vet", "gitx"}}, []string{"a-tac-pattern-go", "b-str-pattern-gitx"}},
 	{"combined", memory.Filter{Agent: "alpha", Tier: protocol.TierTactical, Polarity: protocol.PolarityAvoid, Tools: []string{"git", "go_test"}}, []string{"a-tac-avoid-git"}},
 	{"status superseded", memory.Filter{Status: memory.StatusSuperseded}, []string{"a-str-pattern-git-super"}},
+	{"status quarantined", memory.Filter{Status: memory.StatusQuarantined}, []string{"b-tac-avoid-quarantined"}},
 	{"status any", memory.Filter{Agent: "alpha", Status: memory.StatusAny}, []string{"a-str-avoid-none", "a-str-pattern-git-super", "a-tac-avoid-git", "a-tac-avoid-retired", "a-tac-pattern-go"}},
 	{"status any with tool", memory.Filter{Tools: []string{"go_test"}, Status: memory.StatusAny}, []string{"a-tac-avoid-retired", "a-tac-pattern-go"}},
 	{"nothing", memory.Filter{Agent: "gamma"}, nil},
