@@ -419,7 +419,8 @@ func Consumers(n protocol.Names, kind, agent string, ackWait time.Duration) (Con
 	case KindMirror:
 		// The gateway's copy of the trace into local files: one event at a time keeps each file
 		// in stream order; only events from its first start on (older ones are in the stream).
-		// A write that keeps failing (a full disk) ends in the DLQ, not in a loop.
+		// A write that keeps failing ends in the DLQ, not in a loop; while the mesh's store is
+		// full (under skein up, the same disk) the worker holds it instead.
 		return ConsumerSpec{Stream: n.Stream(protocol.StreamTrace), Workers: 1, MaxDeliveries: 10, Config: jetstream.ConsumerConfig{
 			Durable: protocol.ConsumerMirror, FilterSubject: n.TraceAll(), Description: "gateway: trace files under the mesh home",
 			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: unlimited, MaxAckPending: 1,
