@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,10 +76,15 @@ func (c *Conn) Storage(ctx context.Context, names protocol.Names, fresh bool) pr
 	}
 	var rep protocol.StorageReply
 	data, err := protocol.Marshal(&protocol.StorageRequest{})
+	var denied atomic.Bool
 	if err == nil {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		// An identity the server's permissions do not let ask (a NATS configuration older than
+		// the matrix) is refused without an answer: stop waiting at once, and ask less often.
+		stop := onDenied(c.NC, names.Storage(), func(error) { denied.Store(true); cancel() })
 		var msg *nats.Msg
 		msg, err = c.NC.RequestWithContext(rctx, names.Storage(), data)
+		stop()
 		cancel()
 		if err == nil {
 			err = protocol.Unmarshal(msg.Data, &rep)
@@ -88,8 +94,14 @@ func (c *Conn) Storage(ctx context.Context, names protocol.Names, fresh bool) pr
 		rep = protocol.StorageReply{}
 	}
 	c.storage, c.storageAt = rep, time.Now()
+	if denied.Load() {
+		c.storageAt = c.storageAt.Add(storageDenied)
+	}
 	return rep
 }
+
+// storageDenied is how much longer a refused question's answer is kept.
+const storageDenied = time.Minute
 
 // How long a Conn keeps an answer of Storage, and a fresh one.
 const (
