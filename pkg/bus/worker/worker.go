@@ -438,7 +438,8 @@ func (w *Worker) settle(runCtx context.Context, m jetstream.Msg, err error, deli
 // dead records the message in the DLQ, then terminates it: a message leaves its stream only once
 // its dead letter is stored. While the DLQ cannot be written (a full disk) the worker keeps the
 // message, heartbeated, and writes again with a growing wait; if it stops meanwhile, it naks the
-// message, and the next delivery, past MaxDeliveries, is dead-lettered without running.
+// message, which comes back (the server sets no delivery limit): past MaxDeliveries it is then
+// dead-lettered without running.
 func (w *Worker) dead(runCtx context.Context, m jetstream.Msg, reason string, log *slog.Logger) {
 	wait := backoff.NewExponentialBackOff()
 	wait.InitialInterval, wait.MaxInterval, wait.MaxElapsedTime = 500*time.Millisecond, w.opts.MaxNakDelay, 0
