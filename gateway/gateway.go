@@ -185,19 +185,44 @@ func serviceErrCode(err error) string {
 	case errors.Is(err, ErrRejected):
 		return protocol.ServiceErrRejected
 	}
-	return protocol.ServiceErrUnavailable
+	return protocol.Code(ErrorCode(err)).ServiceCode()
 }
 
 // ErrRejected wraps every reason a task is refused.
 var ErrRejected = errors.New("task rejected")
 
-// ErrorCode classifies a Submit error for the wire: rejected (the task is refused as it is) or
-// transient (the mesh could not take it now).
+// errLapsed marks the refusal of an agent whose executors stopped refreshing its registration:
+// they may be gone, or unable to write it (a full store).
+var errLapsed = errors.New("agent registration lapsed")
+
+// ErrorCode classifies a Submit error for the wire: rejected (the task is refused as it is),
+// storage_full (the mesh cannot store it now: retry once space is freed) or transient (the mesh
+// could not take it now).
 func ErrorCode(err error) string {
-	if errors.Is(err, ErrRejected) {
+	switch {
+	case errors.Is(err, ErrRejected):
 		return protocol.ErrCodeRejected
+	case bus.IsStorageFull(err):
+		return string(protocol.CodeStorageFull)
 	}
 	return protocol.ErrCodeTransient
+}
+
+// storageFull returns the refusal to answer instead of err when the mesh's storage takes no new
+// sessions (or err is JetStream refusing a write for want of room), else nil. After a failed
+// write it asks afresh: a write onto a full disk only times out, and the state says why.
+func (g *Gateway) storageFull(ctx context.Context, err error) error {
+	if bus.IsStorageFull(err) {
+		return fmt.Errorf("%w (free space under the mesh's store, or raise mesh.limits, then submit again)", err)
+	}
+	st := g.d.Conn.Storage(context.WithoutCancel(ctx), g.d.Names, err != nil)
+	if st.State.Accepting() {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w (%v)", bus.StorageFullError(st), err)
+	}
+	return bus.StorageFullError(st)
 }
 
 // Submit checks a task, records its session as queued and publishes it. Submitting the same
@@ -208,9 +233,33 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 }
 
 func (g *Gateway) submit(ctx context.Context, in protocol.SubmitRequest, link turnLink) (protocol.SubmitReply, error) {
+	// A full store refuses new sessions before anything is written, so a client is told to try
+	// again later (503 storage_full) instead of waiting for writes that time out. A lapsed
+	// registration is then the executors' heartbeats failing to be written, not a reason to
+	// refuse the task as it is.
 	if err := g.check(ctx, &in); err != nil {
+		if !errors.Is(err, errLapsed) {
+			return protocol.SubmitReply{}, err
+		}
+		if full := g.storageFull(ctx, nil); full != nil {
+			return protocol.SubmitReply{}, full
+		}
 		return protocol.SubmitReply{}, err
 	}
+	if full := g.storageFull(ctx, nil); full != nil {
+		return protocol.SubmitReply{}, full
+	}
+	rep, err := g.enqueue(ctx, in, link)
+	if err != nil && !errors.Is(err, ErrRejected) {
+		if full := g.storageFull(ctx, err); full != nil {
+			return rep, full
+		}
+	}
+	return rep, err
+}
+
+// enqueue records the session, announces it and publishes its task.
+func (g *Gateway) enqueue(ctx context.Context, in protocol.SubmitRequest, link turnLink) (protocol.SubmitReply, error) {
 	if in.SessionID == "" {
 		in.SessionID = NewSessionID()
 	}
@@ -345,8 +394,8 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 		return fmt.Errorf("agent %q: %w", in.Agent, err)
 	}
 	if spec.Lapsed(time.Now()) {
-		return fmt.Errorf("%w: no executor serves agent %q (its registration lapsed %s ago, last from %s); start one with `executor --config agent.yaml`",
-			ErrRejected, in.Agent, time.Since(spec.Expires).Round(time.Second), spec.Executor)
+		return fmt.Errorf("%w: %w: no executor serves agent %q (its registration lapsed %s ago, last from %s); start one with `executor --config agent.yaml`",
+			ErrRejected, errLapsed, in.Agent, time.Since(spec.Expires).Round(time.Second), spec.Executor)
 	}
 	if spec.MaxDepth > 0 && in.Depth > spec.MaxDepth {
 		return fmt.Errorf("%w: agent-as-tool chain is %d deep; agent %q allows %d", ErrRejected, in.Depth, in.Agent, spec.MaxDepth)

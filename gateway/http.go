@@ -32,6 +32,7 @@ import (
 //	GET  /v1/memory/search          ?q=&agent=&tier=&top_k= → MemoryInspectReply (ranked as retrieval ranks)
 //	GET  /v1/memory/{id}            one entry
 //	POST /v1/memory/{id}/retire     {"evict"?: bool, "reason"?: "..."} → MemoryRetireReply
+//	GET  /v1/health                 whether the mesh takes new sessions: its store's state, memoryd's health
 //	GET  /v1/openapi.json           the OpenAPI document of all this (openapi.go, docs/openapi.json)
 //
 // The console (package console) is served beside it at /console/, outside the token check: its
@@ -42,6 +43,7 @@ import (
 func (g *Gateway) Handler() http.Handler {
 	mux := newRouteMux(&g.patterns) // docs/openapi.json must describe every route (openapi.go)
 	mux.HandleFunc("GET /v1/openapi.json", g.httpOpenAPI)
+	mux.HandleFunc("GET /v1/health", g.httpHealth)
 	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
 	mux.HandleFunc("GET /v1/sessions/{id}", g.httpSession)
 	mux.HandleFunc("GET /v1/sessions/{id}/events", g.httpEvents)
@@ -118,12 +120,10 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
-		// 422: the task is refused as it is; 503: the mesh could not take it now, try again.
-		status := http.StatusServiceUnavailable
-		if errors.Is(err, ErrRejected) {
-			status = http.StatusUnprocessableEntity
-		}
-		httpError(w, status, ErrorCode(err), err.Error())
+		// 422: the task is refused as it is; 503: the mesh could not take it now (transient,
+		// storage_full), try again.
+		code := ErrorCode(err)
+		httpError(w, protocol.Code(code).HTTPStatus(), code, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)
@@ -293,11 +293,8 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
 		// 422: the turn is refused as it is; 503: the mesh could not take it now, try again.
-		status := http.StatusServiceUnavailable
-		if errors.Is(err, ErrRejected) {
-			status = http.StatusUnprocessableEntity
-		}
-		httpError(w, status, ErrorCode(err), err.Error())
+		code := ErrorCode(err)
+		httpError(w, protocol.Code(code).HTTPStatus(), code, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)

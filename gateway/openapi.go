@@ -40,7 +40,7 @@ var errorResponses = map[int]string{
 	http.StatusRequestEntityTooLarge: "too_large: the body is over the limit",
 	http.StatusUnprocessableEntity:   "rejected: the task is refused as it is (sending it again will not help)",
 	http.StatusTooManyRequests:       "too_many_streams: this client holds gateway.max_event_streams streams already",
-	http.StatusServiceUnavailable:    "transient: the mesh could not take it now (try again); no_token: the API has no token configured",
+	http.StatusServiceUnavailable:    "transient: the mesh could not take it now (try again); storage_full: the mesh's store cannot take it now (try again once space is freed; GET /v1/health says why); no_token: the API has no token configured",
 	http.StatusInternalServerError:   "internal",
 	http.StatusBadGateway:            "memory_error: memoryd answered with an error",
 }
@@ -68,6 +68,9 @@ var apiRoutes = []apiRoute{
 		Responses: append([]apiResponse{{Status: 200, Doc: "the tree", Body: trace.TreeNode{}}}, errs(400, 404)...)},
 	{Pattern: "POST /v1/sessions/{id}/messages", ID: "continueConversation", Summary: "Continue a finished session's conversation with a new turn.", Body: protocol.MessageBody{},
 		Responses: append([]apiResponse{{Status: 202, Doc: "the next turn's session", Body: protocol.SubmitReply{}}}, errs(400, 404, 422, 503)...)},
+	{Pattern: "GET /v1/health", ID: "health", Summary: "Whether the mesh takes new sessions: the state of its store (ok, low: under mesh.storage_reserve, full: JetStream cannot write) with the reason and what to do, and memoryd's health.",
+		Responses: []apiResponse{{Status: 200, Doc: "the mesh takes new sessions", Body: Health{}},
+			{Status: 503, Doc: "the mesh refuses new sessions (storage low or full); the same body says why", Body: Health{}}}},
 	{Pattern: "GET /v1/openapi.json", ID: "openapi", Summary: "This document.",
 		Responses: []apiResponse{{Status: 200, Doc: "the OpenAPI document", Body: struct{}{}}}},
 	{Pattern: "GET /v1/sessions", ID: "listSessions", Summary: "Sessions updated within `since` (a duration, default 168h), newest first, at most `limit` (1..2000, default 200); `agent`, `status` (status or outcome) and `q` (substring of id or task) filter.",

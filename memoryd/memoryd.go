@@ -547,7 +547,8 @@ func (s *server) migrate(ctx context.Context, _ []byte) (protocol.Message, error
 }
 
 func (s *server) health(ctx context.Context, _ []byte) (protocol.Message, error) {
-	rep := &protocol.MemoryHealthReply{OK: true, Store: storeKind(s.d.Config.Memory), Model: s.emb.Model(), Dim: s.emb.Dim()}
+	rep := &protocol.MemoryHealthReply{OK: true, Store: storeKind(s.d.Config.Memory), Model: s.emb.Model(), Dim: s.emb.Dim(),
+		Storage: s.d.Conn.Storage(ctx, s.d.Names, false).State}
 	if e := s.staleErr(); e != "" {
 		rep.OK, rep.Error = false, e
 	}

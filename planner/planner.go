@@ -86,8 +86,9 @@ func Run(ctx context.Context, d Deps) error {
 	for _, c := range []struct {
 		kind    string
 		timeout time.Duration
-		fn      func(context.Context, []byte) error
-	}{{bus.KindPlannerTasks, taskTimeout, p.onTask}, {bus.KindPlannerResults, resultTimeout, p.onResult}} {
+		fn      func(context.Context, jetstream.Msg) error
+	}{{bus.KindPlannerTasks, taskTimeout, data(p.onTask)}, {bus.KindPlannerResults, resultTimeout, data(p.onResult)},
+		{bus.KindPlannerDead, resultTimeout, p.onDeadLetter}} {
 		spec, err := bus.Consumers(d.Names, c.kind, "", d.Config.Mesh.AckWaitOrZero())
 		if err != nil {
 			return err
@@ -159,15 +160,20 @@ type permanent struct{ error }
 
 // handler adapts a message handler to the worker: a permanent error sends the message to the
 // DLQ, any other is retried.
-func handler(fn func(context.Context, []byte) error) worker.Handler {
+func handler(fn func(context.Context, jetstream.Msg) error) worker.Handler {
 	return func(ctx context.Context, m jetstream.Msg) error {
-		err := fn(ctx, m.Data())
+		err := fn(ctx, m)
 		var perm permanent
 		if errors.As(err, &perm) {
 			return worker.Permanent(err)
 		}
 		return err
 	}
+}
+
+// data adapts a handler of a message's body.
+func data(fn func(context.Context, []byte) error) func(context.Context, jetstream.Msg) error {
+	return func(ctx context.Context, m jetstream.Msg) error { return fn(ctx, m.Data()) }
 }
 
 // update applies fn to the session under compare-and-set, retrying when another planner wrote
@@ -254,8 +260,10 @@ func (p *Planner) onTask(ctx context.Context, data []byte) error {
 // by a replica that has not yet seen the gateway's write (the session is written before its
 // task is published). A session that stays missing runs out of deliveries into the DLQ.
 func errSessionNotFound(id string) error {
-	return fmt.Errorf("session %s not found (yet)", id)
+	return fmt.Errorf("session %s %w (yet)", id, errNoSession)
 }
+
+var errNoSession = errors.New("not found")
 
 // get reads a session's current state.
 func (p *Planner) get(ctx context.Context, id string) (protocol.Session, error) {

@@ -139,6 +139,9 @@ var Matrix = []Row{
 	memRow(protocol.MemMigrate, "re-embed memory (admin only)"),
 	// The HTTP API (and so the console) retires or evicts single entries behind its bearer token.
 	memRow(protocol.MemRetire, "retire or evict one entry", Gateway),
+	// The process that runs the embedded server (as admin) says whether JetStream can write.
+	{Kind: KindSubject, Base: "storage", Subject: protocol.Names.Storage, Doc: "whether the mesh's store can write (embedded server)",
+		Grants: map[Identity]Access{Planner: Call, Executor: Call, Toolhost: Call, Memoryd: Call, Miner: Call, Gateway: Call, Client: Call}},
 	{Kind: KindSubject, Base: "dlq-advisories", Subject: protocol.Names.MaxDeliveriesAdvisory, Doc: "JetStream max-deliveries advisories (feed the DLQ)",
 		Grants: map[Identity]Access{Gateway: Subscribe}},
 	{Kind: KindSubject, Base: "term-advisories", Subject: protocol.Names.MsgTerminatedAdvisory, Doc: "JetStream terminated-message advisories (feed the DLQ)",
@@ -190,6 +193,7 @@ var Matrix = []Row{
 var Durables = []Durable{
 	{Stream: protocol.StreamTasks, Name: protocol.ConsumerPlanner, Owner: Planner},
 	{Stream: protocol.StreamResults, Name: protocol.ConsumerPlannerResults, Owner: Planner},
+	{Stream: protocol.StreamDLQ, Name: protocol.ConsumerPlannerDead, Owner: Planner},
 	{Stream: protocol.StreamWork, Name: "*", Owner: Executor},
 	{Stream: protocol.StreamTrace, Name: protocol.ConsumerMiner, Owner: Miner},
 	{Stream: protocol.StreamTrace, Name: protocol.ConsumerMirror, Owner: Gateway},

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/redact"
 )
 
@@ -33,6 +34,11 @@ type Conn struct {
 	dialObjects func(context.Context) (*Conn, error)
 	objMu       sync.Mutex
 	objects     *Conn
+
+	// storage is the last answer of Storage, from storageAt.
+	storageMu sync.Mutex
+	storage   protocol.StorageReply
+	storageAt time.Time
 }
 
 // ObjectStores is the JetStream context to open object stores through. It is JS, except on a

@@ -242,6 +242,10 @@ type Mesh struct {
 	AckWait string `yaml:"ack_wait"`
 	// Limits bound every stream and bucket; what is left empty keeps its default.
 	Limits MeshLimits `yaml:"limits"`
+	// StorageReserve is, for the embedded server, the free space (bytes) of its store's disk
+	// under which new sessions are refused (storage_full), so those already accepted have room
+	// to finish; 0: 2% of the disk, between 8 MiB and 1 GiB.
+	StorageReserve int64 `yaml:"storage_reserve"`
 }
 
 // TLS is `mesh.tls:`: CA verifies the server (and, on the embedded server, client

@@ -458,6 +458,9 @@ func (c *Config) Validate() Errors {
 	if c.Mesh.Limits.BucketMaxBytes < 0 {
 		bad("mesh.limits.bucket_max_bytes", "must not be negative (0 keeps the default)")
 	}
+	if c.Mesh.StorageReserve < 0 {
+		bad("mesh.storage_reserve", "must not be negative (0 keeps the default)")
+	}
 	if c.Mesh.Namespace != "" {
 		if err := protocol.CheckToken("mesh.namespace", c.Mesh.Namespace); err != nil {
 			bad("mesh.namespace", "%v", err)

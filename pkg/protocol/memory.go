@@ -272,6 +272,9 @@ type MemoryHealthReply struct {
 	Dim     int    `msgpack:"dim" json:"dim"`
 	Entries int    `msgpack:"entries" json:"entries"`
 	Error   string `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Storage is the mesh's store as memoryd sees it (StorageReply.State): while it is not ok,
+	// learning (ingest, remember) fails or waits; retrieval goes on. Empty when nobody reports it.
+	Storage StorageState `msgpack:"storage,omitempty" json:"storage,omitempty"`
 }
 
 // MemoryEmbedRequest asks for vectors of texts with memoryd's model.

@@ -84,7 +84,8 @@ type SubmitReply struct {
 	Duplicate bool   `msgpack:"duplicate,omitempty" json:"duplicate,omitempty"`
 	Error     string `msgpack:"error,omitempty" json:"error,omitempty"`
 	// Code classifies Error: ErrCodeRejected (the task itself is refused; sending it again
-	// will not help) or ErrCodeTransient (the mesh could not take it now; try again).
+	// will not help), ErrCodeTransient (the mesh could not take it now; try again) or
+	// CodeStorageFull (the mesh's store cannot take it now; try again once space is freed).
 	Code string `msgpack:"code,omitempty" json:"code,omitempty"`
 }
 

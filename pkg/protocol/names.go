@@ -45,6 +45,9 @@ const (
 const (
 	ConsumerPlanner        = "planner"
 	ConsumerPlannerResults = "planner-results"
+	// ConsumerPlannerDead reads the dead letters of tasks, steps and results: the planner ends
+	// the sessions they belonged to.
+	ConsumerPlannerDead    = "planner-dlq"
 	ConsumerMiner          = "miner"
 	ConsumerMirror         = "trace-mirror"
 	consumerExecutorPrefix = "executor-"
@@ -160,6 +163,11 @@ func (n Names) Tool(name string) string { return n.subj("tool", name) }
 
 // Memory is the micro endpoint subject of one memoryd operation.
 func (n Names) Memory(op string) string { return n.subj("memory", op) }
+
+// Storage is the request/reply subject on which the process that runs the mesh's embedded server
+// says whether JetStream can write (StorageRequest, StorageReply). A mesh on a NATS server of its
+// own has nobody answering it: the server's monitoring (/healthz) says the same there.
+func (n Names) Storage() string { return n.subj("mesh", "storage") }
 
 // DLQ is the subject dead letters are republished to.
 func (n Names) DLQ(stream string) string { return n.subj("dlq", strings.ToLower(stream)) }

@@ -127,7 +127,7 @@ func newRunCmd() *cobra.Command {
 				return &exitError{code: exitTransient, msg: fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err)}
 			}
 			if rep.Error != "" {
-				if rep.Code == protocol.ErrCodeTransient {
+				if protocol.Code(rep.Code).Retryable() { // transient, storage_full
 					return &exitError{code: exitTransient, msg: "skein: " + rep.Error + " (try again)"}
 				}
 				return &exitError{code: 2, msg: "skein: " + rep.Error}

@@ -69,6 +69,8 @@ func Channels() []Channel {
 			Doc: "One usage event per finished session (and one per mining), for mesh-wide accounting."},
 		{ID: "tool", Address: n.Tool("{tool}"), Params: []string{"tool"}, Kind: Service, Message: protocol.ToolRequest{}, Reply: protocol.ToolReply{},
 			Doc: "Call a tool, or an agent as a tool."},
+		{ID: "storage", Address: n.Storage(), Kind: Service, Message: protocol.StorageRequest{}, Reply: protocol.StorageReply{},
+			Doc: "Whether the mesh's store can write: ok, low (free space under mesh.storage_reserve: new sessions are refused) or full (JetStream cannot write: work in flight waits). Answered by the process that runs the embedded server; nobody answers on a mesh whose NATS server is its own (its /healthz says the same)."},
 		mem(protocol.MemRetrieve, "Guidelines that fit a task, strategic first.", protocol.RetrieveRequest{}, protocol.RetrieveReply{}),
 		mem(protocol.MemIngest, "Add guidelines mined from a session.", protocol.IngestRequest{}, protocol.IngestReply{}),
 		mem(protocol.MemRemember, "Notes written in a session (remember) and a sub-agent's findings for its caller's memory.", protocol.RememberRequest{}, protocol.RememberReply{}),
