@@ -74,6 +74,9 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 			return r.finish(res, turn-1, out, "", reason)
 		}
 		r.compact(ctx, turn)
+		if reason := r.overWindow(); reason != "" {
+			return r.finish(res, turn-1, protocol.OutcomeFailed, "", reason)
+		}
 		resp, err := r.call(ctx, turn)
 		if err != nil {
 			if out, reason, stop := r.gov.halt(ctx); stop {
