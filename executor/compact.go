@@ -67,11 +67,11 @@ func (r *run) compact(ctx context.Context, turn int) {
 }
 
 // overWindow says why no request of this step can fit the model's context window, or "" when
-// one can: the system blocks, the tools, the first message (the task, or a conversation's new
-// message, with the tactical guidelines) and the room kept for the answer. Compaction shrinks
-// results and folds later turns but never cuts those, so a task too large for the window ends
-// the step here, before a model call that the provider would refuse, or, worse, answer from a
-// silently cut prompt.
+// one can: the system blocks, the tools, the first message (the task, with the tactical
+// guidelines), a conversation's new message, and the room kept for the answer. Compaction
+// shrinks results and folds turns in between but never cuts those, so a task or message too
+// large for the window ends the step here, before a model call that the provider would refuse,
+// or, worse, answer from a silently cut prompt.
 func (r *run) overWindow() string {
 	cfg := r.e.d.Config.ForRole(protocol.RoleExecutor)
 	window, answer := r.e.contextWindow(), r.e.maxTokens(cfg.MaxTokens)
@@ -84,6 +84,9 @@ func (r *run) overWindow() string {
 	}
 	r.transcriptTokens()
 	task := r.sizes[0]
+	if r.step.Previous != "" {
+		task += r.own // the new message; the first is the conversation's first task
+	}
 	if fixed+task+answer <= window {
 		return ""
 	}
