@@ -232,10 +232,12 @@ func (h *handler) serveAgent(a *agentTool, r micro.Request) {
 	}
 	h.inflight.Add(1)
 	h.mu.Unlock()
+	stopProgress := h.progress(r)
 	go func() {
 		defer h.inflight.Done()
 		out := a.call(h, data)
 		out.Host, out.LatencyMS = h.host, time.Since(start).Milliseconds()
+		stopProgress()
 		h.respond(reply, a.name, &out)
 	}()
 }

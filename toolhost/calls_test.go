@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -215,5 +219,62 @@ func TestRepeatOfACallWhoseHostDiedRunsIt(t *testing.T) {
 	}
 	if n := len(readEffects(t, log)); n != 1 {
 		t.Fatalf("%d runs, want 1", n)
+	}
+}
+
+// A request that asks for progress hears from the toolhost holding it every
+// protocol.CallProgressEvery until its reply, and nothing after; one that does not ask gets only
+// the reply.
+func TestAToolhostSaysItHoldsACallUntilItAnswers(t *testing.T) {
+	m := bustest.Start(t)
+	effectHost(t, m, "host-a")
+	waitServed(t, m, "effect")
+	args, _ := json.Marshal(map[string]any{"note": "slow", "seconds": 1.5})
+	for _, asks := range []bool{true, false} {
+		data, err := protocol.Marshal(&protocol.ToolRequest{SessionID: "s-progress", StepID: "s1", Tool: "effect", Args: args,
+			CallID: protocol.ToolCallID("s-progress", "s1", 1, map[bool]int{true: 0, false: 1}[asks])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := m.Conn.NC.SubscribeSync(m.Conn.NC.NewInbox())
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := &nats.Msg{Subject: m.Names.Tool("effect"), Reply: sub.Subject, Data: data, Header: nats.Header{}}
+		if asks {
+			msg.Header.Set(protocol.HeaderCallProgress, "1")
+		}
+		if err := m.Conn.NC.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+		beats := 0
+		for {
+			got, err := sub.NextMsg(30 * time.Second)
+			if err != nil {
+				t.Fatalf("waiting for the reply: %v", err)
+			}
+			if len(got.Data) == 0 && got.Header.Get(protocol.HeaderCallProgress) == "running" {
+				beats++
+				continue
+			}
+			var rep protocol.ToolReply
+			if err := protocol.Unmarshal(got.Data, &rep); err != nil || !rep.OK {
+				t.Fatalf("reply %+v (%v)", rep, err)
+			}
+			break
+		}
+		switch {
+		case asks && beats == 0:
+			t.Fatal("no progress from the toolhost during a 1.5 s call that asked for it")
+		case !asks && beats > 0:
+			t.Fatalf("%d progress messages to a request that did not ask for them", beats)
+		}
+		poll.Quiet(t, 3*protocol.CallProgressEvery, "no progress after the reply", func() error {
+			if n, _, _ := sub.Pending(); n > 0 {
+				return fmt.Errorf("%d messages after the reply", n)
+			}
+			return nil
+		})
+		_ = sub.Unsubscribe()
 	}
 }

@@ -275,6 +275,7 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 	}
 	h.inflight.Add(1)
 	h.mu.Unlock()
+	stopProgress := h.progress(r)
 	queued := false
 	select {
 	case h.slots <- struct{}{}:
@@ -284,6 +285,7 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 			queued = true
 		default:
 			h.inflight.Done()
+			stopProgress()
 			h.respond(reply, t.Name, &protocol.ToolReply{Host: h.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrBusy,
 				Error: fmt.Sprintf("toolhost %s is running %d tools with %d calls waiting; call %s again", h.host, cap(h.slots), cap(h.waiting), t.Name)}})
 			return
@@ -291,18 +293,52 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 	}
 	go func() {
 		defer h.inflight.Done()
+		defer stopProgress() // a path that never answered still stops saying it will
 		if queued {
 			select {
 			case h.slots <- struct{}{}:
 				<-h.waiting
 			case <-h.ctx.Done():
 				<-h.waiting
+				stopProgress()
 				return
 			}
 		}
 		defer func() { <-h.slots }()
-		h.callOnce(t, data, start, func(out protocol.ToolReply) { h.respond(reply, t.Name, &out) })
+		h.callOnce(t, data, start, func(out protocol.ToolReply) {
+			stopProgress()
+			h.respond(reply, t.Name, &out)
+		})
 	}()
+}
+
+// progress says "still running" on reply every protocol.CallProgressEvery until the returned
+// stop is called, when the caller asked for it (HeaderCallProgress): a caller that stops hearing
+// it asks again, and the host that gets the repeat takes the call over from a dead host.
+func (h *handler) progress(r micro.Request) (stop func()) {
+	reply := r.Reply()
+	if reply == "" || r.Headers().Get(protocol.HeaderCallProgress) == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(protocol.CallProgressEvery)
+		defer t.Stop()
+		beat := &nats.Msg{Subject: reply, Header: nats.Header{protocol.HeaderCallProgress: []string{"running"}}}
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = h.nc.PublishMsg(beat)
+			}
+		}
+	}()
+	// Stopping waits for the beat goroutine, so no beat follows the reply.
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-finished }) }
 }
 
 func (h *handler) call(t *tools.Tool, req protocol.ToolRequest, p *tools.Prepared) (res protocol.ToolResult) {

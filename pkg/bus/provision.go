@@ -374,8 +374,11 @@ const (
 	KindExecutor       = "executor"
 )
 
-// DefaultAckWait is a consumer's AckWait when mesh.ack_wait is unset.
-const DefaultAckWait = 10 * time.Second
+// DefaultAckWait is a consumer's AckWait when mesh.ack_wait is unset. A process killed while it
+// handles a message has it delivered again within AckWait of its last heartbeat (every third of
+// it), so within 3 s of the kill; a heartbeat may be 2 s late (a loaded machine, a reconnect)
+// before a live process's message is delivered a second time.
+const DefaultAckWait = 3 * time.Second
 
 // Consumers returns the settings of one kind of consumer (agent names the executor's). ackWait
 // is mesh.ack_wait (0: DefaultAckWait); it is short so a crashed process's work comes back in

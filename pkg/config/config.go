@@ -238,7 +238,7 @@ type Mesh struct {
 	// (no executor serves it any more) before a planner ends it failed (a duration, like 5m).
 	QueueTimeout string `yaml:"queue_timeout"`
 	// AckWait is how long a message a role is handling may go without an in-progress heartbeat
-	// before JetStream delivers it again (a duration; empty: 10s). Every consumer uses it.
+	// before JetStream delivers it again (a duration; empty: 3s). Every consumer uses it.
 	AckWait string `yaml:"ack_wait"`
 	// Limits bound every stream and bucket; what is left empty keeps its default.
 	Limits MeshLimits `yaml:"limits"`

@@ -280,6 +280,17 @@ type ToolRequest struct {
 	DeadlineMS int64 `msgpack:"deadline_ms,omitempty" json:"deadline_ms,omitempty"`
 }
 
+// A tool request with the HeaderCallProgress header asks the toolhost that holds the call to say
+// so while it does: an empty message with the header (value "running") on the request's reply
+// subject every CallProgressEvery, until the reply. A caller that hears nothing for CallSilence
+// asks again with the same call id: the host has died (or is cut off), and the toolhost that gets
+// the repeat waits for the dead host's lease to lapse, then runs the call.
+const (
+	HeaderCallProgress = "Skein-Call-Progress"
+	CallProgressEvery  = 500 * time.Millisecond
+	CallSilence        = 2 * time.Second
+)
+
 // ToolResult is the one normalized shape of every tool outcome: {ok, error?, result?, stderr?, truncated?}.
 type ToolResult struct {
 	OK        bool            `msgpack:"ok" json:"ok"`

@@ -4,7 +4,9 @@ package devtest
 
 import (
 	"os/exec"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/skein-mesh/skein/pkg/devenv"
 )
@@ -37,4 +39,17 @@ func NeedProgram(t testing.TB, names ...string) {
 			Missing(t, n+" (on PATH)")
 		}
 	}
+}
+
+// CPUTime is this process's user+system CPU time: on a shared machine it is a steadier cost
+// than wall time. Benchmarks report it per operation (cpu-ms/op).
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ReportCPU reports the CPU time spent since start per iteration of b, in milliseconds.
+func ReportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(CPUTime()-start)/1e6/float64(b.N), "cpu-ms/op")
 }
