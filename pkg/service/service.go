@@ -205,7 +205,7 @@ func ConnectOptions(id auth.Identity, credsFlag string, cfg *config.Config) []bu
 	if cfg != nil {
 		src.Config, t = cfg.Mesh.CredsFile, cfg.Mesh.TLS
 	}
-	return []bus.Option{bus.WithCreds(auth.Resolve(id, src)), bus.WithTLS(bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key})}
+	return []bus.Option{bus.WithCreds(auth.Resolve(id, src)), bus.WithIdentity(id), bus.WithTLS(bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key})}
 }
 
 // Prepare makes sure the streams and buckets id uses exist before it starts: the admin and the
