@@ -245,8 +245,12 @@ func checkAgent(t *testing.T, where string, data []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(docker), "/src/examples/tools "+imageTools) {
-		t.Fatalf("the Dockerfile no longer copies examples/tools to %s; update this test", imageTools)
+	stage, err := os.ReadFile(filepath.Join(root, "deploy", "docker", "build-stage.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(docker), "COPY --from=build /stage/ /") || !strings.Contains(string(stage), `cp -R examples/tools "$dest`+imageTools+`"`) {
+		t.Fatalf("the image no longer holds examples/tools at %s (Dockerfile, build-stage.sh); update this test", imageTools)
 	}
 	// The folders the image ships are checked where they come from.
 	data = bytes.ReplaceAll(data, []byte(imageTools), []byte(filepath.Join(root, "examples", "tools")))
