@@ -23,6 +23,8 @@ from nats.aio.client import Client as NATS
 from . import creds as _creds
 from . import wire
 
+log = logging.getLogger("skein_client")
+
 DEFAULT_NAMESPACE = "skein"
 # How long connect waits for a first connection unless told (connect_timeout=,
 # $SKEIN_CONNECT_TIMEOUT, --connect-timeout): the skein CLI gives up after about as long.
@@ -31,8 +33,6 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 # a server restart or a rolling update of the NATS cluster) before operations fail.
 RECONNECT_WAIT_S = 1
 RECONNECT_ATTEMPTS = 120
-
-log = logging.getLogger("skein_client")
 SUCCESS_OUTCOMES = frozenset({"success", "success_with_recovery"})
 TERMINAL_EVENTS = frozenset({"final", "incomplete", "failed"})
 
@@ -139,6 +139,8 @@ class Client:
         if not url:
             raise SkeinError("no NATS URL: pass url=, --nats, or set $SKEIN_NATS_URL (skein up prints it)")
         timeout = connect_timeout if connect_timeout is not None else _env_timeout()
+        if not timeout > 0:
+            raise SkeinError("connect timeout %r: want a number of seconds above 0" % timeout)
         servers = [u.strip() for u in url.split(",") if u.strip()]
         opts: Dict[str, Any] = {}
         path = _creds.resolve(creds)
