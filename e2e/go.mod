@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/milvus-io/milvus-sdk-go/v2 v2.4.2
+	github.com/moby/patternmatcher v0.6.1
 	github.com/skein-mesh/skein/pkg v0.0.0
 	gopkg.in/yaml.v3 v3.0.1
 )

@@ -65,15 +65,26 @@ type proc struct {
 	done chan struct{}
 }
 
-// start runs bin with args; its output goes to a log file printed when the test fails.
+// start runs bin (a binary the tests built, or an absolute path) with args; its output goes to a
+// log file printed when the test fails.
 func start(t *testing.T, env []string, name, bin string, args ...string) *proc {
+	t.Helper()
+	return startIn(t, "", env, name, bin, args...)
+}
+
+// startIn is start in the working folder dir ("" is the test's).
+func startIn(t *testing.T, dir string, env []string, name, bin string, args ...string) *proc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binaries(t), bin), args...)
+	if !filepath.IsAbs(bin) {
+		bin = filepath.Join(binaries(t), bin)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -38,6 +38,8 @@ type Deps struct {
 	// Concurrency is how many steps this process runs at once (0: executor.concurrency, else
 	// DefaultConcurrency).
 	Concurrency int
+	// Ready, when set, is closed once the executor pulls steps.
+	Ready chan<- struct{}
 }
 
 // DefaultConcurrency is the steps one executor runs at once when nothing says otherwise: a step
@@ -191,6 +193,9 @@ func (e *Executor) Serve(ctx context.Context) error {
 	}
 	defer e.watch.Stop()
 	go e.keepRegistered(ctx)
+	if e.d.Ready != nil {
+		close(e.d.Ready)
+	}
 	e.d.Logger.Info("executor ready", "id", e.d.ID, "agent", agent, "model", e.d.Config.ForRole(protocol.RoleExecutor).Model,
 		"concurrency", e.d.Concurrency)
 	return w.Run(ctx)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -35,6 +36,8 @@ type Deps struct {
 	HTTPToken string
 	// Mirror receives the trace mirror so a one-shot run can wait for its files.
 	Mirror *trace.Mirror
+	// Ready, when set, is closed once submit and cancel are served (and the HTTP API listens).
+	Ready chan<- struct{}
 }
 
 // Run serves until ctx ends.
@@ -78,7 +81,15 @@ func Run(ctx context.Context, d Deps) error {
 		go func() { errc <- m.Run(ctx) }()
 	}
 	if d.HTTPAddr != "" {
-		go func() { errc <- g.serveHTTP(ctx, d.HTTPAddr) }()
+		// Listening before Ready: a gateway reported ready answers on its address.
+		ln, err := net.Listen("tcp", d.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("gateway http: %w", err)
+		}
+		go func() { errc <- g.serveListener(ctx, ln) }()
+	}
+	if d.Ready != nil {
+		close(d.Ready)
 	}
 	d.Logger.Info("gateway ready", "subject", d.Names.Submit(), "http", d.HTTPAddr)
 	select {

@@ -65,14 +65,6 @@ func (g *Gateway) Handler() http.Handler {
 	return root
 }
 
-func (g *Gateway) serveHTTP(ctx context.Context, addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("gateway http: %w", err)
-	}
-	return g.serveListener(ctx, ln)
-}
-
 // serveListener serves the API on ln until ctx ends: the server that --http runs.
 func (g *Gateway) serveListener(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{

@@ -36,6 +36,8 @@ type Deps struct {
 	Home   string
 	// ID names this planner in session state (default: host and pid).
 	ID string
+	// Ready, when set, is closed once the planner's consumers are in place.
+	Ready chan<- struct{}
 }
 
 // Planner holds the open buckets and publishers.
@@ -110,6 +112,9 @@ func Run(ctx context.Context, d Deps) error {
 		return fmt.Errorf("planner: %w", err)
 	}
 	go p.watchUnserved(ctx, agents)
+	if d.Ready != nil {
+		close(d.Ready)
+	}
 	d.Logger.Info("planner ready", "id", d.ID, "mode", p.mode)
 	errs := make(chan error, len(workers))
 	for _, w := range workers {

@@ -51,6 +51,8 @@ type Deps struct {
 	// AgentWait bounds how long a call of an agent in tools.agents waits for the child session
 	// (0: DefaultAgentWait).
 	AgentWait time.Duration
+	// Ready, when set, is closed by Run once every tool is published and answering.
+	Ready chan<- struct{}
 }
 
 // Run serves until ctx ends, then stops the micro service, lets calls in flight finish within
@@ -59,6 +61,9 @@ func Run(ctx context.Context, d Deps) error {
 	h, err := New(ctx, d)
 	if err != nil {
 		return err
+	}
+	if d.Ready != nil {
+		close(d.Ready)
 	}
 	return h.Serve(ctx)
 }
