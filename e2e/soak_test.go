@@ -75,6 +75,16 @@ func TestSoak(t *testing.T) {
 	// after their last use), memoryd's embedding cache fills.
 	warmup := envDuration(t, "SKEIN_SOAK_WARMUP", retention+2*time.Minute)
 	every := envDuration(t, "SKEIN_SOAK_SAMPLE", 30*time.Second)
+	// The server's memory follows the sessions retained and the rate blocks are written at, so
+	// on a machine whose load changes (shared cores) a run paced below its capacity
+	// (SKEIN_SOAK_RATE sessions/s) compares memory at the same load; unpaced, the workers go as
+	// fast as the mesh does.
+	var rate float64
+	if v := os.Getenv("SKEIN_SOAK_RATE"); v != "" {
+		if _, err := fmt.Sscan(v, &rate); err != nil || rate < 0 {
+			t.Fatalf("SKEIN_SOAK_RATE=%q: want sessions per second", v)
+		}
+	}
 	agent := soakAgent
 	if retention > 0 {
 		agent += fmt.Sprintf(`mesh:
@@ -132,7 +142,14 @@ func TestSoak(t *testing.T) {
 			samples = append(samples, m.memSample(ctx, t, at))
 		}
 	}()
-	rs := generate(ctx, m.c, workers, 0, begin.Add(d), task)
+	paced := task
+	if rate > 0 {
+		paced = func(i int) string {
+			time.Sleep(time.Until(begin.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
+			return task(i)
+		}
+	}
+	rs := generate(ctx, m.c, workers, 0, begin.Add(d), paced)
 	elapsed := time.Since(begin)
 	<-cpuDone
 	<-sampled
@@ -153,7 +170,11 @@ func TestSoak(t *testing.T) {
 		saveHeapProfile(t, m.pprof, path) // for `go tool pprof` when the live heap grew
 	}
 	var report strings.Builder
-	fmt.Fprintf(&report, "soak: %d workers, %s, %d sessions, %.1f sessions/s\n", workers, elapsed.Round(time.Second), len(rs), float64(len(rs))/elapsed.Seconds())
+	pace := ""
+	if rate > 0 {
+		pace = fmt.Sprintf(" (paced at %.1f)", rate)
+	}
+	fmt.Fprintf(&report, "soak: %d workers, %s, %d sessions, %.1f sessions/s%s\n", workers, elapsed.Round(time.Second), len(rs), float64(len(rs))/elapsed.Seconds(), pace)
 	fmt.Fprintf(&report, "minute  sessions  sessions/s  p50      p99\n")
 	var firstP50, lastP50 time.Duration
 	minutes := int(elapsed/time.Minute) + 1
@@ -319,6 +340,12 @@ func checkFlat(settled []memSample) (summary string, grew []string) {
 	k := max(3, len(settled)/4)
 	first, last := settled[:k], settled[len(settled)-k:]
 	fmt.Fprintf(&b, "after warm-up (%s to %s, medians of the first and last %d samples; more than +10%% fails):\n", first[0].at, last[k-1].at, k)
+	fromN, toN := level(first, func(s memSample) float64 { return float64(s.retained) }), level(last, func(s memSample) float64 { return float64(s.retained) })
+	fmt.Fprintf(&b, "  %-16s %7.0f -> %7.0f\n", "retained", fromN, toN)
+	var load string
+	if toN > 1.2*fromN {
+		load = fmt.Sprintf("; sessions retained grew %.0f -> %.0f with the rate: on a machine whose load changes, pace the run below its capacity (SKEIN_SOAK_RATE)", fromN, toN)
+	}
 	for _, s := range series {
 		from, to := level(first, s.v), level(last, s.v)
 		change := 0.0
@@ -327,7 +354,7 @@ func checkFlat(settled []memSample) (summary string, grew []string) {
 		}
 		fmt.Fprintf(&b, "  %-16s %7.1f -> %7.1f MB  %+5.1f%%\n", s.name, from, to, change)
 		if to > 1.1*from && to-from > s.floor {
-			grew = append(grew, fmt.Sprintf("%s grew after warm-up: %.1f -> %.1f MB (%+.1f%%)", s.name, from, to, change))
+			grew = append(grew, fmt.Sprintf("%s grew after warm-up: %.1f -> %.1f MB (%+.1f%%)%s", s.name, from, to, change, load))
 		}
 	}
 	return b.String(), grew

@@ -11,7 +11,9 @@
 #   make soak SOAK_RETENTION=default   the mesh's own retention (days): memory grows with
 #                                      every session retained, so flatness is not checked
 # SKEIN_SOAK_HEAP_PROFILE=PATH also saves heap profiles at start (PATH.start) and end (PATH);
-# SKEIN_SOAK_WARMUP and SKEIN_SOAK_SAMPLE change the warm-up and the sampling interval.
+# SKEIN_SOAK_WARMUP and SKEIN_SOAK_SAMPLE change the warm-up and the sampling interval;
+# SKEIN_SOAK_RATE=N paces the run at N sessions/s, so that memory is compared at the same load
+# on a machine whose load changes (the workers must keep up with it).
 
 SOAK_DURATION  ?= 10m
 SOAK_WORKERS   ?= 4
