@@ -42,7 +42,7 @@ rules:
 
 // TestSoak runs continuous short sessions against one `skein up` for a while (make soak; 10
 // minutes by default there) and reports, per minute, sessions/s and latency percentiles; every
-// SKEIN_SOAK_SAMPLE (30 s) the live heap by holder (the NATS server and parts of it, each role:
+// SKEIN_SOAK_SAMPLE (20 s) the live heap by holder (the NATS server and parts of it, each role:
 // heapHolders) and the process's RSS; and at start and end consumers per stream, goroutines
 // and what each stream stores.
 //
@@ -74,7 +74,7 @@ func TestSoak(t *testing.T) {
 	// Warm-up: the retention fills, the per-block state of the first blocks expires (2 minutes
 	// after their last use), memoryd's embedding cache fills.
 	warmup := envDuration(t, "SKEIN_SOAK_WARMUP", retention+2*time.Minute)
-	every := envDuration(t, "SKEIN_SOAK_SAMPLE", 30*time.Second)
+	every := envDuration(t, "SKEIN_SOAK_SAMPLE", 20*time.Second)
 	// The server's memory follows the sessions retained and the rate blocks are written at, so
 	// on a machine whose load changes (shared cores) a run paced below its capacity
 	// (SKEIN_SOAK_RATE sessions/s) compares memory at the same load; unpaced, the workers go as
@@ -218,8 +218,8 @@ func TestSoak(t *testing.T) {
 	switch {
 	case retention == 0:
 		fmt.Fprintf(&report, "not checked for flatness: with the mesh's default retention memory grows with every session retained, for days\n")
-	case len(settled) < 6:
-		fmt.Fprintf(&report, "not checked for flatness: %d samples after the warm-up of %s; run at least %s\n", len(settled), warmup, warmup+6*every)
+	case len(settled) < 10:
+		fmt.Fprintf(&report, "not checked for flatness: %d samples after the warm-up of %s; run at least %s\n", len(settled), warmup, warmup+10*every)
 	default:
 		var summary string
 		summary, flat = checkFlat(settled)
@@ -335,9 +335,9 @@ func checkFlat(settled []memSample) (summary string, grew []string) {
 			v     func(memSample) float64
 		}{h, 2, func(s memSample) float64 { return s.heap.by[h] }})
 	}
-	// A quarter of the samples (at least 3) at each end: the server's block caches come and go
+	// A quarter of the samples (at least 5) at each end: the server's block caches come and go
 	// 10 s after their last use, 8 MiB at a time.
-	k := max(3, len(settled)/4)
+	k := max(5, len(settled)/4)
 	first, last := settled[:k], settled[len(settled)-k:]
 	fmt.Fprintf(&b, "after warm-up (%s to %s, medians of the first and last %d samples; more than +10%% fails):\n", first[0].at, last[k-1].at, k)
 	fromN, toN := level(first, func(s memSample) float64 { return float64(s.retained) }), level(last, func(s memSample) float64 { return float64(s.retained) })

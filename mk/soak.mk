@@ -1,5 +1,5 @@
 # Soak: continuous short sessions against one `skein up` (scripted model, compiled sum tool,
-# memory and miner on) for SOAK_DURATION; reports sessions/s and p50/p99 per minute, every 30 s
+# memory and miner on) for SOAK_DURATION; reports sessions/s and p50/p99 per minute, every 20 s
 # the live heap by holder (the NATS server and parts of it, each role) and the RSS, consumers
 # per stream, goroutines, CPU per role and what each stream stores (e2e/soak_test.go). Every
 # per-session record is kept SOAK_RETENTION (stream max_age, TTLs, dedup window); after a
