@@ -103,7 +103,7 @@ func TestSoak(t *testing.T) {
 	}
 	// Heap profiles sample every 64 KiB allocated instead of 512 KiB, so that a role's few MB
 	// are measured closely enough to compare.
-	t.Setenv("GODEBUG", "memprofilerate=65536")
+	t.Setenv("GODEBUG", strings.TrimPrefix(os.Getenv("GODEBUG")+",memprofilerate=65536", ","))
 	m := startUp(t, writeProject(t, agent, soakScript))
 	ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
 	defer cancel()
