@@ -48,9 +48,9 @@ rules:
 //
 // Every per-session record is kept for SKEIN_SOAK_RETENTION (2m; "default" keeps the mesh's
 // own limits, days), so that memory levels off once retention removes as much as arrives; after
-// SKEIN_SOAK_WARMUP (retention + 2m) the heap, the RSS and each holder must stay within 10% of
-// their level just after warm-up. It also fails when a session fails, when consumers or
-// goroutines grow, or when the last minute's p50 is far above the first's.
+// SKEIN_SOAK_WARMUP (retention + 2m, at least half the run) the heap, the RSS and each holder
+// must stay within 10% of their level just after warm-up. It also fails when a session fails,
+// when consumers or goroutines grow, or when the last minute's p50 is far above the first's.
 func TestSoak(t *testing.T) {
 	d := *soakDuration
 	if d == 0 {
@@ -72,8 +72,10 @@ func TestSoak(t *testing.T) {
 		retention = envDuration(t, "SKEIN_SOAK_RETENTION", 0)
 	}
 	// Warm-up: the retention fills, the per-block state of the first blocks expires (2 minutes
-	// after their last use), memoryd's embedding cache fills.
-	warmup := envDuration(t, "SKEIN_SOAK_WARMUP", retention+2*time.Minute)
+	// after their last use), memoryd's embedding cache fills (4096 texts), and the cache of each
+	// stream's block being written grows until the block is full (8 MiB, 4 MiB for a bucket):
+	// minutes at 60 sessions/s, 10-20 at 8/s. A slow run needs a longer SKEIN_SOAK_WARMUP.
+	warmup := envDuration(t, "SKEIN_SOAK_WARMUP", max(retention+2*time.Minute, d/2))
 	every := envDuration(t, "SKEIN_SOAK_SAMPLE", 20*time.Second)
 	// The server's memory follows the sessions retained and the rate blocks are written at, so
 	// on a machine whose load changes (shared cores) a run paced below its capacity

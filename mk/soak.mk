@@ -3,8 +3,8 @@
 # the live heap by holder (the NATS server and parts of it, each role) and the RSS, consumers
 # per stream, goroutines, CPU per role and what each stream stores (e2e/soak_test.go). Every
 # per-session record is kept SOAK_RETENTION (stream max_age, TTLs, dedup window); after a
-# warm-up of the retention plus 2 minutes, the heap, the RSS and each holder must stay within
-# 10% of their level then. Not part of `make test`.
+# warm-up of the retention plus 2 minutes (at least half the run), the heap, the RSS and each
+# holder must stay within 10% of their level then. Not part of `make test`.
 #   make soak                          10 minutes, 4 sessions in flight, 2-minute retention
 #   make soak SOAK_DURATION=30m        the long run docs/benchmarks.md records
 #   make soak SOAK_DURATION=2m SOAK_WORKERS=8
