@@ -179,9 +179,12 @@ func headerValue(s string) string {
 
 // serviceErrCode is the service error code of a Submit or Cancel error.
 func serviceErrCode(err error) string {
+	var coded *protocol.Error
 	switch {
 	case errors.Is(err, errNoSession):
 		return protocol.ServiceErrNotFound
+	case errors.As(err, &coded):
+		return coded.Code.ServiceCode()
 	case errors.Is(err, ErrRejected):
 		return protocol.ServiceErrRejected
 	}
@@ -191,14 +194,22 @@ func serviceErrCode(err error) string {
 // ErrRejected wraps every reason a task is refused.
 var ErrRejected = errors.New("task rejected")
 
-// ErrorCode classifies a Submit error for the wire: rejected (the task is refused as it is) or
-// transient (the mesh could not take it now).
+// ErrorCode classifies a Submit error for the wire: the code of a coded error in its chain (a
+// malformed or too long id: bad_request, too_large), else rejected (the task is refused as it
+// is) or transient (the mesh could not take it now).
 func ErrorCode(err error) string {
-	if errors.Is(err, ErrRejected) {
+	var coded *protocol.Error
+	switch {
+	case errors.As(err, &coded):
+		return string(coded.Code)
+	case errors.Is(err, ErrRejected):
 		return protocol.ErrCodeRejected
 	}
 	return protocol.ErrCodeTransient
 }
+
+// httpStatus is the HTTP status of a Submit error: the one of its code.
+func httpStatus(err error) int { return protocol.Code(ErrorCode(err)).HTTPStatus() }
 
 // Submit checks a task, records its session as queued and publishes it. Submitting the same
 // session id again is harmless: the session is not duplicated and an unpublished task is
@@ -319,19 +330,16 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 	case !utf8.ValidString(in.Task):
 		return fmt.Errorf("%w: the task is not valid UTF-8", ErrRejected)
 	}
-	if in.SessionID != "" {
-		if err := protocol.CheckToken("session id", in.SessionID); err != nil {
-			return fmt.Errorf("%w: %v", ErrRejected, err)
-		}
-		if len(in.SessionID) > 128 {
-			return fmt.Errorf("%w: session id is longer than 128 characters", ErrRejected)
-		}
+	// Every id becomes part of a subject or key: one too long would cost the gateway its
+	// connection, so the ids are checked before anything is read or written with them.
+	if err := protocol.CheckIDs(in); err != nil {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	if in.Agent == "" && g.d.Config != nil {
 		in.Agent = g.d.Config.Agent.Name
 	}
-	if err := protocol.CheckToken("agent", in.Agent); err != nil {
-		return fmt.Errorf("%w: %v", ErrRejected, err)
+	if err := protocol.IDAgent.Check(in.Agent); err != nil {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	entry, err := g.agents.Get(ctx, in.Agent)
 	if err != nil {

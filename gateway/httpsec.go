@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 // The HTTP API's defaults. Timeouts apply to every request except the event stream, which sets a
@@ -154,6 +156,48 @@ func checkToken(tok, where string) (string, string, error) {
 // httpError is every rejection of the API: a status, a stable code and a sentence.
 func httpError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg, "code": code})
+}
+
+// httpRefuse answers a coded error (protocol.Errorf) with its code's status.
+func httpRefuse(w http.ResponseWriter, err error) {
+	c := protocol.CodeOf(err)
+	httpError(w, c.HTTPStatus(), string(c), err.Error())
+}
+
+// pathID reads the path's {id} as an identifier of kind k, answering a malformed or too long
+// one itself (400, 413): every id ends up in a subject or a key, and one the server refuses
+// would cost the gateway its connection.
+func pathID(w http.ResponseWriter, r *http.Request, k protocol.ID) (string, bool) {
+	id := r.PathValue("id")
+	if err := k.Check(id); err != nil {
+		httpRefuse(w, err)
+		return "", false
+	}
+	return id, true
+}
+
+// queryID reads the optional query parameter name as an identifier of kind k ("" when absent),
+// answering a malformed or too long one itself.
+func queryID(w http.ResponseWriter, r *http.Request, name string, k protocol.ID) (string, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return "", true
+	}
+	if err := k.Check(v); err != nil {
+		httpRefuse(w, fmt.Errorf("query parameter %s: %w", name, err))
+		return "", false
+	}
+	return v, true
+}
+
+// queryText reads the optional search text name, bounded by protocol.MaxQueryBytes.
+func queryText(w http.ResponseWriter, r *http.Request, name string) (string, bool) {
+	v := r.URL.Query().Get(name)
+	if len(v) > protocol.MaxQueryBytes {
+		httpRefuse(w, protocol.Errorf(protocol.CodeTooLarge, "query parameter %s is %d bytes long; at most %d", name, len(v), protocol.MaxQueryBytes))
+		return "", false
+	}
+	return v, true
 }
 
 // guard is the API's front door: cross-site refusal, bearer token, JSON bodies only.

@@ -422,3 +422,52 @@ func TestHTTPTokenEnvFile(t *testing.T) {
 		t.Errorf("a malformed token file: %v", err)
 	}
 }
+
+// Every route that takes an id, or an agent or q query parameter, refuses a 5,000-character one
+// as too large before it reaches NATS, and the gateway serves on: the same id used as a subject or
+// key would have cost the gateway its connection (the issue's "GET /v1/sessions/<5000 × a>").
+func TestHTTPRoutesRefuseOverlongIDsAndKeepServing(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	long := strings.Repeat("a", 5000)
+	tried := 0
+	for _, r := range apiRoutes {
+		method, path, _ := strings.Cut(r.Pattern, " ")
+		var urls []string
+		if strings.Contains(path, "{id}") {
+			urls = append(urls, strings.ReplaceAll(path, "{id}", long))
+		}
+		for _, q := range r.Query {
+			if q == "agent" || q == "q" {
+				urls = append(urls, path+"?"+q+"="+long)
+			}
+		}
+		for _, u := range urls {
+			tried++
+			req, err := http.NewRequest(method, srv.URL+u, strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			status, out, _ := do(t, req)
+			if status != http.StatusRequestEntityTooLarge || out["code"] != "too_large" || len(out["error"]) > 200 {
+				t.Errorf("%s %.40s…: %d %.200v, want 413 too_large with a short reason", method, u, status, out)
+			}
+		}
+	}
+	if tried < 12 {
+		t.Fatalf("tried %d routes; the route table is not being read", tried)
+	}
+	if status, out := postTask(t, srv, `{"task": "hi", "session_id": "after-long-ids"}`); status != http.StatusAccepted {
+		t.Fatalf("the gateway no longer serves: %d %v", status, out)
+	}
+	var s protocol.Session
+	if status := getJSON(t, srv, "/v1/sessions/after-long-ids", &s); status != http.StatusOK || s.SessionID != "after-long-ids" {
+		t.Fatalf("the gateway no longer serves: %d %+v", status, s)
+	}
+	if f.deps.Conn.NC.IsClosed() {
+		t.Fatal("the gateway's connection was closed")
+	}
+}
