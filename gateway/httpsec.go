@@ -64,23 +64,42 @@ func HTTPToken(home, configured string) (token, path string, err error) {
 	if token, err = newHTTPToken(); err != nil {
 		return "", "", err
 	}
-	// O_EXCL: two processes starting at once agree on the first one's token.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return HTTPToken(home, configured)
-	}
+	// Two callers starting at once (the gateway and `skein up` saying where the token is, or
+	// two processes) agree on the first one's token.
+	created, err := createWhole(path, token+"\n")
 	if err != nil {
 		return "", "", fmt.Errorf("HTTP API token: %w", err)
 	}
-	_, werr := f.WriteString(token + "\n")
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		_ = os.Remove(path)
-		return "", "", fmt.Errorf("HTTP API token: %w", werr)
+	if !created {
+		return HTTPToken(home, configured)
 	}
 	return token, path, nil
+}
+
+// createWhole writes content to a new file at path (0600, as CreateTemp makes it) unless one exists (created false). The
+// file appears whole or not at all: it is written aside and linked into place, so a reader never
+// finds it empty or half written (a file created and then written could be read in between).
+func createWhole(path, content string) (created bool, err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return false, err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.WriteString(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
 }
 
 // newHTTPToken is 32 random bytes, hex, behind skh_ (a prefix redaction knows).
@@ -128,20 +147,12 @@ func EnsureHTTPTokenEnv(dir string) (path string, err error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return EnsureHTTPTokenEnv(dir)
-	}
+	created, err := createWhole(path, HTTPTokenEnv+"="+tok+"\n")
 	if err != nil {
 		return "", fmt.Errorf("HTTP API token: %w", err)
 	}
-	_, werr := f.WriteString(HTTPTokenEnv + "=" + tok + "\n")
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		_ = os.Remove(path)
-		return "", fmt.Errorf("HTTP API token: %w", werr)
+	if !created {
+		return EnsureHTTPTokenEnv(dir)
 	}
 	return path, nil
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -371,6 +372,44 @@ func TestHTTPTokenFile(t *testing.T) {
 	t.Setenv(HTTPTokenEnv, "short")
 	if _, _, err := HTTPToken(home, ""); err == nil || !strings.Contains(err.Error(), "at least 16") {
 		t.Errorf("short token: %v", err)
+	}
+}
+
+// Callers that make the token at once (the gateway and `skein up` saying where it is) agree on
+// one token: none finds the file before its token is in it.
+func TestHTTPTokenMadeConcurrentlyIsOneToken(t *testing.T) {
+	t.Setenv(HTTPTokenEnv, "")
+	for round := 0; round < 20; round++ {
+		home := filepath.Join(t.TempDir(), "home")
+		toks := make(chan string, 8)
+		errs := make(chan error, 8)
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tok, _, err := HTTPToken(home, "")
+				toks <- tok
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(toks)
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		first := <-toks
+		for tok := range toks {
+			if tok != first {
+				t.Fatalf("round %d: two tokens %q and %q", round, first, tok)
+			}
+		}
+		if left, _ := filepath.Glob(filepath.Join(home, ".*")); len(left) != 0 {
+			t.Fatalf("round %d: temporary files left: %v", round, left)
+		}
 	}
 }
 
