@@ -33,6 +33,7 @@ import (
 // upMesh is a `skein up` process and a client connection to it.
 type upMesh struct {
 	p     *proc
+	home  string
 	url   string
 	pprof string
 	c     *bus.Conn
@@ -47,7 +48,7 @@ func startUp(t *testing.T, cfgPath string, extra ...string) *upMesh {
 	args := append([]string{"up", "--listen", listen, "--pprof", pp, "--config", cfgPath}, extra...)
 	p := start(t, cliEnv(t, home), "skein-up", "skein", args...)
 	waitForLine(t, p, "skein mesh up")
-	m := &upMesh{p: p, url: "nats://" + listen, pprof: pp, names: protocol.NewNames("")}
+	m := &upMesh{p: p, home: home, url: "nats://" + listen, pprof: pp, names: protocol.NewNames("")}
 	// The test (and the processes it starts, e.g. the overhead benchmark's echo responder)
 	// connects as admin with the credentials `skein up` wrote into its home.
 	t.Setenv("SKEIN_CREDS_DIR", auth.Dir(home))
