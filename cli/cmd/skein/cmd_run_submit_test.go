@@ -80,9 +80,9 @@ func TestRunExits75WhenTheSubmitFailsTransiently(t *testing.T) {
 	t.Chdir(t.TempDir())
 	serveSubmit(t, m, func(in protocol.SubmitRequest) protocol.SubmitReply {
 		if in.Task == "refuse me" {
-			return protocol.SubmitReply{Error: "task rejected: empty", Code: protocol.ErrCodeRejected}
+			return protocol.SubmitReply{Fault: protocol.Fault{Error: "task rejected: empty", Code: protocol.CodeRejected}}
 		}
-		return protocol.SubmitReply{Error: "enqueue session: maximum messages exceeded", Code: protocol.ErrCodeTransient}
+		return protocol.SubmitReply{Fault: protocol.Fault{Error: "enqueue session: maximum messages exceeded", Code: protocol.CodeTransient}}
 	})
 	_, _, err := runCmd(t, "--nats", m.URL, "run", "--timeout", "2s", "count to three")
 	if code := exitCode(err); code != exitTransient || !strings.Contains(err.Error(), "try again") {

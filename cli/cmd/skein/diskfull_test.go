@@ -118,8 +118,8 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 		case err != nil:
 			refused["no answer"]++
 		case rep.Error != "":
-			refused[rep.Code]++
-			why[rep.Code] = rep.Error
+			refused[string(rep.Code)]++
+			why[string(rep.Code)] = rep.Error
 		default:
 			accepted[id] = time.Now()
 		}
@@ -181,7 +181,7 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 		return resp.StatusCode
 	}
 	var apiErr protocol.APIError
-	if status := call(http.MethodPost, "/v1/tasks", `{"task": "add 2 3 5"}`, &apiErr); status != http.StatusServiceUnavailable || apiErr.Code != string(protocol.CodeStorageFull) {
+	if status := call(http.MethodPost, "/v1/tasks", `{"task": "add 2 3 5"}`, &apiErr); status != http.StatusServiceUnavailable || apiErr.Code != protocol.CodeStorageFull {
 		t.Errorf("HTTP submit on a full disk: %d %+v, want 503 storage_full", status, apiErr)
 	}
 	var health gateway.Health
@@ -291,8 +291,8 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 			t.Errorf("%d accepted sessions ended %s", n, o)
 		}
 	}
-	if refused[protocol.ErrCodeRejected] > 0 {
-		t.Errorf("%d submits refused as rejected (422) on a full disk, want storage_full", refused[protocol.ErrCodeRejected])
+	if refused[string(protocol.CodeRejected)] > 0 {
+		t.Errorf("%d submits refused as rejected (422) on a full disk, want storage_full", refused[string(protocol.CodeRejected)])
 	}
 	mu.Unlock()
 	if !strings.Contains(logs.String(), "no space left on device") {

@@ -54,8 +54,11 @@ func main() {
 			os.Exit(ee.code)
 		}
 		fmt.Fprintln(os.Stderr, "skein:", err)
-		if c := protocol.CodeOf(err); c != protocol.CodeInternal {
-			os.Exit(c.ExitStatus()) // an error on the wire says what it is: its code's status
+		// The one place an error becomes an exit status: a coded error (every error that came
+		// over the wire, and the CLI's own checks) exits with its code's status.
+		var coded *protocol.Error
+		if errors.As(err, &coded) {
+			os.Exit(coded.Code.ExitStatus())
 		}
 		os.Exit(1)
 	}

@@ -47,7 +47,7 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertIn("task is empty", str(cm.exception))
         with self.assertRaises(Rejected) as cm:
             await self.c.cancel("no-such-session")
-        self.assertEqual(cm.exception.service_code, "404")
+        self.assertEqual((cm.exception.service_code, cm.exception.code), ("404", "not_found"))
         with self.assertRaises(Rejected):
             await self.c.session("no-such-session")
 
