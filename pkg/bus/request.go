@@ -38,7 +38,7 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply prot
 	b.MaxElapsedTime = 0 // bounded by ctx
 	var (
 		msg  *nats.Msg
-		last error // the last try's own error: ctx may end while nothing answers
+		last error // the last error of a try ctx did not cut short: nothing answered, or a slow answer
 	)
 	err = backoff.Retry(func() error {
 		tctx, cancel := context.WithTimeout(ctx, perTry)
@@ -54,10 +54,10 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply prot
 		if err == nil {
 			return nil
 		}
-		last = err
 		if ctx.Err() != nil {
 			return backoff.Permanent(err)
 		}
+		last = err
 		if errors.Is(err, nats.ErrNoResponders) {
 			return err
 		}
