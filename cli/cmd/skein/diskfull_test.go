@@ -192,8 +192,8 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 	// The CLI exits 75: try again later.
 	t.Chdir(t.TempDir())
 	_, _, err = runCmd(t, "--nats", m.server.URL(), "--creds", auth.File(auth.Dir(home), auth.Client), "run", "--timeout", "5s", "add 2 3 5")
-	if code := exitCode(err); code != exitTransient || !strings.Contains(fmt.Sprint(err), "storage") {
-		t.Errorf("skein run on a full disk: exit %d (%v), want %d saying the storage is full", code, err, exitTransient)
+	if code := exitCode(err); code != protocol.ExitTempFail || !strings.Contains(fmt.Sprint(err), "storage") {
+		t.Errorf("skein run on a full disk: exit %d (%v), want %d saying the storage is full", code, err, protocol.ExitTempFail)
 	}
 	// The disk stays full for longer than the deliveries of a step (and of a task) would last if
 	// its failures used them up: held messages must not fail for it. JetStream frees blocks of
