@@ -295,18 +295,9 @@ func waitMemoryd(t *testing.T, c *bus.Conn) {
 	}
 }
 
-// writableTempDir is a reachableTempDir that tools may also write into (side-effect logs).
-func writableTempDir(t *testing.T) string {
-	t.Helper()
-	dir := reachableTempDir(t)
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // reachableTempDir is t.TempDir() opened for other users to enter: a scaffolded project's tools
-// run as nobody when the tests run as root, and nobody must reach their files.
+// run as other users when the tests run as root, and those must reach their files. (Such tools,
+// in /tmp, keep the host's /tmp: see tools.Runner.HostTmpReason.)
 func reachableTempDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()

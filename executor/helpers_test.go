@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -187,19 +186,4 @@ func toolUses(req llm.Request) []*llm.ToolCall {
 		return out
 	}
 	return nil
-}
-
-// sharedDir is a temp folder a tool can write to: tools run as nobody when the tests run as
-// root, and t.TempDir() is private to the test's user.
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "skein-executor-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
 }

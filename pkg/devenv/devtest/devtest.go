@@ -3,7 +3,9 @@
 package devtest
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/skein-mesh/skein/pkg/devenv"
@@ -37,4 +39,25 @@ func NeedProgram(t testing.TB, names ...string) {
 			Missing(t, n+" (on PATH)")
 		}
 	}
+}
+
+// SharedDir is a folder a test and the tools it runs can both write: open to every user (tools
+// run as other users when the tests run as root) and outside /tmp, /var/tmp and /dev/shm, which
+// each tool call may have its own of. It is made in the repository's .test-tmp folder and
+// removed after the test.
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	parent := filepath.Join(RepoRoot(t), ".test-tmp")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(parent, "shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
