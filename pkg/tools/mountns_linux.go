@@ -21,7 +21,7 @@ import (
 // left empty too. It starts the tool, which inherits the namespace, and goes back to the host's.
 // Nothing mounted there is seen outside it; it ends, tmpfs and all, once the host lets go of it
 // (with its scratch folder) and no process of a call is left in it. Making one and tearing it
-// down costs 0.2 to 0.5 ms on this 2-core machine (BenchmarkCallNamespace), entering a kept one
+// down costs about 0.25 ms on this 2-core machine (BenchmarkCallNamespace), entering a kept one
 // a few microseconds. The tool also gets a SysV IPC namespace of its own (CLONE_NEWIPC), so no
 // shared-memory segment or message queue outlives the call either. Both need CAP_SYS_ADMIN,
 // which a root host has outside a container that drops it.
