@@ -15,7 +15,9 @@ import (
 // need trace access (environ, mem, maps, ...) of, only processes of its own domain or of one
 // nested in it; from ABI 6 on it may also signal only those. So calls that share a uid (the host
 // does not run as root, or tools.sandbox.run_as names one user) still cannot see or signal each
-// other or their toolhost. The ruleset restricts no file access but the making of device files.
+// other or their toolhost. (A tool running as root still read other processes' environ and maps
+// in a domain on Linux 6.18, not their mem.) The ruleset restricts no file access but the making
+// of device files.
 // (go-landlock's API restricts the calling process; a tool must be restricted before its first
 // instruction, where only the raw system call can go, and x/sys/unix has the ruleset's types.)
 

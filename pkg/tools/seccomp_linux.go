@@ -74,9 +74,9 @@ func filterFor(allow uint32) (*seccompFilter, error) {
 	}
 	raw := make([]byte, 0, 8*len(prog))
 	for _, in := range prog {
-		raw = binary.LittleEndian.AppendUint16(raw, in.Code)
+		raw = binary.NativeEndian.AppendUint16(raw, in.Code)
 		raw = append(raw, in.Jt, in.Jf)
-		raw = binary.LittleEndian.AppendUint32(raw, in.K)
+		raw = binary.NativeEndian.AppendUint32(raw, in.K)
 	}
 	f := &seccompFilter{prog: prog, raw: raw}
 	seccompFilters.m[allow] = f
