@@ -170,7 +170,7 @@ func TestConsoleIsServedOutsideTheTokenCheck(t *testing.T) {
 		}
 	}
 	r, _ = http.NewRequest("POST", srv.URL+"/console/", strings.NewReader("{}"))
-	if status, _, _ := do(t, r); status != http.StatusMethodNotAllowed {
-		t.Errorf("POST /console/: %d; want 405", status)
+	if status, out, _ := do(t, r); status != http.StatusMethodNotAllowed || out["code"] != string(protocol.CodeMethodNotAllowed) {
+		t.Errorf("POST /console/: %d %v; want 405 method_not_allowed", status, out)
 	}
 }
