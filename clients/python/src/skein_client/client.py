@@ -116,7 +116,7 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 
 def _check_token(kind: str, s: str) -> None:
     if not _TOKEN.match(s or ""):
-        raise Rejected("%s %r may hold only letters, digits, '-' and '_'" % (kind, s), service_code="400")
+        raise Rejected("%s %r may hold only letters, digits, '-' and '_'" % (kind, s), code="bad_request", service_code="400")
 
 
 class Client:
