@@ -102,18 +102,18 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	if err := dec.Decode(&in); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			httpError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(
+			httpError(w, protocol.CodeTooLarge, fmt.Sprintf(
 				"request body over %d bytes; a task may be at most %d bytes (put large inputs in a file a tool can read)", tooLarge.Limit, protocol.MaxTaskBytes))
 			return
 		}
-		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
+		httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
 		return
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
 		// 422: the task is refused as it is; 400/413: an id is malformed or too long; 503: the
 		// mesh could not take it now (transient, storage_full), try again.
-		httpError(w, httpStatus(err), ErrorCode(err), err.Error())
+		httpError(w, ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)
@@ -129,14 +129,14 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (protocol.Sessi
 	entry, err := g.sessions.Get(r.Context(), id)
 	if err != nil {
 		if bus.IsNotFound(err) {
-			httpError(w, http.StatusNotFound, "not_found", "no session "+id)
+			httpError(w, protocol.CodeNotFound, "no session "+id)
 			return s, false
 		}
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return s, false
 	}
 	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return s, false
 	}
 	return s, true
@@ -157,7 +157,7 @@ func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
 	release, ok := g.guard.streams.acquire(r)
 	if !ok {
 		w.Header().Set("Retry-After", "5")
-		httpError(w, http.StatusTooManyRequests, "too_many_streams", fmt.Sprintf(
+		httpError(w, protocol.CodeTooMany, fmt.Sprintf(
 			"this client already holds %d open event streams (gateway.max_event_streams); close one first", g.guard.streams.max))
 		return
 	}
@@ -231,13 +231,13 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil && !errors.Is(err, io.EOF) {
-			httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
+			httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
 			return
 		}
 	}
 	rep, err := g.Cancel(r.Context(), protocol.CancelRequest{SessionID: r.PathValue("id"), Reason: in.Reason, By: "http " + r.RemoteAddr})
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, &rep)
@@ -260,7 +260,7 @@ func (g *Gateway) httpTree(w http.ResponseWriter, r *http.Request) {
 		return s.Children
 	})
 	if err != nil {
-		httpError(w, http.StatusNotFound, "not_found", err.Error())
+		httpError(w, protocol.CodeNotFound, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, n)
@@ -276,13 +276,13 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
+		httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
 		return
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
 		// 422: the turn is refused as it is; 503: the mesh could not take it now, try again.
-		httpError(w, httpStatus(err), ErrorCode(err), err.Error())
+		httpError(w, ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
@@ -39,7 +38,7 @@ func listParams(w http.ResponseWriter, r *http.Request) (from time.Time, limit i
 	if v := q.Get("since"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			httpError(w, http.StatusBadRequest, "bad_request", "since must be a positive duration such as 24h, got "+strconv.Quote(v))
+			httpError(w, protocol.CodeBadRequest, "since must be a positive duration such as 24h, got "+strconv.Quote(v))
 			return from, 0, false
 		}
 		since = d
@@ -47,7 +46,7 @@ func listParams(w http.ResponseWriter, r *http.Request) (from time.Time, limit i
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 || n > maxListLimit {
-			httpError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit must be 1..%d, got %q", maxListLimit, v))
+			httpError(w, protocol.CodeBadRequest, fmt.Sprintf("limit must be 1..%d, got %q", maxListLimit, v))
 			return from, 0, false
 		}
 		limit = n
@@ -91,7 +90,7 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	watch, err := g.sessions.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", "sessions bucket: "+err.Error())
+		httpRefuse(w, fmt.Errorf("sessions bucket: %w", err))
 		return
 	}
 	defer func() { _ = watch.Stop() }()
@@ -130,7 +129,7 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 		oldest := rows[len(rows)-1].Created
 		reports, err := g.usageReports(ctx, oldest)
 		if err != nil {
-			httpError(w, http.StatusInternalServerError, "internal", err.Error())
+			httpRefuse(w, err)
 			return
 		}
 		for i := range rows {
@@ -196,7 +195,7 @@ func (g *Gateway) httpUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	reports, err := g.usageReports(r.Context(), from)
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return
 	}
 	rows := make([]SessionUsage, 0, len(reports))
@@ -255,7 +254,7 @@ func (g *Gateway) httpDLQ(w http.ResponseWriter, r *http.Request) {
 			return true
 		})
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", "dlq stream: "+err.Error())
+		httpRefuse(w, fmt.Errorf("dlq stream: %w", err))
 		return
 	}
 	if rows == nil {
@@ -264,26 +263,22 @@ func (g *Gateway) httpDLQ(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rows)
 }
 
-// memoryCall asks memoryd, answering the HTTP request itself on failure (503 when memoryd is not
-// serving, 404 for an unknown entry) and returning false.
-func (g *Gateway) memoryCall(w http.ResponseWriter, r *http.Request, op string, req, rep protocol.Message, replyErr func() string) bool {
+// memoryCall asks memoryd, answering the HTTP request itself on failure with the failure's code
+// (unavailable or timeout when memoryd does not answer, memoryd's own code when it refuses:
+// not_found for an unknown entry) and returning false.
+func (g *Gateway) memoryCall(w http.ResponseWriter, r *http.Request, op string, req protocol.Message, rep protocol.Reply) bool {
 	ctx, cancel := context.WithTimeout(r.Context(), memoryCallTimeout)
 	defer cancel()
-	if err := bus.Request(ctx, g.d.Conn.NC, g.d.Names.Memory(op), req, rep, memoryCallTimeout); err != nil {
-		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
-			httpError(w, http.StatusServiceUnavailable, "memory_unavailable",
-				"memoryd is not answering on "+g.d.Names.Memory(op)+": start it (`skein up` runs it; memory.enabled must be true)")
-			return false
-		}
-		httpError(w, http.StatusBadGateway, "memory_error", err.Error())
+	err := bus.Request(ctx, g.d.Conn.NC, g.d.Names.Memory(op), req, rep, memoryCallTimeout)
+	if c := protocol.CodeOf(err); err != nil && (c == protocol.CodeUnavailable || c == protocol.CodeTimeout) {
+		httpError(w, c, "memoryd is not answering on "+g.d.Names.Memory(op)+": start it (`skein up` runs it; memory.enabled must be true)")
 		return false
 	}
-	if msg := replyErr(); msg != "" {
-		status, code := http.StatusBadGateway, "memory_error"
-		if strings.Contains(msg, memory.ErrNotFound.Error()) {
-			status, code = http.StatusNotFound, "not_found"
-		}
-		httpError(w, status, code, "memoryd "+op+": "+msg)
+	if err == nil {
+		err = rep.Err()
+	}
+	if err != nil {
+		httpRefuse(w, fmt.Errorf("memoryd %s: %w", op, err))
 		return false
 	}
 	return true
@@ -294,7 +289,7 @@ func tierParam(w http.ResponseWriter, r *http.Request) (protocol.Tier, bool) {
 	case "", protocol.TierStrategic, protocol.TierTactical:
 		return t, true
 	default:
-		httpError(w, http.StatusBadRequest, "bad_request", "tier must be strategic or tactical, got "+strconv.Quote(string(t)))
+		httpError(w, protocol.CodeBadRequest, "tier must be strategic or tactical, got "+strconv.Quote(string(t)))
 		return "", false
 	}
 }
@@ -318,14 +313,14 @@ func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 	case string(protocol.MemorySuperseded), string(protocol.MemoryRetired), string(protocol.MemoryQuarantined):
 		req.Status = protocol.MemoryStatus(st)
 	default:
-		httpError(w, http.StatusBadRequest, "bad_request", "status must be active, superseded, retired, quarantined or all, got "+strconv.Quote(st))
+		httpError(w, protocol.CodeBadRequest, "status must be active, superseded, retired, quarantined or all, got "+strconv.Quote(st))
 		return
 	}
 	for name, dst := range map[string]*int{"offset": &req.Offset, "limit": &req.Limit} {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
-				httpError(w, http.StatusBadRequest, "bad_request", name+" must be a whole number, got "+strconv.Quote(v))
+				httpError(w, protocol.CodeBadRequest, name+" must be a whole number, got "+strconv.Quote(v))
 				return
 			}
 			*dst = n
@@ -335,7 +330,7 @@ func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 		req.Limit = defaultListLimit
 	}
 	var rep protocol.MemoryListReply
-	if g.memoryCall(w, r, protocol.MemList, &req, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemList, &req, &rep) {
 		writeJSON(w, http.StatusOK, rep)
 	}
 }
@@ -360,13 +355,13 @@ func (g *Gateway) httpMemorySearch(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("top_k"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 || n > 100 {
-			httpError(w, http.StatusBadRequest, "bad_request", "top_k must be 1..100, got "+strconv.Quote(v))
+			httpError(w, protocol.CodeBadRequest, "top_k must be 1..100, got "+strconv.Quote(v))
 			return
 		}
 		req.TopK = n
 	}
 	var rep protocol.MemoryInspectReply
-	if g.memoryCall(w, r, protocol.MemInspect, &req, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemInspect, &req, &rep) {
 		writeJSON(w, http.StatusOK, rep)
 	}
 }
@@ -377,7 +372,7 @@ func (g *Gateway) httpMemoryGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep protocol.MemoryGetReply
-	if g.memoryCall(w, r, protocol.MemGet, &protocol.MemoryGetRequest{ID: id}, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemGet, &protocol.MemoryGetRequest{ID: id}, &rep) {
 		writeJSON(w, http.StatusOK, rep.Entry)
 	}
 }
@@ -401,7 +396,7 @@ func (g *Gateway) httpMemoryRetire(w http.ResponseWriter, r *http.Request) {
 	}
 	req := protocol.MemoryRetireRequest{ID: id, Evict: in.Evict, Reason: in.Reason, By: "http " + r.RemoteAddr}
 	var rep protocol.MemoryRetireReply
-	if g.memoryCall(w, r, protocol.MemRetire, &req, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemRetire, &req, &rep) {
 		writeJSON(w, http.StatusOK, rep)
 	}
 }
@@ -415,7 +410,7 @@ func decodeSmall(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
+		httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
 		return false
 	}
 	return true
