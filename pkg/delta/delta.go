@@ -155,10 +155,13 @@ func (t *Turn) publishLocked(d protocol.Delta) {
 const (
 	PendingMsgs  = 4096
 	PendingBytes = 16 << 20
+	// followTimeout bounds Follow's round trip to the server.
+	followTimeout = 5 * time.Second
 )
 
-// Follow calls fn with every delta of session from now on, in the order they arrive, until the
-// subscription is unsubscribed. Messages that cannot be read are skipped.
+// Follow calls fn with every delta of session published after it returns (the server has the
+// subscription then), in the order they arrive, until the subscription is unsubscribed.
+// Messages that cannot be read are skipped.
 func Follow(nc *nats.Conn, names protocol.Names, session string, fn func(protocol.Delta)) (*nats.Subscription, error) {
 	sub, err := nc.Subscribe(names.Delta(session), func(m *nats.Msg) {
 		var d protocol.Delta
@@ -170,6 +173,10 @@ func Follow(nc *nats.Conn, names protocol.Names, session string, fn func(protoco
 		return nil, fmt.Errorf("follow the deltas of %s: %w", session, err)
 	}
 	if err := sub.SetPendingLimits(PendingMsgs, PendingBytes); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("follow the deltas of %s: %w", session, err)
+	}
+	if err := nc.FlushTimeout(followTimeout); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("follow the deltas of %s: %w", session, err)
 	}
