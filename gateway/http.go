@@ -178,8 +178,15 @@ func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Trace events and deltas (the model's text as it is generated, from now on: deltas are kept
-	// nowhere) come from two subscriptions; one writer at a time.
+	// nowhere) come from two subscriptions; one writer at a time, and none once the handler has
+	// returned (a delta callback may still be running when the subscription ends).
 	var mu sync.Mutex
+	closed := false
+	defer func() {
+		mu.Lock()
+		closed = true
+		mu.Unlock()
+	}()
 	send := func(typ string, v any) bool {
 		data, err := json.Marshal(v)
 		if err != nil {
@@ -187,6 +194,9 @@ func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		if closed {
+			return false
+		}
 		_ = rc.SetWriteDeadline(time.Now().Add(httpTimeouts.write))
 		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, data); err != nil {
 			cancel()
