@@ -2,7 +2,10 @@ module github.com/skein-mesh/skein/cli
 
 go 1.26.8
 
-require github.com/skein-mesh/skein/pkg v0.0.0
+require (
+	github.com/creack/pty v1.1.24
+	github.com/skein-mesh/skein/pkg v0.0.0
+)
 
 require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.13.0 // indirect

@@ -86,6 +86,18 @@ type Executor struct {
 	// MaxWaiting bounds the steps that wait for a child agent session without holding one of
 	// the Concurrency places (0: 8 × Concurrency).
 	MaxWaiting int `yaml:"max_waiting"`
+	// Stream publishes the text of model turns on the delta subject as it is generated.
+	Stream Stream `yaml:"stream"`
+}
+
+// Stream is `executor.stream:`: how model answers stream to readers (pkg/delta).
+type Stream struct {
+	// Enabled: publish deltas (default true). Off, readers see each turn's text when it ends.
+	Enabled bool `yaml:"enabled"`
+	// FlushMS is the longest a piece of text waits before it is published (default 50).
+	FlushMS int `yaml:"flush_ms"`
+	// MaxBytes is the most text one delta message carries (default 4096, at most 16384).
+	MaxBytes int `yaml:"max_bytes"`
 }
 
 // Toolhost is the `toolhost:` section.

@@ -69,10 +69,11 @@ func Default() *Config {
 			ShareMaxFindings:    3,
 			ShareMaxChars:       300,
 		},
-		Planner: Planner{Mode: "off", MaxItems: 8},
-		Miner:   Miner{Enabled: true},
-		Mesh:    Mesh{Namespace: protocol.DefaultNamespace, Replicas: 1},
-		Gateway: Gateway{MaxEventStreams: 8},
+		Planner:  Planner{Mode: "off", MaxItems: 8},
+		Executor: Executor{Stream: Stream{Enabled: true, FlushMS: 50, MaxBytes: 4096}},
+		Miner:    Miner{Enabled: true},
+		Mesh:     Mesh{Namespace: protocol.DefaultNamespace, Replicas: 1},
+		Gateway:  Gateway{MaxEventStreams: 8},
 	}
 }
 
@@ -317,6 +318,12 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Executor.MaxWaiting < 0 {
 		bad("executor.max_waiting", "must not be negative (0: 8 × executor.concurrency), got %d", c.Executor.MaxWaiting)
+	}
+	if st := c.Executor.Stream; st.FlushMS < 1 || st.FlushMS > 10000 {
+		bad("executor.stream.flush_ms", "must be 1 to 10000 (milliseconds a piece of text may wait), got %d", st.FlushMS)
+	}
+	if st := c.Executor.Stream; st.MaxBytes < 256 || st.MaxBytes > protocol.MaxDeltaBytes {
+		bad("executor.stream.max_bytes", "must be 256 to %d, got %d", protocol.MaxDeltaBytes, st.MaxBytes)
 	}
 	if c.Toolhost.Concurrency < 0 {
 		bad("toolhost.concurrency", "must not be negative (0 derives it from the machine), got %d", c.Toolhost.Concurrency)

@@ -18,6 +18,7 @@ import (
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -125,6 +126,19 @@ func newRunCmd() *cobra.Command {
 			if sessionID == "" {
 				sessionID = gateway.NewSessionID()
 			}
+			// On a terminal the model's text shows as it is generated: follow the session's
+			// deltas before it exists, so none is missed.
+			var text *textStream
+			if w, h, ok := terminalOut(cmd.OutOrStdout()); ok && !asJSON {
+				text = newTextStream(cmd.OutOrStdout(), w, h, "")
+				sub, err := delta.Follow(conn.NC, names, sessionID, text.add)
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "skein: the answer shows when it is complete (%v)\n", err)
+					text = nil
+				} else {
+					defer func() { _ = sub.Unsubscribe() }()
+				}
+			}
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			var rep protocol.SubmitReply
 			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli", Budget: budget}, &rep, submitTry)
@@ -150,6 +164,9 @@ func newRunCmd() *cobra.Command {
 			submitted.Store(&onInterrupt)
 			view := newProgress(cmd.ErrOrStderr(), asJSON)
 			view.verbose = verbose
+			if text != nil {
+				view.text, text.before = text, view.clear
+			}
 			res := runResult{SessionID: rep.SessionID}
 			fctx, fcancel := context.WithTimeout(ctx, timeout)
 			defer fcancel()
@@ -188,6 +205,9 @@ func newRunCmd() *cobra.Command {
 				return true
 			})
 			view.done()
+			if text != nil {
+				text.end()
+			}
 			if ended && followCtx.Err() != nil && fctx.Err() == nil {
 				err = nil // stopped waiting for the miner, not for the session
 			}
@@ -208,7 +228,7 @@ func newRunCmd() *cobra.Command {
 					return err
 				}
 			} else {
-				printResult(out, res, service.Home())
+				printResult(out, res, service.Home(), text != nil && text.showed(res.FinalText))
 			}
 			if mined != nil {
 				switch {
@@ -239,9 +259,13 @@ func newRunCmd() *cobra.Command {
 	return cmd
 }
 
-func printResult(w io.Writer, r runResult, home string) {
+// printResult prints the answer (unless streamed shows it was already shown whole, as it was
+// generated) and the summary.
+func printResult(w io.Writer, r runResult, home string, streamed bool) {
 	if r.FinalText != "" {
-		fmt.Fprintln(w, r.FinalText)
+		if !streamed {
+			fmt.Fprintln(w, r.FinalText)
+		}
 		fmt.Fprintln(w)
 	}
 	line := fmt.Sprintf("outcome: %s · session %s · %d step(s) · %.1fs · in %d / out %d tokens (cache write %d, read %d) · cost %s",
@@ -258,6 +282,7 @@ func printResult(w io.Writer, r runResult, home string) {
 // otherwise, nothing with --json.
 type progress struct {
 	w       io.Writer
+	text    *textStream // the model's text on the same terminal: no status line while it writes
 	quiet   bool
 	verbose bool // guidelines with their scores and why, even with --json (on stderr)
 	live    bool
@@ -308,8 +333,15 @@ func (p *progress) event(ev protocol.Event) {
 	default:
 		p.status = string(ev.Type)
 	}
-	p.clear()
-	fmt.Fprintf(p.w, "⋯ %5.1fs · turn %d · %d tool call(s) · %s", time.Since(p.start).Seconds(), p.turn, p.tools, p.status)
+	draw := func() {
+		p.clear()
+		fmt.Fprintf(p.w, "⋯ %5.1fs · turn %d · %d tool call(s) · %s", time.Since(p.start).Seconds(), p.turn, p.tools, p.status)
+	}
+	if p.text != nil {
+		p.text.idle(draw)
+	} else {
+		draw()
+	}
 }
 
 func (p *progress) clear() {

@@ -10,7 +10,11 @@
 //	        - {name: hello, args_raw: '{"name": "Ada"'}          # sent verbatim (malformed on purpose)
 //	    times: 1                                                  # optional: answer at most once
 //	    delay_s: 2                                                # optional: think this long first (a slow model)
+//	    chunk_ms: 40                                              # optional: stream the text a word per 40 ms
+//	chunk_ms: 0                                                   # optional: the same for every rule
 //
+// The reply's text streams (Request.Stream) a word at a time, chunk_ms apart (the rule's, else
+// the script's; 0: all at once), so offline runs show an answer growing as a provider's does.
 // when.system is matched against the system prompt (its blocks joined by blank lines),
 // when.last against the newest user message: its text and tool results, joined by newlines,
 // when.any against the whole conversation (every message, as the token count renders it), so a
@@ -82,6 +86,8 @@ type fileRule struct {
 	Times int `yaml:"times"`
 	// DelayS makes the reply take this long, as a slow model would; the call's context ends it.
 	DelayS float64 `yaml:"delay_s"`
+	// ChunkMS paces the streamed text: this long between words (nil: the script's chunk_ms).
+	ChunkMS *int `yaml:"chunk_ms"`
 }
 
 type rule struct {
@@ -90,6 +96,7 @@ type rule struct {
 	calls                    []llm.ToolCall // IDs filled per answer
 	times                    int            // 0: unlimited
 	delay                    time.Duration
+	chunk                    time.Duration // between streamed words
 }
 
 // Script is a parsed rule file.
@@ -110,7 +117,8 @@ func Load(path string) (*Script, error) {
 // Parse checks a script; name (usually the file path) appears in every error.
 func Parse(name string, data []byte) (*Script, error) {
 	var doc struct {
-		Rules []fileRule `yaml:"rules"`
+		Rules   []fileRule `yaml:"rules"`
+		ChunkMS int        `yaml:"chunk_ms"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -122,6 +130,9 @@ func Parse(name string, data []byte) (*Script, error) {
 	}
 	if len(doc.Rules) == 0 {
 		return nil, fmt.Errorf("scripted: %s: no rules: the script needs a non-empty rules: list", name)
+	}
+	if doc.ChunkMS < 0 {
+		return nil, fmt.Errorf("scripted: %s: chunk_ms: must be >= 0, got %d", name, doc.ChunkMS)
 	}
 	s := &Script{name: name}
 	for i, fr := range doc.Rules {
@@ -187,6 +198,13 @@ func Parse(name string, data []byte) (*Script, error) {
 			return nil, at(".delay_s", "must be >= 0, got %v", fr.DelayS)
 		}
 		r.delay = time.Duration(fr.DelayS * float64(time.Second))
+		chunk := doc.ChunkMS
+		if fr.ChunkMS != nil {
+			if chunk = *fr.ChunkMS; chunk < 0 {
+				return nil, at(".chunk_ms", "must be >= 0, got %d", chunk)
+			}
+		}
+		r.chunk = time.Duration(chunk) * time.Millisecond
 		s.rules = append(s.rules, r)
 	}
 	return s, nil
@@ -273,6 +291,9 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 				return nil, fmt.Errorf("scripted: %w", context.Cause(ctx))
 			}
 		}
+		if err := stream(ctx, req.Stream, r.text, r.chunk); err != nil {
+			return nil, err
+		}
 		resp := &llm.Response{Text: r.text, Model: cmp.Or(b.model, Model), StopReason: llm.StopEndTurn}
 		out := tokenize.Count(r.text)
 		var groups []string
@@ -294,6 +315,33 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 	}
 	return nil, fmt.Errorf("scripted: no rule in %s matches the conversation (newest message: %q)", b.script.name, quoteStart(last, 80))
 }
+
+// stream hands text to sink a word (and the spaces after it) at a time, pause apart.
+func stream(ctx context.Context, sink func(llm.Delta), text string, pause time.Duration) error {
+	if sink == nil || text == "" {
+		return nil
+	}
+	start := 0
+	for i := 1; i <= len(text); i++ {
+		if i < len(text) && (!isSpace(text[i-1]) || isSpace(text[i])) {
+			continue
+		}
+		if start > 0 && pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("scripted: %w", context.Cause(ctx))
+			}
+		}
+		sink(llm.Delta{Text: text[start:i]})
+		start = i
+	}
+	return nil
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' }
 
 // capture is an argument value standing for a capture group of when.last.
 var capture = regexp.MustCompile(`"\$([1-9])"`)
