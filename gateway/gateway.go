@@ -125,7 +125,7 @@ func New(ctx context.Context, d Deps) (*Gateway, error) {
 }
 
 func (g *Gateway) handleSubmit(req micro.Request) {
-	ct, err := protocol.ContentType(req.Headers().Get(protocol.HeaderContentType))
+	ct, err := protocol.ContentType(protocol.HeaderValue(req.Headers(), protocol.HeaderContentType))
 	if err != nil {
 		reply := protocol.SubmitReply{Error: err.Error(), Code: protocol.ErrCodeRejected}
 		respond(req, protocol.ContentTypeMsgpack, &reply, protocol.ServiceErrContentType, reply.Error)
@@ -133,7 +133,7 @@ func (g *Gateway) handleSubmit(req micro.Request) {
 	}
 	var in protocol.SubmitRequest
 	if err := protocol.UnmarshalAs(ct, req.Data(), &in); err != nil {
-		reply := protocol.SubmitReply{Error: "malformed submit request: " + err.Error(), Code: protocol.ErrCodeRejected}
+		reply := protocol.SubmitReply{Error: "malformed " + err.Error(), Code: protocol.ErrCodeRejected}
 		respond(req, ct, &reply, protocol.ServiceErrBadRequest, reply.Error)
 		return
 	}

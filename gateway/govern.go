@@ -216,7 +216,7 @@ func (g *Gateway) cancel(ctx context.Context, req protocol.CancelRequest, seen m
 }
 
 func (g *Gateway) handleCancel(req micro.Request) {
-	ct, err := protocol.ContentType(req.Headers().Get(protocol.HeaderContentType))
+	ct, err := protocol.ContentType(protocol.HeaderValue(req.Headers(), protocol.HeaderContentType))
 	if err != nil {
 		reply := protocol.CancelReply{Error: err.Error()}
 		respond(req, protocol.ContentTypeMsgpack, &reply, protocol.ServiceErrContentType, reply.Error)
@@ -224,7 +224,7 @@ func (g *Gateway) handleCancel(req micro.Request) {
 	}
 	var in protocol.CancelRequest
 	if err := protocol.UnmarshalAs(ct, req.Data(), &in); err != nil {
-		reply := protocol.CancelReply{Error: "malformed cancel request: " + err.Error()}
+		reply := protocol.CancelReply{Error: "malformed " + err.Error()}
 		respond(req, ct, &reply, protocol.ServiceErrBadRequest, reply.Error)
 		return
 	}
