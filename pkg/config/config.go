@@ -134,7 +134,7 @@ type Tools struct {
 	MaxParallel  int       `yaml:"max_parallel"`
 	ResultFormat string    `yaml:"result_format"` // toon | json
 	TimeoutS     float64   `yaml:"timeout_s"`
-	MaxOutput    int       `yaml:"max_output_bytes"`
+	MaxOutput    ByteSize  `yaml:"max_output_bytes"`
 	Agents       []string  `yaml:"agents"` // other agents offered as tools
 	Retrieval    Retrieval `yaml:"retrieval"`
 	// MaxResultTokens caps what one tool result may put in the transcript; a bigger result is
@@ -254,9 +254,9 @@ type TLS struct {
 
 // StreamLimits bound one stream. Zero or empty keeps the default of docs/config.md.
 type StreamLimits struct {
-	MaxAge   string `yaml:"max_age"`
-	MaxBytes int64  `yaml:"max_bytes"`
-	MaxMsgs  int64  `yaml:"max_msgs"`
+	MaxAge   string   `yaml:"max_age"`
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	MaxMsgs  int64    `yaml:"max_msgs"`
 }
 
 // MeshLimits is the `mesh.limits:` section: what the operator lets the mesh keep.
@@ -268,7 +268,7 @@ type MeshLimits struct {
 	Usage   StreamLimits `yaml:"usage"`
 	DLQ     StreamLimits `yaml:"dlq"`
 	// BucketMaxBytes bounds each KV bucket and the object store.
-	BucketMaxBytes int64 `yaml:"bucket_max_bytes"`
+	BucketMaxBytes ByteSize `yaml:"bucket_max_bytes"`
 	// SessionTTL, ToolCallTTL and StepTTL are how long session records, tool call records and
 	// step results are kept (durations).
 	SessionTTL  string `yaml:"session_ttl"`

@@ -219,6 +219,12 @@ func goTypeName(t string) string {
 		return "true or false"
 	case t == "string":
 		return "a string"
+	case t == "config.ByteSize":
+		return sizeHint
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
 	}
 	return "a mapping"
 }

@@ -119,6 +119,10 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"agent as its own tool", "agent:\n  name: boss\ntools:\n  agents: [helper, boss]\n", []string{"tools.agents[1]", "itself"}},
 		{"agent schema not an object", "agent:\n  input_schema: {type: string}\n", []string{"agent.input_schema", `"type": "object"`}},
 		{"agent schema invalid", "agent:\n  input_schema: {type: object, required: 3}\n", []string{"agent.input_schema", "not a valid JSON Schema"}},
+		{"size with a bad unit", "mesh:\n  limits:\n    work:\n      max_bytes: 1KX\n", []string{"agent.yaml:4", "mesh.limits.work.max_bytes", `got a string "1KX"`, "64MiB"}},
+		{"size as a list", "mesh:\n  limits:\n    bucket_max_bytes: [1]\n", []string{"agent.yaml:3", "mesh.limits.bucket_max_bytes", "got a list", "a size in bytes"}},
+		{"negative size", "mesh:\n  limits:\n    trace: {max_bytes: -1}\n", []string{"mesh.limits.trace", "must not be negative"}},
+		{"int64 wants an integer", "mesh:\n  limits:\n    work: {max_msgs: lots}\n", []string{"mesh.limits.work.max_msgs", "want an integer"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -133,6 +137,26 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A size in bytes takes an integer or a number with a unit, decimal or binary as written.
+func TestByteSizesTakeUnits(t *testing.T) {
+	body := "tools:\n  max_output_bytes: 64KiB\nmesh:\n  limits:\n    work: {max_bytes: 1KB}\n    trace: {max_bytes: 2 GiB}\n" +
+		"    usage: {max_bytes: 1.5MB}\n    dlq: {max_bytes: 4096}\n    bucket_max_bytes: 512mib\n"
+	cfg, err := Load(write(t, t.TempDir(), "agent.yaml", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := cfg.Mesh.Limits
+	for name, c := range map[string]struct{ got, want ByteSize }{
+		"tools.max_output_bytes": {cfg.Tools.MaxOutput, 64 << 10}, "work.max_bytes": {l.Work.MaxBytes, 1000},
+		"trace.max_bytes": {l.Trace.MaxBytes, 2 << 30}, "usage.max_bytes": {l.Usage.MaxBytes, 1_500_000},
+		"dlq.max_bytes": {l.DLQ.MaxBytes, 4096}, "bucket_max_bytes": {l.BucketMaxBytes, 512 << 20},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", name, c.got, c.want)
+		}
 	}
 }
 

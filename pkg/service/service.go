@@ -209,7 +209,7 @@ func Limits(cfg *config.Config) bus.Limits {
 		cur := l.Streams[base]
 		cur.MaxAge = config.DurationOr(sl.MaxAge, cur.MaxAge)
 		if sl.MaxBytes > 0 {
-			cur.MaxBytes = sl.MaxBytes
+			cur.MaxBytes = int64(sl.MaxBytes)
 		}
 		if sl.MaxMsgs > 0 {
 			cur.MaxMsgs = sl.MaxMsgs
@@ -217,7 +217,7 @@ func Limits(cfg *config.Config) bus.Limits {
 		l.Streams[base] = cur
 	}
 	if ml.BucketMaxBytes > 0 {
-		l.BucketMaxBytes = ml.BucketMaxBytes
+		l.BucketMaxBytes = int64(ml.BucketMaxBytes)
 	}
 	l.SessionTTL = config.DurationOr(ml.SessionTTL, l.SessionTTL)
 	l.ToolCallTTL = config.DurationOr(ml.ToolCallTTL, l.ToolCallTTL)
