@@ -174,7 +174,7 @@ func TestCLIInit(t *testing.T) {
 
 var usageKeys = []string{
 	"cache_creation_input_tokens", "cache_read_input_tokens", "cost_usd", "input_tokens",
-	"output_tokens", "steps", "wall_time_s",
+	"output_tokens", "steps", "turns", "wall_time_s",
 }
 
 type runJSON struct {
@@ -185,7 +185,8 @@ type runJSON struct {
 	Usage     struct {
 		InputTokens  int64    `json:"input_tokens"`
 		OutputTokens int64    `json:"output_tokens"`
-		Steps        int      `json:"steps"`
+		Turns        int      `json:"turns"`
+		Steps        int      `json:"steps"` // the old name of turns, printed until the next version
 		WallTimeS    float64  `json:"wall_time_s"`
 		CostUSD      *float64 `json:"cost_usd"`
 	} `json:"usage"`
@@ -293,8 +294,8 @@ func TestCLINewUser(t *testing.T) {
 	if res.SessionID != "first-run" || res.Outcome != "success_with_recovery" || !strings.Contains(res.FinalText, "Hello, Ada") {
 		t.Errorf("result %+v", res)
 	}
-	if res.Usage.InputTokens <= 0 || res.Usage.OutputTokens <= 0 || res.Usage.Steps <= 0 || res.Usage.WallTimeS <= 0 {
-		t.Errorf("usage %+v; want tokens, steps and wall time counted", res.Usage)
+	if res.Usage.InputTokens <= 0 || res.Usage.OutputTokens <= 0 || res.Usage.Turns <= 0 || res.Usage.Steps != res.Usage.Turns || res.Usage.WallTimeS <= 0 {
+		t.Errorf("usage %+v; want tokens, turns (also under the old name steps) and wall time counted", res.Usage)
 	}
 	if res.Usage.CostUSD == nil || *res.Usage.CostUSD != 0 {
 		t.Errorf("cost_usd %v; want 0 for the scripted model", res.Usage.CostUSD)
@@ -481,7 +482,7 @@ func TestCLIRunUnsuccessfulExitsOne(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("stubborn.yaml", "agent: {name: stubborn, max_steps: 2}\nllm: {provider: scripted, model: scripted, script: stubborn.script.yaml}\n"+
+	write("stubborn.yaml", "agent: {name: stubborn, max_turns: 2}\nllm: {provider: scripted, model: scripted, script: stubborn.script.yaml}\n"+
 		"tools: {manifest_dirs: [tools/agent_tools], enabled: [hello]}\n")
 	write("stubborn.script.yaml", stubbornScript)
 	write("muted.yaml", "agent: {name: muted}\nllm: {provider: scripted, model: scripted, script: muted.script.yaml}\n"+
@@ -490,10 +491,10 @@ func TestCLIRunUnsuccessfulExitsOne(t *testing.T) {
 
 	r := skein(t, dir, env, "", "run", "--config", "stubborn.yaml", "--json", "Greet Ada")
 	if r.code != 1 {
-		t.Errorf("step limit: exit %d; want 1\n%s", r.code, r)
+		t.Errorf("turn limit: exit %d; want 1\n%s", r.code, r)
 	}
 	if res := parseRunJSON(t, r); res.Outcome != "incomplete" {
-		t.Errorf("step limit: outcome %q; want incomplete", res.Outcome)
+		t.Errorf("turn limit: outcome %q; want incomplete", res.Outcome)
 	}
 
 	r = skein(t, dir, env, "", "run", "--config", "muted.yaml", "--json", "Greet Ada")
@@ -518,7 +519,7 @@ func TestCLIConfigErrors(t *testing.T) {
 		want       []string
 	}{
 		{"unknown-key.yaml", "agent:\n  name: x\n  colour: red\n", []string{"unknown-key.yaml:3", "agent.colour", "unknown key"}},
-		{"wrong-type.yaml", "agent:\n  max_steps: lots\n", []string{"wrong-type.yaml:2", "agent.max_steps", "wrong type", "integer"}},
+		{"wrong-type.yaml", "agent:\n  max_turns: lots\n", []string{"wrong-type.yaml:2", "agent.max_turns", "wrong type", "integer"}},
 		{"no-script.yaml", "llm:\n  provider: scripted\n  model: scripted\n  script: missing.yaml\n", []string{"no-script.yaml", "llm.script", "missing.yaml"}},
 		{"bad-yaml.yaml", "agent: [\n", []string{"bad-yaml.yaml:", "YAML"}},
 	}

@@ -38,10 +38,14 @@ type Agent struct {
 	Description string `yaml:"description"`
 	// InputSchema is the arguments callers send when this agent is offered as a tool (a JSON
 	// Schema as YAML; empty: {"task": string}). The child session's task is the arguments.
-	InputSchema  map[string]any `yaml:"input_schema"`
-	MaxSteps     int            `yaml:"max_steps"`
-	SystemPrompt string         `yaml:"system_prompt"`
-	Policies     []string       `yaml:"policies"`
+	InputSchema map[string]any `yaml:"input_schema"`
+	// MaxTurns bounds the model turns (calls) one step may take; the step ends incomplete after.
+	MaxTurns int `yaml:"max_turns"`
+	// MaxStepsOldName is max_turns under the name it had until this version ("steps" now means
+	// only a plan's steps); it is read into MaxTurns, and goes in the next version.
+	MaxStepsOldName int      `yaml:"max_steps"`
+	SystemPrompt    string   `yaml:"system_prompt"`
+	Policies        []string `yaml:"policies"`
 	// MaxDepth bounds agent-as-tool recursion.
 	MaxDepth int `yaml:"max_depth"`
 	// Budget limits every task of this agent (tokens, money, time, turns, tool calls, depth,

@@ -43,7 +43,7 @@ planner:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Agent.Name != "demo" || cfg.Agent.MaxSteps != 10 {
+	if cfg.Agent.Name != "demo" || cfg.Agent.MaxTurns != 10 {
 		t.Fatalf("agent = %+v, want name demo and the default max_steps 10", cfg.Agent)
 	}
 	if want := filepath.Join(dir, "script.yaml"); cfg.LLM.Script != want {
@@ -106,7 +106,7 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 	}{
 		{"unknown key", "agent:\n  nmae: x\n", []string{"agent.yaml:2", "agent.nmae", "unknown key"}},
 		{"unknown nested key", "tools:\n  retrieval:\n    topk: 3\n", []string{"tools.retrieval.topk", "unknown key"}},
-		{"wrong type", "agent:\n  max_steps: many\n", []string{"agent.yaml:2", "agent.max_steps", "wrong type", "an integer"}},
+		{"wrong type", "agent:\n  max_turns: many\n", []string{"agent.yaml:2", "agent.max_turns", "wrong type", "an integer"}},
 		{"wrong type in a list", "tools:\n  enabled: [a, [b]]\n", []string{"agent.yaml:2", "tools.enabled", "wrong type"}},
 		{"bad yaml", "agent: [\n", []string{"agent.yaml", "invalid YAML"}},
 		{"bad value", "tools:\n  result_format: xml\n", []string{"tools.result_format", "toon, json or auto"}},
@@ -137,6 +137,27 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// agent.max_turns bounds a step's model turns; max_steps, its old name, is still read.
+func TestMaxTurnsAndItsOldName(t *testing.T) {
+	for body, want := range map[string]int{"agent: {max_turns: 4}\n": 4, "agent: {max_steps: 6}\n": 6, "agent: {name: a}\n": 10, "": 10} {
+		cfg, err := Load(write(t, t.TempDir(), "agent.yaml", body))
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if cfg.Agent.MaxTurns != want {
+			t.Errorf("%q: max turns %d, want %d", body, cfg.Agent.MaxTurns, want)
+		}
+	}
+	_, err := Load(write(t, t.TempDir(), "agent.yaml", "agent: {max_turns: 4, max_steps: 6}\n"))
+	if err == nil || !strings.Contains(err.Error(), "agent.max_steps") || !strings.Contains(err.Error(), "max_turns only") {
+		t.Errorf("both names: %v; want an error saying to keep max_turns", err)
+	}
+	_, err = Load(write(t, t.TempDir(), "agent.yaml", "agent: {max_turns: 0}\n"))
+	if err == nil || !strings.Contains(err.Error(), "agent.max_turns") {
+		t.Errorf("max_turns 0: %v; want an error naming agent.max_turns", err)
 	}
 }
 

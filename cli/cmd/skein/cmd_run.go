@@ -35,13 +35,15 @@ type runResult struct {
 }
 
 type runUsage struct {
-	InputTokens              int64    `json:"input_tokens"`
-	OutputTokens             int64    `json:"output_tokens"`
-	CacheCreationInputTokens int64    `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64    `json:"cache_read_input_tokens"`
-	Steps                    int      `json:"steps"`
-	WallTimeS                float64  `json:"wall_time_s"`
-	CostUSD                  *float64 `json:"cost_usd"`
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	Turns                    int   `json:"turns"`
+	// Steps is Turns under its old name, printed until the next version (docs/json.md).
+	Steps     int      `json:"steps"`
+	WallTimeS float64  `json:"wall_time_s"`
+	CostUSD   *float64 `json:"cost_usd"`
 }
 
 func newRunCmd() *cobra.Command {
@@ -167,7 +169,7 @@ func newRunCmd() *cobra.Command {
 					mined = &ev
 				case ev.Type == protocol.EvUsage:
 					if r := ev.Report; r != nil {
-						res.Usage = runUsage{r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens, r.Steps, r.WallTimeS, r.CostUSD}
+						res.Usage = runUsage{r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens, r.TurnCount(), r.TurnCount(), r.WallTimeS, r.CostUSD}
 					}
 					if res.Outcome == "" {
 						res.Outcome = string(ev.Outcome)
@@ -238,8 +240,8 @@ func printResult(w io.Writer, r runResult, home string) {
 		fmt.Fprintln(w, r.FinalText)
 		fmt.Fprintln(w)
 	}
-	line := fmt.Sprintf("outcome: %s · session %s · %d step(s) · %.1fs · in %d / out %d tokens (cache write %d, read %d) · cost %s",
-		r.Outcome, r.SessionID, r.Usage.Steps, r.Usage.WallTimeS, r.Usage.InputTokens, r.Usage.OutputTokens,
+	line := fmt.Sprintf("outcome: %s · session %s · %d turn(s) · %.1fs · in %d / out %d tokens (cache write %d, read %d) · cost %s",
+		r.Outcome, r.SessionID, r.Usage.Turns, r.Usage.WallTimeS, r.Usage.InputTokens, r.Usage.OutputTokens,
 		r.Usage.CacheCreationInputTokens, r.Usage.CacheReadInputTokens, trace.Cost(r.Usage.CostUSD))
 	fmt.Fprintln(w, line)
 	if r.Reason != "" {
