@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 // The `skein` CLI as a new user meets it: the built binary, run from a temp project folder, with
@@ -439,7 +440,7 @@ func checkUsage(t *testing.T, dir string, env []string, input int64) {
 		}
 	}
 	r := skein(t, dir, env, "", "usage", "--by", "bogus")
-	if r.code != 2 || !strings.Contains(r.stderr, "--by") {
+	if r.code != protocol.ExitUsage || !strings.Contains(r.stderr, "--by") {
 		t.Errorf("usage --by bogus: %s", r)
 	}
 }
@@ -508,7 +509,7 @@ func TestCLIRunUnsuccessfulExitsOne(t *testing.T) {
 	checkTraceFiles(t, home, res.SessionID, "failed")
 }
 
-// Config mistakes stop the CLI with exit 2 and a message naming the file and the key, before
+// Config mistakes stop the CLI with exit 78 (ExitConfig) and a message naming the file and the key, before
 // any mesh starts.
 func TestCLIConfigErrors(t *testing.T) {
 	dir := t.TempDir()
@@ -530,8 +531,8 @@ func TestCLIConfigErrors(t *testing.T) {
 			}
 			for _, args := range [][]string{{"run", "--config", c.name, "hi"}, {"up", "--config", c.name}} {
 				r := skein(t, dir, env, "", args...)
-				if r.code != 2 {
-					t.Errorf("%v: exit %d; want 2\n%s", args, r.code, r)
+				if r.code != protocol.ExitConfig {
+					t.Errorf("%v: exit %d; want %d\n%s", args, r.code, protocol.ExitConfig, r)
 				}
 				for _, w := range c.want {
 					if !strings.Contains(r.stderr, w) {
@@ -563,8 +564,8 @@ func TestCLIMissingAPIKey(t *testing.T) {
 		{"up", "--listen", "127.0.0.1:0"},
 	} {
 		r := skein(t, dir, env, "", args...)
-		if r.code != 2 {
-			t.Errorf("%v: exit %d; want 2\n%s", args, r.code, r)
+		if r.code != protocol.ExitConfig {
+			t.Errorf("%v: exit %d; want %d\n%s", args, r.code, protocol.ExitConfig, r)
 		}
 		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
 		if len(lines) != 1 || !strings.Contains(lines[0], "ANTHROPIC_API_KEY") {
@@ -621,7 +622,8 @@ func TestCLIUpAndJoin(t *testing.T) {
 	httpAddr := freePort(t)
 	up := start(t, env, "skein-up", "skein", "up", "--listen", addr, "--http", httpAddr, "--config", filepath.Join(dir, "agent.offline.yaml"))
 	waitForLine(t, up, "skein mesh up")
-	if b, _ := os.ReadFile(up.log); !strings.Contains(string(b), "executor --nats "+url) {
+	// It says how to join it with the same binary and the config it was given (not agent.yaml).
+	if b, _ := os.ReadFile(up.log); !strings.Contains(string(b), "skein up --roles executor --nats "+url+" --config "+filepath.Join(dir, "agent.offline.yaml")+"\n") {
 		t.Errorf("up does not say how to join it:\n%s", b)
 	}
 
@@ -636,8 +638,15 @@ func TestCLIUpAndJoin(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("run --nats: %s", r)
 	}
-	if res := parseRunJSON(t, r); res.Outcome != "success_with_recovery" {
-		t.Errorf("run --nats: %+v", res)
+	first := parseRunJSON(t, r)
+	if first.Outcome != "success_with_recovery" {
+		t.Errorf("run --nats: %+v", first)
+	}
+	// A read-only command without --nats finds the mesh running on its home, through the
+	// home's lock file, instead of refusing or opening the same files a second time.
+	r = skein(t, dir, env, "", "trace", "list")
+	if r.code != 0 || !strings.Contains(r.stdout, first.SessionID) {
+		t.Errorf("trace list while up runs on the same home: %s", r)
 	}
 	// Authentication is on: from another home (no credentials there) the run is refused with one
 	// line naming the fix, and --creds with the client file of up's home lets it in.
@@ -669,15 +678,15 @@ func TestCLIUpAndJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = skein(t, dir, env, "", "run", "--nats", url, "--config", "helper.yaml", "--json", "Greet Ada")
-	if r.code != 2 || !strings.Contains(r.stderr, `"helper"`) || !strings.Contains(r.stderr, "executor") {
-		t.Errorf("run for an agent nobody serves: want exit 2 saying how to start an executor; %s", r)
+	if r.code != protocol.ExitDataErr || !strings.Contains(r.stderr, `"helper"`) || !strings.Contains(r.stderr, "executor") {
+		t.Errorf("run for an agent nobody serves: want exit %d (refused) saying how to start an executor; %s", protocol.ExitDataErr, r)
 	}
 	exec1 := start(t, env, "executor-helper", "executor", "--nats", url, "--config", helper)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
 		r = skein(t, dir, env, "", "run", "--nats", url, "--config", "helper.yaml", "--json", "Greet Ada")
-		if r.code != 2 || ctx.Err() != nil {
+		if r.code != protocol.ExitDataErr || ctx.Err() != nil {
 			break // registered (or out of time)
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -136,18 +136,18 @@ func Main(role string, fn func(Deps) error) int {
 	cfg, err := LoadConfig(*cfgPath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 2
+		return protocol.ExitConfig
 	}
 	if err := CheckKeys(role, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 2
+		return protocol.ExitConfig
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *pprofAddr != "" {
 		if _, err := ServePprof(ctx, *pprofAddr, log); err != nil {
 			fmt.Fprintln(os.Stderr, err)
-			return 2
+			return protocol.ExitUsage
 		}
 	}
 	url := NATSURL(*natsURL, cfg)
@@ -157,19 +157,23 @@ func Main(role string, fn func(Deps) error) int {
 	conn, err := bus.Connect(ctx, url, "skein-"+role, 30*time.Second, ConnectOptions(auth.Identity(role), *creds, cfg)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		var ae *bus.AuthError
+		if errors.As(err, &ae) {
+			return protocol.ExitNoPerm
+		}
+		return protocol.ExitUnavailable
 	}
 	defer conn.Close()
 	names := protocol.NewNames(cfg.Mesh.Namespace)
 	if err := Prepare(ctx, auth.Identity(role), conn, names, cfg, log); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return protocol.ExitUnavailable
 	}
 	log.Info("started", "nats", redact.URL(url), "namespace", names.NS, "agent", cfg.Agent.Name)
 	err = fn(Deps{Ctx: ctx, Conn: conn, Names: names, Config: cfg, Logger: log, Home: Home()})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped", "err", err)
-		return 1
+		return protocol.ExitInternal
 	}
 	return 0
 }

@@ -32,12 +32,15 @@ func newCancelCmd() *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withBus(cmd, func(env meshEnv) error {
+				if err := sessionKnown(cmd.Context(), env, args[0]); err != nil {
+					return err
+				}
 				rep, err := cancelSession(cmd.Context(), env.conn, env.names, args[0], cliUser(), reason)
 				if err != nil {
 					return err
 				}
 				if rep.Error != "" {
-					return &exitError{code: 1, msg: "skein: " + rep.Error}
+					return fail(protocol.ExitDataErr, "%s", rep.Error)
 				}
 				w := cmd.OutOrStdout()
 				if asJSON {

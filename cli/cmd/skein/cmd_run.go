@@ -21,6 +21,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/service"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -56,33 +57,36 @@ func newRunCmd() *cobra.Command {
 		Short: "Submit a task, stream its progress and print the result",
 		Long: "run submits TASK to the mesh at --nats / $SKEIN_NATS_URL; with neither it starts an embedded mesh\n" +
 			"for this run, keeping state in $SKEIN_HOME (default ./.skein) so later runs see it.\n" +
-			"Exit status is 0 only for the outcomes success and success_with_recovery.",
+			"Offline, llm.provider: scripted answers from a rule file instead of a model: `skein help script`.\n\n" +
+			"Exit status: 0 for the outcomes success and success_with_recovery, 1 for any other outcome, and\n" +
+			"for a failure before the task ran the class of the failure: 64 usage, 65 task refused, 69 no mesh,\n" +
+			"75 try again later, 77 credentials refused, 78 config (docs/json.md, \"Exit status\").",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var budget *protocol.Budget
+			if len(budgetKVs) > 0 {
+				b, err := govern.ParseBudget(budgetKVs)
+				if err != nil {
+					return usageError(cmd, fmt.Errorf("--budget: %w", err))
+				}
+				budget = &b
+			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
-				return &exitError{code: 2, msg: err.Error()}
+				return configError(err)
 			}
 			flagURL, _ := cmd.Flags().GetString("nats")
 			if service.NATSURL(flagURL, cfg) == "" {
 				// Services start in this process: their model keys must be present.
 				others, err := agentConfigs(cmd, cfg)
 				if err != nil {
-					return &exitError{code: 2, msg: err.Error()}
+					return configError(err)
 				}
 				for _, c := range append([]*config.Config{cfg}, others...) {
-					if err := checkKeys(c); err != nil {
+					if err := checkKeys(c, nil); err != nil {
 						return err
 					}
 				}
-			}
-			var budget *protocol.Budget
-			if len(budgetKVs) > 0 {
-				b, err := govern.ParseBudget(budgetKVs)
-				if err != nil {
-					return &exitError{code: 2, msg: "skein: --budget: " + err.Error()}
-				}
-				budget = &b
 			}
 			ctx, stop := context.WithCancel(cmd.Context())
 			defer stop()
@@ -108,7 +112,7 @@ func newRunCmd() *cobra.Command {
 					}
 				}
 			}()
-			conn, names, mesh, closeMesh, err := dialMeshFull(cmd, cfg, true)
+			conn, names, mesh, closeMesh, err := dialMeshFull(cmd, cfg)
 			if err != nil {
 				return err
 			}
@@ -126,13 +130,17 @@ func newRunCmd() *cobra.Command {
 			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli", Budget: budget}, &rep, submitTry)
 			cancel()
 			if err != nil {
-				return &exitError{code: exitTransient, msg: fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err)}
+				return fail(protocol.ExitTempFail, "submit: %v (the mesh did not answer; nothing was refused, try again)", err)
 			}
 			if rep.Error != "" {
-				if rep.Code == protocol.ErrCodeTransient {
-					return &exitError{code: exitTransient, msg: "skein: " + rep.Error + " (try again)"}
+				code := protocol.Code(rep.Code)
+				if code.Retryable() {
+					return fail(code.ExitStatus(), "%s (try again)", rep.Error)
 				}
-				return &exitError{code: 2, msg: "skein: " + rep.Error}
+				if !code.Known() {
+					code = protocol.CodeRejected // a gateway of before the code table
+				}
+				return fail(code.ExitStatus(), "%s", rep.Error)
 			}
 			onInterrupt := func() {
 				fmt.Fprintf(cmd.ErrOrStderr(), "\nskein: cancelling session %s (Ctrl-C again to leave at once)\n", rep.SessionID)
@@ -191,7 +199,7 @@ func newRunCmd() *cobra.Command {
 				if err == nil {
 					err = fctx.Err()
 				}
-				return &exitError{code: 1, msg: fmt.Sprintf("skein: session %s did not finish: %v (follow it with `skein trace tail %s`)", rep.SessionID, err, rep.SessionID)}
+				return fail(protocol.ExitTempFail, "session %s did not finish: %v (follow it with `skein trace tail %s`)", rep.SessionID, err, rep.SessionID)
 			}
 			if mesh != nil {
 				// Let the trace mirror write the last lines before the embedded mesh stops.
@@ -204,7 +212,8 @@ func newRunCmd() *cobra.Command {
 					return err
 				}
 			} else {
-				printResult(out, res, service.Home())
+				flagURL, _ := cmd.Flags().GetString("nats")
+				printResult(out, res, service.Home(), flagURL)
 			}
 			if mined != nil {
 				switch {
@@ -220,7 +229,7 @@ func newRunCmd() *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "  miner: its decisions come once it has mined the session: skein trace show %s\n", rep.SessionID)
 			}
 			if !protocol.Outcome(res.Outcome).Succeeded() {
-				return &exitError{code: 1}
+				return &exitError{code: protocol.ExitOutcome}
 			}
 			return nil
 		},
@@ -235,7 +244,7 @@ func newRunCmd() *cobra.Command {
 	return cmd
 }
 
-func printResult(w io.Writer, r runResult, home string) {
+func printResult(w io.Writer, r runResult, home, natsFlag string) {
 	if r.FinalText != "" {
 		fmt.Fprintln(w, r.FinalText)
 		fmt.Fprintln(w)
@@ -247,7 +256,22 @@ func printResult(w io.Writer, r runResult, home string) {
 	if r.Reason != "" {
 		fmt.Fprintln(w, "reason:", r.Reason)
 	}
-	fmt.Fprintf(w, "trace: skein trace show %s  (files: %s, %s)\n", r.SessionID, trace.JSONLPath(home, r.SessionID), trace.LogPath(home, r.SessionID))
+	fmt.Fprintln(w, traceHint(home, r.SessionID, natsFlag))
+}
+
+// traceHint says how to read a session's trace again: the command (with the --nats this run
+// was given, since the next shell may not have it), and the trace files when they are on this
+// machine. Against a remote mesh they are written where its gateway runs, not under this home.
+func traceHint(home, session, natsFlag string) string {
+	show := "skein trace show " + session
+	if natsFlag != "" {
+		show = "skein trace show --nats " + shellWord(redact.URL(natsFlag)) + " " + session
+	}
+	jsonl := trace.JSONLPath(home, session)
+	if _, err := os.Stat(jsonl); err != nil {
+		return "trace: " + show
+	}
+	return fmt.Sprintf("trace: %s  (files: %s, %s)", show, jsonl, trace.LogPath(home, session))
 }
 
 // progress shows a run as it happens: one live status line on a terminal, plain event lines

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -42,14 +41,11 @@ func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
 }
 
 func exitCode(err error) int {
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
+	if err == nil {
+		return 0
 	}
-	if err != nil {
-		return 1
-	}
-	return 0
+	code, _ := exitStatus(err)
+	return code
 }
 
 // serveSubmit answers submits on the mesh with fn, in place of a gateway.
@@ -85,12 +81,12 @@ func TestRunExits75WhenTheSubmitFailsTransiently(t *testing.T) {
 		return protocol.SubmitReply{Error: "enqueue session: maximum messages exceeded", Code: protocol.ErrCodeTransient}
 	})
 	_, _, err := runCmd(t, "--nats", m.URL, "run", "--timeout", "2s", "count to three")
-	if code := exitCode(err); code != exitTransient || !strings.Contains(err.Error(), "try again") {
-		t.Fatalf("transient submit failure: exit %d (%v), want %d saying to try again", code, err, exitTransient)
+	if code := exitCode(err); code != protocol.ExitTempFail || !strings.Contains(err.Error(), "try again") {
+		t.Fatalf("transient submit failure: exit %d (%v), want %d saying to try again", code, err, protocol.ExitTempFail)
 	}
 	_, _, err = runCmd(t, "--nats", m.URL, "run", "--timeout", "2s", "refuse me")
-	if code := exitCode(err); code != 2 {
-		t.Fatalf("refused task: exit %d (%v), want 2", code, err)
+	if code := exitCode(err); code != protocol.ExitDataErr {
+		t.Fatalf("refused task: exit %d (%v), want %d", code, err, protocol.ExitDataErr)
 	}
 }
 
@@ -140,8 +136,8 @@ func TestRunWhoseFirstSubmitTimesOutMakesOneSession(t *testing.T) {
 	})
 	// Nothing runs the session: the run gives up following it, after a submit that succeeded.
 	_, stderr, err := runCmd(t, "--nats", m.URL, "run", "--timeout", "1s", "count to three")
-	if code := exitCode(err); code != 1 || !strings.Contains(err.Error(), "did not finish") {
-		t.Fatalf("exit %d (%v), want 1 for a session that did not finish after its submit; stderr:\n%s", code, err, stderr)
+	if code := exitCode(err); code != protocol.ExitTempFail || !strings.Contains(err.Error(), "did not finish") {
+		t.Fatalf("exit %d (%v), want %d for a session that did not finish after its submit; stderr:\n%s", code, err, protocol.ExitTempFail, stderr)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -163,8 +159,8 @@ func TestTraceTailOnAnUnknownSessionSaysSo(t *testing.T) {
 	m := bustest.Start(t)
 	t.Chdir(t.TempDir())
 	out, _, err := runCmd(t, "--nats", m.URL, "trace", "tail", "no-such-session")
-	if code := exitCode(err); code != 1 || err.Error() != "skein: no session no-such-session: it is not in the sessions bucket and has no trace events (see `skein trace list`)" {
-		t.Fatalf("exit %d, error %q, want 1 and the one line saying there is no such session", code, err)
+	if code := exitCode(err); code != protocol.ExitNotFound || err.Error() != "skein: no session no-such-session: it is not in the sessions bucket and has no trace events (see `skein trace list`)" {
+		t.Fatalf("exit %d, error %q, want %d and the one line saying there is no such session", code, err, protocol.ExitNotFound)
 	}
 	if out != "" {
 		t.Fatalf("printed %q", out)
