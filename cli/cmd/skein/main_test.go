@@ -179,3 +179,30 @@ func TestScaffoldPointsToTheScriptFormat(t *testing.T) {
 		t.Errorf("run --help does not point to the script format and the exit statuses:\n%s", out)
 	}
 }
+
+// The summary of a run counts model turns, and points to its trace in a way that works where it
+// was printed: the files when they are on this machine, else the command with the --nats given.
+func TestRunSummarySaysTurnsAndWhereTheTraceIs(t *testing.T) {
+	home := t.TempDir()
+	res := runResult{SessionID: "s-1", Outcome: "success", Usage: runUsage{Turns: 3, Steps: 3}}
+	var b bytes.Buffer
+	printResult(&b, res, home, "nats://a:4222")
+	out := b.String()
+	if !strings.Contains(out, "3 turn(s)") || strings.Contains(out, "step") {
+		t.Errorf("summary %q; want 3 turn(s) and no steps", out)
+	}
+	if !strings.Contains(out, "trace: skein trace show --nats nats://a:4222 s-1\n") || strings.Contains(out, "files:") {
+		t.Errorf("summary %q; want the trace command with --nats and no file that is not here", out)
+	}
+	if err := os.MkdirAll(filepath.Join(home, "traces"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "traces", "s-1.jsonl"), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.Reset()
+	printResult(&b, res, home, "")
+	if out := b.String(); !strings.Contains(out, "trace: skein trace show s-1  (files: "+filepath.Join(home, "traces", "s-1.jsonl")) {
+		t.Errorf("summary %q; want the files that are here", out)
+	}
+}
