@@ -41,6 +41,9 @@ func newUpCmd() *cobra.Command {
 			if err != nil {
 				return usageError(cmd, err)
 			}
+			if httpAddr != "" && !roles.has("gateway") {
+				return usageError(cmd, fmt.Errorf("--http serves the gateway's HTTP API, and --roles %s has no gateway", roles))
+			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return configError(err)
@@ -79,7 +82,7 @@ func newUpCmd() *cobra.Command {
 			} else {
 				printJoinHints(out, cmd, mesh.server.URL(), roles)
 			}
-			if httpAddr != "" && roles.has("gateway") {
+			if httpAddr != "" {
 				fmt.Fprintf(out, "  HTTP API: http://%s/v1/tasks, %s\n", httpAddr, httpTokenHint(cfg.Gateway.HTTPToken))
 				if tok, _, err := gateway.HTTPToken(service.Home(), cfg.Gateway.HTTPToken); err == nil {
 					fmt.Fprintf(out, "console: %s\n", consoleURL(httpAddr, tok))
