@@ -63,6 +63,12 @@ func newRunCmd() *cobra.Command {
 			"75 try again later, 77 credentials refused, 78 config (docs/json.md, \"Exit status\").",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkID(protocol.IDSession, sessionID); err != nil {
+				return err
+			}
+			if err := checkID(protocol.IDAgent, agent); err != nil {
+				return err
+			}
 			var budget *protocol.Budget
 			if len(budgetKVs) > 0 {
 				b, err := govern.ParseBudget(budgetKVs)

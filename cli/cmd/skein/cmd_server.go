@@ -44,7 +44,7 @@ func newServerCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			m, err := startServer(ctx, cfg, service.Home(), listen)
+			m, err := startServer(ctx, cfg, service.Home(), listen, service.Logger("server"))
 			if err != nil {
 				return err
 			}

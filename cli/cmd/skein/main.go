@@ -138,10 +138,12 @@ func usageErrors(c *cobra.Command) {
 		}
 	} else if validate := c.Args; validate != nil {
 		c.Args = func(cmd *cobra.Command, args []string) error {
-			if err := validate(cmd, args); err != nil {
-				return usageError(cmd, err)
+			err := validate(cmd, args)
+			var ee *exitError
+			if err == nil || errors.As(err, &ee) { // a validator that classified its error itself (idArg)
+				return err
 			}
-			return nil
+			return usageError(cmd, err)
 		}
 	}
 	for _, sub := range c.Commands() {
@@ -162,6 +164,29 @@ func unknownCommand(cmd *cobra.Command, name string) error {
 		msg += fmt.Sprintf("; did you mean %q?", s[0])
 	}
 	return usageError(cmd, errors.New(msg))
+}
+
+// idArg takes exactly one argument, an identifier of kind k: a malformed or too long one is
+// refused before anything is dialled or started for it (it would end up in a subject or a key),
+// with its code's exit status.
+func idArg(k protocol.ID) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+			return err
+		}
+		return checkID(k, args[0])
+	}
+}
+
+// checkID refuses s unless it is an identifier of kind k ("" passes: a flag left unset).
+func checkID(k protocol.ID, s string) error {
+	if s == "" {
+		return nil
+	}
+	if err := k.Check(s); err != nil {
+		return &exitError{code: protocol.CodeOf(err).ExitStatus(), msg: "skein: " + err.Error()}
+	}
+	return nil
 }
 
 // extraCommands lets each area's command file register its commands without touching main.

@@ -139,7 +139,7 @@ func TestReadOnlyCommandsFindTheMeshOrSaySo(t *testing.T) {
 
 	// A mesh running on the home: the command connects to it (a second server on the same
 	// files would be refused, exit 64).
-	m, err := startServer(context.Background(), config.Default(), home, "127.0.0.1:0")
+	m, err := startServer(context.Background(), config.Default(), home, "127.0.0.1:0", meshLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,6 +111,15 @@ type embeddedMesh struct {
 	// strict makes a role that cannot start an error (roles chosen by name), where the
 	// embedded default runs on without it and says so.
 	strict bool
+	// lost receives the first connection the server closed for good (see bus.Conn.Lost): the
+	// role on it cannot serve any more, and `skein up` stops the mesh rather than run half dead.
+	lost chan lostConn
+}
+
+// lostConn is a role whose connection was closed for good, and why.
+type lostConn struct {
+	role string
+	err  error
 }
 
 // remoteMesh is a mesh this process joins: each role connects over the network as its own
@@ -180,8 +189,9 @@ func (l lazyEmbedder) Dim() int      { return minilm.Dim }
 func (l lazyEmbedder) Model() string { return minilm.ModelID }
 func (l lazyEmbedder) Close() error  { return nil } // the mesh closes the real one in stop
 
-// startServer starts the embedded NATS server with the mesh provisioned, and no services.
-func startServer(ctx context.Context, cfg *config.Config, home, listen string) (*embeddedMesh, error) {
+// startServer starts the embedded NATS server with the mesh provisioned and its store watched
+// (embedded.StorageWatch), and no services. The server's own warnings and errors go to log.
+func startServer(ctx context.Context, cfg *config.Config, home, listen string, log *slog.Logger) (*embeddedMesh, error) {
 	lock, err := lockHome(home)
 	if err != nil {
 		return nil, err
@@ -190,25 +200,31 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 	var srv *embedded.Server
 	labeled("nats-server", func() {
 		srv, err = embedded.Start(embedded.Options{StoreDir: storeDir(home), Listen: listen,
-			CredsDir: auth.Dir(home), Names: protocol.NewNames(cfg.Mesh.Namespace), TLS: bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key}})
+			CredsDir: auth.Dir(home), Names: protocol.NewNames(cfg.Mesh.Namespace), TLS: bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key},
+			Logger: log})
 	})
 	if err != nil {
 		lock.release()
 		return nil, err
 	}
 	lock.setURL(srv.URL())
-	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t}
+	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t, lost: make(chan lostConn, 1)}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c, err := m.conn(string(auth.Admin))
 	if err != nil {
 		m.stop()
 		return nil, err
 	}
-	if err := bus.Provision(m.ctx, c.JS, protocol.NewNames(cfg.Mesh.Namespace), service.Limits(cfg)); err != nil {
+	names := protocol.NewNames(cfg.Mesh.Namespace)
+	if err := bus.Provision(m.ctx, c.JS, names, service.Limits(cfg)); err != nil {
 		m.stop()
 		return nil, err
 	}
 	m.admin = c
+	if _, err := srv.WatchStorage(m.ctx, c.NC, names, embedded.StorageOptions{Reserve: cfg.Mesh.StorageReserve, Logger: log.With("role", "storage")}); err != nil {
+		m.stop()
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -225,9 +241,31 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 	if !ok {
 		id = auth.Identity(role)
 	}
+	var c *bus.Conn
+	var err error
 	if m.remote != nil {
-		return m.dialRemote(role, id)
+		c, err = m.dialRemote(role, id)
+	} else {
+		c, err = m.dialLocal(role, id)
 	}
+	if err == nil {
+		go func() {
+			select {
+			case <-c.Lost():
+				select {
+				case m.lost <- lostConn{role: role, err: c.LostErr()}:
+				default: // one is enough to stop the mesh
+				}
+			case <-m.ctx.Done():
+			}
+		}()
+	}
+	return c, err
+}
+
+// dialLocal connects a role to the server in this process, with the credentials it wrote under
+// the home.
+func (m *embeddedMesh) dialLocal(role string, id auth.Identity) (*bus.Conn, error) {
 	var c *bus.Conn
 	var err error
 	labeled(role, func() {
@@ -310,14 +348,14 @@ func startMesh(ctx context.Context, cfg *config.Config, others []*config.Config,
 	var m *embeddedMesh
 	var err error
 	if o.natsURL != "" {
-		m = &embeddedMesh{mirror: &trace.Mirror{}, home: o.home, tls: cfg.Mesh.TLS,
+		m = &embeddedMesh{mirror: &trace.Mirror{}, home: o.home, tls: cfg.Mesh.TLS, lost: make(chan lostConn, 1),
 			remote: &remoteMesh{url: o.natsURL, credsFlag: o.credsFlag, cfg: cfg, log: log}}
 		m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 		// A role joining a mesh may wait minutes for its streams (service.Prepare): a signal
 		// while it waits ends the wait.
 		context.AfterFunc(ctx, m.cancel)
 	} else {
-		m, err = startServer(ctx, cfg, o.home, o.listen)
+		m, err = startServer(ctx, cfg, o.home, o.listen, log)
 	}
 	if err != nil {
 		if emb != nil && emb.began.Load() {
