@@ -92,12 +92,15 @@ func newUpCmd() *cobra.Command {
 			select {
 			case <-ctx.Done():
 				return nil
-			case l := <-mesh.lost:
+			case d := <-mesh.down:
 				// Re-making one role's connection in place would leave its subscriptions, consumers
 				// and service endpoints behind; a clean stop and a restart by whatever supervises
-				// `skein up` brings every role back.
-				return &exitError{code: protocol.ExitUnavailable, msg: fmt.Sprintf(
-					"skein up: the NATS server closed the %s's connection (%v) and it is not reconnected; the mesh stops so it can be started again", l.role, l.err)}
+				// `skein up` brings every role back. The statuses are a role binary's (service.Main).
+				if d.connLost {
+					return fail(protocol.ExitUnavailable,
+						"up: the NATS server closed the %s's connection (%v) and it is not reconnected; the mesh stops so it can be started again", d.role, d.err)
+				}
+				return fail(protocol.ExitInternal, "up: the %s stopped: %v; the mesh stops so it can be started again", d.role, d.err)
 			}
 		},
 	}

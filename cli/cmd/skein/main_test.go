@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
@@ -207,5 +209,35 @@ func TestRunSummarySaysTurnsAndWhereTheTraceIs(t *testing.T) {
 	printResult(&b, res, home, "")
 	if out := b.String(); !strings.Contains(out, "trace: skein trace show s-1  (files: "+filepath.Join(home, "traces", "s-1.jsonl")) {
 		t.Errorf("summary %q; want the files that are here", out)
+	}
+}
+
+// A role of `skein up` that stops with an error stops the whole process, with a role binary's
+// exit status, instead of leaving the other roles up without it (here the gateway, whose HTTP
+// address is taken).
+func TestUpStopsWhenARoleStops(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("SKEIN_HOME", filepath.Join(dir, "home"))
+	t.Setenv("SKEIN_NATS_URL", "")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	// A guard against a hang, far above the time the mesh takes to start: not a timing target.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"up", "--roles", "gateway,planner", "--listen", "127.0.0.1:0", "--http", taken.Addr().String()})
+	code := execute(ctx, root, &errOut)
+	if ctx.Err() != nil {
+		t.Fatalf("skein up ran on without its gateway until the test's guard; stdout %q, stderr %q", out.String(), errOut.String())
+	}
+	if code != protocol.ExitInternal || !strings.Contains(errOut.String(), "the gateway stopped") || !strings.Contains(errOut.String(), "address already in use") {
+		t.Errorf("skein up with its gateway stopped: exit %d, stderr %q; want %d naming the gateway and why", code, errOut.String(), protocol.ExitInternal)
 	}
 }

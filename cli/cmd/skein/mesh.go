@@ -111,15 +111,26 @@ type embeddedMesh struct {
 	// strict makes a role that cannot start an error (roles chosen by name), where the
 	// embedded default runs on without it and says so.
 	strict bool
-	// lost receives the first connection the server closed for good (see bus.Conn.Lost): the
-	// role on it cannot serve any more, and `skein up` stops the mesh rather than run half dead.
-	lost chan lostConn
+	// down receives the first role that cannot serve any more: its connection closed for good
+	// (see bus.Conn.Lost), or a role that must run stopped with an error. `skein up` then stops
+	// the mesh rather than run half dead, as a role binary exits.
+	down chan roleDown
 }
 
-// lostConn is a role whose connection was closed for good, and why.
-type lostConn struct {
+// roleDown is a role that stopped serving, and why.
+type roleDown struct {
 	role string
 	err  error
+	// connLost says the NATS server closed the role's connection; else the role itself stopped.
+	connLost bool
+}
+
+// setDown reports d unless a role is already reported: one is enough to stop the mesh.
+func (m *embeddedMesh) setDown(d roleDown) {
+	select {
+	case m.down <- d:
+	default:
+	}
 }
 
 // remoteMesh is a mesh this process joins: each role connects over the network as its own
@@ -208,7 +219,7 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string, l
 		return nil, err
 	}
 	lock.setURL(srv.URL())
-	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t, lost: make(chan lostConn, 1)}
+	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t, down: make(chan roleDown, 1)}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c, err := m.conn(string(auth.Admin))
 	if err != nil {
@@ -252,10 +263,7 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 		go func() {
 			select {
 			case <-c.Lost():
-				select {
-				case m.lost <- lostConn{role: role, err: c.LostErr()}:
-				default: // one is enough to stop the mesh
-				}
+				m.setDown(roleDown{role: role, err: c.LostErr(), connLost: true})
 			case <-m.ctx.Done():
 			}
 		}()
@@ -348,7 +356,7 @@ func startMesh(ctx context.Context, cfg *config.Config, others []*config.Config,
 	var m *embeddedMesh
 	var err error
 	if o.natsURL != "" {
-		m = &embeddedMesh{mirror: &trace.Mirror{}, home: o.home, tls: cfg.Mesh.TLS, lost: make(chan lostConn, 1),
+		m = &embeddedMesh{mirror: &trace.Mirror{}, home: o.home, tls: cfg.Mesh.TLS, down: make(chan roleDown, 1),
 			remote: &remoteMesh{url: o.natsURL, credsFlag: o.credsFlag, cfg: cfg, log: log}}
 		m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 		// A role joining a mesh may wait minutes for its streams (service.Prepare): a signal
@@ -405,6 +413,7 @@ func (m *embeddedMesh) startRoles(cfg *config.Config, others []*config.Config, o
 						l.Warn("service unavailable; the mesh runs without it", "err", err)
 					} else {
 						l.Error("service stopped", "err", err)
+						m.setDown(roleDown{role: role, err: err})
 					}
 				}
 			}()
