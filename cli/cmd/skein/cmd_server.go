@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skein-mesh/skein/pkg/auth"
+	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/service"
 )
@@ -59,8 +60,12 @@ func newServerCmd() *cobra.Command {
 			fmt.Fprintf(out, "  roles:   skein up --roles gateway,planner,memoryd,miner --nats %s%s\n", elsewhere, configArgs(cmd))
 			fmt.Fprintf(out, "           skein up --roles executor,toolhost --nats %s%s\n", elsewhere, configArgs(cmd))
 			fmt.Fprintf(out, "  a task:  skein run --nats %s --creds client.nk \"...\"\n", elsewhere)
-			<-ctx.Done()
-			return nil
+			select {
+			case <-ctx.Done():
+				return nil
+			case d := <-m.down: // the connection provisioning and watching the store
+				return fail(protocol.ExitUnavailable, "server: its %s connection was closed (%v); it stops so it can be started again", d.role, d.err)
+			}
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "address the NATS server listens on (0.0.0.0:4222 for other machines)")
