@@ -64,7 +64,7 @@ func newUpCmd() *cobra.Command {
 			if joinURL == "" && credsFlag != "" {
 				return usageError(cmd, errors.New("--creds is for joining a mesh (--nats URL); the embedded server's roles use the credentials it writes under $SKEIN_HOME/creds"))
 			}
-			if joinURL != "" && len(roleList(roles)) > 1 && (credsFlag != "" || os.Getenv("SKEIN_CREDS") != "" || cfg.Mesh.CredsFile != "") {
+			if joinURL != "" && len(roles.list()) > 1 && (credsFlag != "" || os.Getenv("SKEIN_CREDS") != "" || cfg.Mesh.CredsFile != "") {
 				return usageError(cmd, fmt.Errorf("--creds, $SKEIN_CREDS and mesh.creds_file name one identity's file, and the roles %s each connect as their own:\n"+
 					"  put each role's file (<role>.nk) in $SKEIN_CREDS_DIR or $SKEIN_HOME/creds instead", roles))
 			}
@@ -147,17 +147,6 @@ func shellWord(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// roleList is the roles of r by name (every role for nil).
-func roleList(r roleSet) []string {
-	var out []string
-	for _, role := range allRoles {
-		if r.has(role) {
-			out = append(out, role)
-		}
-	}
-	return out
 }
 
 // httpTokenHint says where the HTTP API's bearer token is, without printing the token itself

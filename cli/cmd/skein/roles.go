@@ -37,13 +37,15 @@ func parseRoles(s string) (roleSet, error) {
 	return r, nil
 }
 
-// String lists the roles in start order.
-func (r roleSet) String() string {
+// list is the roles of r by name, in start order (every role for nil).
+func (r roleSet) list() []string {
 	var out []string
 	for _, role := range allRoles {
 		if r.has(role) {
 			out = append(out, role)
 		}
 	}
-	return strings.Join(out, ", ")
+	return out
 }
+
+func (r roleSet) String() string { return strings.Join(r.list(), ", ") }
