@@ -72,7 +72,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	if err := r.prepare(ctx); err != nil {
 		return r.finish(res, 0, protocol.OutcomeFailed, "", err.Error())
 	}
-	maxTurns := e.d.Config.Agent.MaxSteps
+	maxTurns := e.d.Config.Agent.MaxTurns
 	for turn := 1; turn <= maxTurns; turn++ {
 		if out, reason, stop := r.gov.halt(ctx); stop {
 			return r.finish(res, turn-1, out, "", reason)
@@ -126,7 +126,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	if r.toolFail {
 		outcome = protocol.OutcomeIncompleteToolFail
 	}
-	return r.finish(res, maxTurns, outcome, "", fmt.Sprintf("step limit of %d model turns reached without an answer", maxTurns))
+	return r.finish(res, maxTurns, outcome, "", fmt.Sprintf("turn limit of %d model turns per step (agent.max_turns) reached without an answer", maxTurns))
 }
 
 func (r *run) finish(res protocol.StepResult, turns int, outcome protocol.Outcome, text, reason string) protocol.StepResult {

@@ -109,7 +109,7 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 				"request body over %d bytes; a task may be at most %d bytes (put large inputs in a file a tool can read)", tooLarge.Limit, protocol.MaxTaskBytes))
 			return
 		}
-		httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
+		httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
 		return
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http", Budget: in.Budget})
@@ -267,7 +267,7 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil && !errors.Is(err, io.EOF) {
-			httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
+			httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
 			return
 		}
 	}
@@ -312,7 +312,7 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
+		httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
 		return
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget})

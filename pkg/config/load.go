@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -27,7 +28,7 @@ func Default() *Config {
 	return &Config{
 		Agent: Agent{
 			Name:         "assistant",
-			MaxSteps:     10,
+			MaxTurns:     10,
 			SystemPrompt: "You are a careful assistant. Use the tools when they help, and answer concisely.",
 			MaxDepth:     3,
 		},
@@ -125,6 +126,8 @@ func Load(path string) (*Config, error) {
 // Parse decodes data as if read from path.
 func Parse(path string, data []byte) (*Config, error) {
 	cfg := Default()
+	defaultTurns := cfg.Agent.MaxTurns
+	cfg.Agent.MaxTurns = turnsUnset // to tell whether the file sets max_turns
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	// An empty file means "all defaults".
@@ -135,6 +138,14 @@ func Parse(path string, data []byte) (*Config, error) {
 	if err != nil {
 		abs = path
 	}
+	switch a := &cfg.Agent; {
+	case a.MaxTurns != turnsUnset && a.MaxStepsOldName != 0:
+		return nil, &Error{File: abs, Key: "agent.max_steps", Msg: "is the old name of agent.max_turns, which the file sets too: keep max_turns only"}
+	case a.MaxStepsOldName != 0:
+		a.MaxTurns = a.MaxStepsOldName
+	case a.MaxTurns == turnsUnset:
+		a.MaxTurns = defaultTurns
+	}
 	cfg.Path = abs
 	cfg.resolvePaths(filepath.Dir(abs))
 	if errs := cfg.Validate(); len(errs) > 0 {
@@ -142,6 +153,9 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	return cfg, nil
 }
+
+// turnsUnset stands in agent.max_turns while a file is read; no file can write it.
+const turnsUnset = math.MinInt
 
 var (
 	yamlLineRE   = regexp.MustCompile(`^line (\d+): (.*)$`)
@@ -220,6 +234,12 @@ func goTypeName(t string) string {
 		return "true or false"
 	case t == "string":
 		return "a string"
+	case t == "config.ByteSize":
+		return sizeHint
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
 	}
 	return "a mapping"
 }
@@ -264,8 +284,8 @@ func (c *Config) Validate() Errors {
 	if err := protocol.IDAgent.Check(c.Agent.Name); err != nil {
 		bad("agent.name", "%v", err)
 	}
-	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 1000 {
-		bad("agent.max_steps", "must be between 1 and 1000, got %d", c.Agent.MaxSteps)
+	if c.Agent.MaxTurns < 1 || c.Agent.MaxTurns > 1000 {
+		bad("agent.max_turns", "must be between 1 and 1000, got %d", c.Agent.MaxTurns)
 	}
 	if b := c.Agent.Budget; b.MaxInputTokens < 0 || b.MaxOutputTokens < 0 || b.MaxUSD < 0 || b.DeadlineS < 0 ||
 		b.MaxTurns < 0 || b.MaxToolCalls < 0 || b.MaxDepth < 0 || b.MaxFanout < 0 {

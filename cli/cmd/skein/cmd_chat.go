@@ -45,15 +45,15 @@ func newChatCmd() *cobra.Command {
 			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
-				return &exitError{code: 2, msg: err.Error()}
+				return configError(err)
 			}
 			flagURL, _ := cmd.Flags().GetString("nats")
 			if service.NATSURL(flagURL, cfg) == "" {
-				if err := checkKeys(cfg); err != nil {
+				if err := checkKeys(cfg, nil); err != nil {
 					return err
 				}
 			}
-			conn, names, _, closeMesh, err := dialMeshFull(cmd, cfg, true)
+			conn, names, _, closeMesh, err := dialMeshFull(cmd, cfg)
 			if err != nil {
 				return err
 			}

@@ -1,31 +1,6 @@
 // Package scripted is the offline model: a YAML script of rules answers every call, so the
-// whole mesh runs (and is tested) without a provider or a key.
-//
-//	rules:
-//	  - when: {system: "(?i)guideline", last: "unknown language"}   # both optional (RE2)
-//	    reply:
-//	      text: "I'll greet Ada."
-//	      tool_calls:
-//	        - {name: hello, args: {name: Ada, lang: en}}        # args: a YAML map -> JSON object
-//	        - {name: hello, args_raw: '{"name": "Ada"'}          # sent verbatim (malformed on purpose)
-//	    times: 1                                                  # optional: answer at most once
-//	    delay_s: 2                                                # optional: think this long first (a slow model)
-//	    chunk_ms: 40                                              # optional: stream the text a word per 40 ms
-//	chunk_ms: 0                                                   # optional: the same for every rule
-//
-// The reply's text streams (Request.Stream) a word at a time, chunk_ms apart (the rule's, else
-// the script's; 0: all at once), so offline runs show an answer growing as a provider's does.
-// when.system is matched against the system prompt (its blocks joined by blank lines),
-// when.last against the newest user message: its text and tool results, joined by newlines,
-// when.any against the whole conversation (every message, as the token count renders it), so a
-// conversation's later turn can answer from an earlier one, and when.tools against the names of
-// the tools the call offers, one per line, so a script can act on its tool set as a model does:
-// `when: {tools: "(?m)^lookup_customer$"}` answers only while lookup_customer is offered.
-// An argument whose value is exactly "$1" … "$9" takes that capture group of when.last (a JSON
-// number when the capture is one, else a string), so a script can pass on a handle or an offset
-// the conversation produced: `when: {last: "handle: (res-\w+)"}` … `args: {handle: "$1"}`.
-// The first rule that matches and is not used up answers; no match is an error naming the
-// script file and quoting the start of the newest message.
+// whole mesh runs (and is tested) without a provider or a key. The format is Help (printed by
+// `skein help script`).
 //
 // Counting `times` per conversation: a rule's uses are counted from the conversation itself,
 // as the number of assistant turns in the request's transcript that are exactly that rule's

@@ -104,7 +104,8 @@ class RunResult:
             "output_tokens": u.get("output_tokens", 0),
             "cache_creation_input_tokens": u.get("cache_creation_input_tokens", 0),
             "cache_read_input_tokens": u.get("cache_read_input_tokens", 0),
-            "steps": u.get("steps", 0),
+            "turns": u.get("turns", u.get("steps", 0)),
+            "steps": u.get("turns", u.get("steps", 0)),  # the old name of turns, until the next version
             "wall_time_s": float(u.get("wall_time_s", 0.0)),
             "cost_usd": None if u.get("cost_usd") is None else float(u["cost_usd"]),
         }
