@@ -68,6 +68,7 @@ func Default() *Config {
 			Embedder:            "minilm",
 			ShareMaxFindings:    3,
 			ShareMaxChars:       300,
+			ConversationFacts:   true,
 		},
 		Planner: Planner{Mode: "off", MaxItems: 8},
 		Miner:   Miner{Enabled: true},

@@ -229,3 +229,11 @@ func ResultMsgID(session, step string) string { return session + "/" + step + "/
 // AttrMemory, on a step_started event, names the memory the step used when it is not the
 // agent's own (memory.namespace); the miner learns into it.
 const AttrMemory = "memory"
+
+// AttrPurpose, on a model_call or decision event of the executor, names work done besides the
+// step's own turns: PurposeCompaction for the notes compaction extracts from the turns it folds
+// (and offers to memory).
+const (
+	AttrPurpose       = "purpose"
+	PurposeCompaction = "compaction"
+)
