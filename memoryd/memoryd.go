@@ -158,7 +158,7 @@ func Run(ctx context.Context, d Deps) error {
 		protocol.MemRetrieve: s.retrieve, protocol.MemIngest: s.ingest, protocol.MemFeedback: s.feedback,
 		protocol.MemInspect: s.inspect, protocol.MemList: s.list, protocol.MemGet: s.get,
 		protocol.MemImport: s.importEntries, protocol.MemEvict: s.evict, protocol.MemMigrate: s.migrate,
-		protocol.MemRetire: s.retire, protocol.MemRemember: s.remember,
+		protocol.MemRetire: s.retire, protocol.MemRemember: s.remember, protocol.MemRepair: s.repair,
 		protocol.MemHealth: s.health, protocol.MemEmbed: s.embed,
 	} {
 		if err := svc.AddEndpoint(op, s.handler(ctx, op, h), micro.WithEndpointSubject(d.Names.Memory(op))); err != nil {
@@ -174,6 +174,16 @@ func Run(ctx context.Context, d Deps) error {
 		close(d.Ready)
 	}
 	s.log.Info("memoryd serving", "model", s.emb.Model(), "store", storeKind(d.Config.Memory))
+	if _, ok := s.store.(memory.Repairer); ok && s.staleErr() == "" {
+		// A collection may hold rows this mesh has no record of, or lack rows of its records
+		// (another mesh's collection under the same name, a writer that died between the two
+		// writes): reconcile once, while serving, and say what was found.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.reconcile(ctx)
+		}()
+	}
 	s.evictLoop(ctx)
 	_ = svc.Stop()
 	s.wg.Wait()
@@ -543,6 +553,44 @@ func (s *server) migrate(ctx context.Context, _ []byte) (protocol.Message, error
 	s.stale = ""
 	s.mu.Unlock()
 	s.log.Info("memory migrated", "from", from, "to", s.emb.Model(), "entries", n)
+	return rep, nil
+}
+
+// reconcile repairs the store at start and says in one line what it found.
+func (s *server) reconcile(ctx context.Context) {
+	r := s.store.(memory.Repairer)
+	start := time.Now()
+	rep, err := r.Repair(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+	case err != nil:
+		s.log.Warn("memory store not reconciled with its records: searches may list rows without a record until `skein memory repair` succeeds",
+			"err", err)
+	case rep.Changed() > 0:
+		s.log.Warn("memory store reconciled with its records", "found", rep.String(), "took", time.Since(start).Round(time.Millisecond))
+	default:
+		s.log.Info("memory store reconciled with its records", "found", rep.String(), "took", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+func (s *server) repair(ctx context.Context, _ []byte) (protocol.Message, error) {
+	rep := &protocol.MemoryRepairReply{Store: storeKind(s.d.Config.Memory)}
+	if e := s.staleErr(); e != "" {
+		rep.Error = e
+		return rep, nil
+	}
+	r, ok := s.store.(memory.Repairer)
+	if !ok {
+		return rep, nil // the kv store's index is rebuilt from the bucket on every start
+	}
+	found, err := r.Repair(ctx)
+	rep.Repaired = err == nil
+	rep.Records, rep.Rows, rep.Missing, rep.Stale, rep.Orphans = found.Records, found.Rows, found.Missing, found.Stale, found.Orphans
+	if err != nil {
+		rep.Error = err.Error()
+		return rep, nil
+	}
+	s.log.Info("memory store repaired", "found", found.String())
 	return rep, nil
 }
 

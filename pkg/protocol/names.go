@@ -70,6 +70,9 @@ const (
 	// MemRemember stores notes written inside a session: an agent's own remember calls and a
 	// sub-agent's findings shared with its parent.
 	MemRemember = "remember"
+	// MemRepair brings a store whose search index lives apart from its records (Milvus) back
+	// to the records.
+	MemRepair = "repair"
 )
 
 // Queue groups for micro services, so that more replicas share the load.
