@@ -6,7 +6,7 @@ import datetime as dt
 import os
 import unittest
 
-from skein_client import Client, Rejected, SyncClient
+from skein_client import Client, Rejected, SyncClient, new_turn_id
 
 URL = os.environ.get("SKEIN_NATS_URL")
 AGENT = os.environ.get("SKEIN_TEST_AGENT", "greeter")
@@ -36,6 +36,24 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(again.get("duplicate"), again)
         rep = await self.c.cancel(res.session_id, reason="too late")
         self.assertEqual((rep["status"], rep["no_op"]), ("already_finished", True))
+
+    async def test_conversation_turns(self):
+        res = await self.c.run("Greet Ada", agent=AGENT, timeout=120)
+        self.assertTrue(res.succeeded, res)
+        turn = new_turn_id()
+        second = await self.c.send(res.session_id, "Greet Bob", turn_id=turn, agent=AGENT)
+        self.assertEqual(second["session_id"], res.session_id + "-2")
+        retry = await self.c.send(res.session_id, "Greet Bob", turn_id=turn, agent=AGENT)
+        self.assertEqual((retry["session_id"], retry.get("duplicate")), (second["session_id"], True))
+        await self.c.wait(second["session_id"], timeout=120)
+        again = await self.c.send(res.session_id, "Greet Bob", agent=AGENT)
+        self.assertEqual(again["session_id"], res.session_id + "-3")
+        self.assertFalse(again.get("duplicate"))
+        await self.c.wait(again["session_id"], timeout=120)
+        fork = await self.c.submit("Greet Cy", agent=AGENT, from_turn=second["session_id"])
+        record = await self.c.session(fork["session_id"])
+        self.assertEqual(record.get("forked_from"), second["session_id"])
+        await self.c.wait(fork["session_id"], timeout=120)
 
     async def test_refusals(self):
         with self.assertRaises(Rejected) as cm:

@@ -9,6 +9,7 @@ from .client import (
     Unavailable,
     Unreachable,
     new_session_id,
+    new_turn_id,
 )
 from .creds import CredentialsError
 from .sync import SyncClient
@@ -24,5 +25,6 @@ __all__ = [
     "Unreachable",
     "CredentialsError",
     "new_session_id",
+    "new_turn_id",
 ]
 __version__ = "0.1.0"
