@@ -190,9 +190,12 @@ func headerValue(s string) string {
 
 // serviceErrCode is the service error code of a Submit or Cancel error.
 func serviceErrCode(err error) string {
+	var coded *protocol.Error
 	switch {
 	case errors.Is(err, errNoSession):
 		return protocol.ServiceErrNotFound
+	case errors.As(err, &coded):
+		return coded.Code.ServiceCode()
 	case errors.Is(err, ErrRejected):
 		return protocol.ServiceErrRejected
 	}
@@ -206,11 +209,15 @@ var ErrRejected = errors.New("task rejected")
 // they may be gone, or unable to write it (a full store).
 var errLapsed = errors.New("agent registration lapsed")
 
-// ErrorCode classifies a Submit error for the wire: rejected (the task is refused as it is),
-// storage_full (the mesh cannot store it now: retry once space is freed) or transient (the mesh
-// could not take it now).
+// ErrorCode classifies a Submit error for the wire: the code of a coded error in its chain (a
+// malformed or too long id: bad_request, too_large; storage_full), else rejected (the task is
+// refused as it is), storage_full (JetStream refused a write for want of room: retry once space
+// is freed) or transient (the mesh could not take it now).
 func ErrorCode(err error) string {
+	var coded *protocol.Error
 	switch {
+	case errors.As(err, &coded):
+		return string(coded.Code)
 	case errors.Is(err, ErrRejected):
 		return protocol.ErrCodeRejected
 	case bus.IsStorageFull(err):
@@ -236,6 +243,9 @@ func (g *Gateway) storageFull(ctx context.Context, err error) error {
 	return bus.StorageFullError(st)
 }
 
+// httpStatus is the HTTP status of a Submit error: the one of its code.
+func httpStatus(err error) int { return protocol.Code(ErrorCode(err)).HTTPStatus() }
+
 // Submit checks a task, records its session as queued and publishes it. Submitting the same
 // session id again is harmless: the session is not duplicated and an unpublished task is
 // published once more (the stream deduplicates it).
@@ -245,6 +255,10 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 
 func (g *Gateway) submit(ctx context.Context, in protocol.SubmitRequest, link turnLink) (protocol.SubmitReply, error) {
 	if in.From != "" && link == (turnLink{}) {
+		// The turn is read before check has seen the request: its id is checked first.
+		if err := protocol.IDSession.Check(in.From); err != nil {
+			return protocol.SubmitReply{}, fmt.Errorf("%w: fork: %w", ErrRejected, err)
+		}
 		if in.Agent == "" {
 			// A fork continues with the agent of the turn it forks.
 			if src, err := g.readSession(ctx, in.From); err == nil {
@@ -412,22 +426,16 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 	case !utf8.ValidString(in.Task):
 		return fmt.Errorf("%w: the task is not valid UTF-8", ErrRejected)
 	}
-	if in.SessionID != "" {
-		if err := protocol.CheckToken("session id", in.SessionID); err != nil {
-			return fmt.Errorf("%w: %v", ErrRejected, err)
-		}
-		if len(in.SessionID) > 128 {
-			return fmt.Errorf("%w: session id is longer than 128 characters", ErrRejected)
-		}
-	}
-	if err := protocol.CheckTurnID(in.TurnID); err != nil {
-		return fmt.Errorf("%w: %v", ErrRejected, err)
+	// Every id becomes part of a subject or key: one too long would cost the gateway its
+	// connection, so the ids are checked before anything is read or written with them.
+	if err := protocol.CheckIDs(in); err != nil {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	if in.Agent == "" && g.d.Config != nil {
 		in.Agent = g.d.Config.Agent.Name
 	}
-	if err := protocol.CheckToken("agent", in.Agent); err != nil {
-		return fmt.Errorf("%w: %v", ErrRejected, err)
+	if err := protocol.IDAgent.Check(in.Agent); err != nil {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	entry, err := g.agents.Get(ctx, in.Agent)
 	if err != nil {

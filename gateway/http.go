@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/skein-mesh/skein/gateway/console"
@@ -114,10 +113,9 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
-		// 422: the task is refused as it is; 503: the mesh could not take it now (transient,
-		// storage_full), try again.
-		code := ErrorCode(err)
-		httpError(w, protocol.Code(code).HTTPStatus(), code, err.Error())
+		// 422: the task is refused as it is; 400/413: an id is malformed or too long; 503: the
+		// mesh could not take it now (transient, storage_full), try again.
+		httpError(w, httpStatus(err), ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)
@@ -126,9 +124,8 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 // lookup answers the request itself (and returns false) when the session id is bad or unknown.
 func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (protocol.Session, bool) {
 	var s protocol.Session
-	id := r.PathValue("id")
-	if !protocol.ValidToken(id) {
-		httpError(w, http.StatusBadRequest, "bad_request", "bad session id "+strconv.Quote(id))
+	id, ok := pathID(w, r, protocol.IDSession)
+	if !ok {
 		return s, false
 	}
 	entry, err := g.sessions.Get(r.Context(), id)
@@ -292,8 +289,7 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 		TurnID: turn})
 	if err != nil {
 		// 422: the turn is refused as it is; 503: the mesh could not take it now, try again.
-		code := ErrorCode(err)
-		httpError(w, protocol.Code(code).HTTPStatus(), code, err.Error())
+		httpError(w, httpStatus(err), ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)

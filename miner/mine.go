@@ -84,7 +84,7 @@ func ParseSession(session string, events []protocol.Event) Session {
 			}
 			s.Task = ev.Task
 		case protocol.EvStepStarted:
-			if m := ev.Attrs[protocol.AttrMemory]; m != "" && protocol.ValidToken(m) {
+			if m := ev.Attrs[protocol.AttrMemory]; m != "" && protocol.IDAgent.Valid(m) {
 				s.Memory = m
 			}
 		case protocol.EvToolCall:

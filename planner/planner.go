@@ -219,7 +219,7 @@ func (p *Planner) update(ctx context.Context, id string, fn func(*protocol.Sessi
 
 func (p *Planner) onTask(ctx context.Context, data []byte) error {
 	var t protocol.Task
-	if err := protocol.Unmarshal(data, &t); err != nil {
+	if err := protocol.UnmarshalChecked(data, &t); err != nil {
 		return permanent{fmt.Errorf("undecodable task: %w", err)}
 	}
 	// The model is asked before the compare-and-set, and only while the session is queued; if
@@ -355,7 +355,7 @@ func (p *Planner) publishReady(ctx context.Context, sess protocol.Session) error
 
 func (p *Planner) onResult(ctx context.Context, data []byte) error {
 	var r protocol.StepResult
-	if err := protocol.Unmarshal(data, &r); err != nil {
+	if err := protocol.UnmarshalChecked(data, &r); err != nil {
 		return permanent{fmt.Errorf("undecodable result: %w", err)}
 	}
 	sess, err := p.update(ctx, r.SessionID, func(s *protocol.Session) (bool, error) {

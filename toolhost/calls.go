@@ -386,7 +386,9 @@ func (l *ledger) attempt(req protocol.ToolRequest, kind, recordedBy string) {
 // callOnce decodes a request, runs it at most once per call id and answers it.
 func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time, respond func(protocol.ToolReply)) {
 	var req protocol.ToolRequest
-	if err := protocol.Unmarshal(data, &req); err != nil {
+	// The call id becomes a key of the call ledger and the session id a trace subject: both
+	// are checked, since one longer than the server accepts would cost the toolhost its connection.
+	if err := protocol.UnmarshalChecked(data, &req); err != nil {
 		respond(protocol.ToolReply{Host: h.host, LatencyMS: time.Since(start).Milliseconds(), ToolResult: protocol.ToolResult{
 			Kind: protocol.ToolErrBadArgs, Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}})
 		return

@@ -212,9 +212,15 @@ func memRow(op, doc string, callers ...Identity) Row {
 // waits for them (see Resources).
 func Provisions(id Identity) bool { return id == Admin || id == Gateway }
 
-// ResponseTTL bounds how long a served request may wait for its one reply: an agent called as a
-// tool may run for a long time.
-const ResponseTTL = 6 * time.Hour
+// ResponseTTL bounds the server's one-reply grant (allow_responses) of an identity that serves
+// requests. The server keeps an entry per request delivered with a reply subject the identity may
+// not publish to otherwise (every message of a consumer it reads, a watch included, carries one),
+// for this long unless it is answered: a per-request map that grows with the load for as long as
+// this lasts. The mesh's own replies do not need the grant: a server may always publish into its
+// callers' inboxes, the admin's included (see For), however long the work takes, so the grant is
+// left to requests from outside the matrix (a `$SRV` discovery ping answers at once) and lasts
+// seconds.
+const ResponseTTL = 10 * time.Second
 
 // InboxPrefix is the reply-subject prefix of an identity, so no identity reads another's replies.
 func InboxPrefix(id Identity) string { return "_INBOX." + string(id) }
@@ -277,10 +283,13 @@ func For(id Identity, n protocol.Names) Perms {
 				sub[s] = true
 				sub["$SRV.>"] = true
 				p.Responses = true
-				// The server's response grant lives on the node that delivered the request: a
-				// server that reconnects to another node (its node died) while it works could not
-				// answer. It may therefore always reply into its callers' inboxes, which it could
-				// answer anyway; it never reads them.
+				// The server's response grant lives on the node that delivered the request, and
+				// only for ResponseTTL: a server that reconnects to another node (its node died)
+				// while it works, or works longer than that (an agent called as a tool), could not
+				// answer. It may therefore always reply into its callers' inboxes, the admin's
+				// included (the admin may call anything), which it could answer anyway; it never
+				// reads them.
+				pub[InboxPrefix(Admin)+".>"] = true
 				for c, ca := range r.Grants {
 					if ca&Call != 0 && c != id {
 						pub[InboxPrefix(c)+".>"] = true

@@ -430,7 +430,7 @@ func Consumers(n protocol.Names, kind, agent string, ackWait time.Duration) (Con
 			DeliverPolicy: jetstream.DeliverNewPolicy,
 		}}, nil
 	case KindExecutor:
-		if err := protocol.CheckToken("agent name", agent); err != nil {
+		if err := protocol.IDAgent.Check(agent); err != nil {
 			return ConsumerSpec{}, err
 		}
 		return ConsumerSpec{Stream: n.Stream(protocol.StreamWork), Workers: 4, MaxDeliveries: 5, Config: jetstream.ConsumerConfig{

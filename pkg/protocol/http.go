@@ -6,8 +6,8 @@ package protocol
 // TaskBody is the body of POST /v1/tasks.
 type TaskBody struct {
 	Task      string  `json:"task"`
-	Agent     string  `json:"agent,omitempty"`
-	SessionID string  `json:"session_id,omitempty"`
+	Agent     string  `json:"agent,omitempty" id:"agent"`
+	SessionID string  `json:"session_id,omitempty" id:"session"`
 	Budget    *Budget `json:"budget,omitempty"`
 }
 
@@ -16,7 +16,7 @@ type TaskBody struct {
 type MessageBody struct {
 	Text   string  `json:"text"`
 	Budget *Budget `json:"budget,omitempty"`
-	TurnID string  `json:"turn_id,omitempty"`
+	TurnID string  `json:"turn_id,omitempty" id:"turn"`
 }
 
 // ForkBody is the body of POST /v1/sessions/{id}/fork: a new conversation that continues the
@@ -24,7 +24,7 @@ type MessageBody struct {
 // before its first try, makes a retried POST the same fork (the gateway mints one when empty).
 type ForkBody struct {
 	Text      string  `json:"text"`
-	SessionID string  `json:"session_id,omitempty"`
+	SessionID string  `json:"session_id,omitempty" id:"session"`
 	Budget    *Budget `json:"budget,omitempty"`
 }
 

@@ -19,15 +19,15 @@ const (
 
 // MemoryEntry is one guideline as stored and exchanged.
 type MemoryEntry struct {
-	ID       string   `msgpack:"id" json:"id"`
-	Agent    string   `msgpack:"agent" json:"agent"`
+	ID       string   `msgpack:"id" json:"id" id:"memory"`
+	Agent    string   `msgpack:"agent" json:"agent" id:"agent"`
 	Text     string   `msgpack:"text" json:"text"`
 	Polarity Polarity `msgpack:"polarity" json:"polarity"`
 	Tier     Tier     `msgpack:"tier" json:"tier"`
 	Tools    []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	// Sessions are the most recent distinct sessions that gave evidence (at most
 	// MaxEvidenceSessions); SessionCount is how many there were in all.
-	Sessions     []string  `msgpack:"sessions" json:"sessions"`
+	Sessions     []string  `msgpack:"sessions" json:"sessions" id:"session"`
 	SessionCount int       `msgpack:"session_count,omitempty" json:"session_count,omitempty"`
 	Hits         int       `msgpack:"hits" json:"hits"`
 	Helpful      int       `msgpack:"helpful" json:"helpful"`
@@ -37,13 +37,13 @@ type MemoryEntry struct {
 	Source       string    `msgpack:"source" json:"source"`
 	// SourceAgent and SourceSession say where an entry written from inside a session came
 	// from: the sub-agent and its session for source subagent, the session for remembered.
-	SourceAgent   string       `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
-	SourceSession string       `msgpack:"source_session,omitempty" json:"source_session,omitempty"`
+	SourceAgent   string       `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
+	SourceSession string       `msgpack:"source_session,omitempty" json:"source_session,omitempty" id:"session"`
 	Status        MemoryStatus `msgpack:"status" json:"status"`
-	SupersededBy  string       `msgpack:"superseded_by,omitempty" json:"superseded_by,omitempty"`
+	SupersededBy  string       `msgpack:"superseded_by,omitempty" json:"superseded_by,omitempty" id:"memory"`
 	// Supersedes lists the entries this one replaced, oldest first (at most MaxHistory): with
 	// SupersededBy the two ends of every replacement, both entries kept.
-	Supersedes []string `msgpack:"supersedes,omitempty" json:"supersedes,omitempty"`
+	Supersedes []string `msgpack:"supersedes,omitempty" json:"supersedes,omitempty" id:"memory"`
 	// Mined records (session, candidate key) pairs already counted, so re-mining is idempotent.
 	Mined []string `msgpack:"mined,omitempty" json:"mined,omitempty"`
 	// Marks are the feedback of the entry's last sessions (at most MaxMarks): the window over
@@ -112,8 +112,8 @@ func (e MemoryEntry) DistinctSessions() int { return max(e.SessionCount, len(e.S
 
 // MemoryEviction is one entry removed (or, in a dry run, that would be).
 type MemoryEviction struct {
-	ID      string       `msgpack:"id" json:"id"`
-	Agent   string       `msgpack:"agent" json:"agent"`
+	ID      string       `msgpack:"id" json:"id" id:"memory"`
+	Agent   string       `msgpack:"agent" json:"agent" id:"agent"`
 	Tier    Tier         `msgpack:"tier" json:"tier"`
 	Status  MemoryStatus `msgpack:"status" json:"status"`
 	Text    string       `msgpack:"text" json:"text"`
@@ -127,7 +127,7 @@ type MemoryEviction struct {
 // MemoryInspectRequest asks for counts per tier and the entries nearest a query.
 type MemoryInspectRequest struct {
 	Header
-	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	Query string `msgpack:"query,omitempty" json:"query,omitempty"`
 	TopK  int    `msgpack:"top_k,omitempty" json:"top_k,omitempty"`
 	Tier  Tier   `msgpack:"tier,omitempty" json:"tier,omitempty"`
@@ -135,7 +135,7 @@ type MemoryInspectRequest struct {
 
 // MemoryCount is the number of entries of one agent in one tier and status.
 type MemoryCount struct {
-	Agent  string       `msgpack:"agent" json:"agent"`
+	Agent  string       `msgpack:"agent" json:"agent" id:"agent"`
 	Tier   Tier         `msgpack:"tier" json:"tier"`
 	Status MemoryStatus `msgpack:"status" json:"status"`
 	N      int          `msgpack:"n" json:"n"`
@@ -164,7 +164,7 @@ type MemoryInspectReply struct {
 // MemoryListRequest pages through entries (status "" means active, "*" every status).
 type MemoryListRequest struct {
 	Header
-	Agent  string       `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Agent  string       `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	Tier   Tier         `msgpack:"tier,omitempty" json:"tier,omitempty"`
 	Status MemoryStatus `msgpack:"status,omitempty" json:"status,omitempty"`
 	Offset int          `msgpack:"offset,omitempty" json:"offset,omitempty"`
@@ -182,7 +182,7 @@ type MemoryListReply struct {
 // MemoryGetRequest asks for one entry.
 type MemoryGetRequest struct {
 	Header
-	ID string `msgpack:"id" json:"id"`
+	ID string `msgpack:"id" json:"id" id:"memory"`
 }
 
 // MemoryGetReply carries the entry (embedding stripped), or Error.
@@ -212,7 +212,7 @@ type MemoryImportReply struct {
 // MemoryEvictRequest runs the capacity policy now (agent "" = every agent).
 type MemoryEvictRequest struct {
 	Header
-	Agent  string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Agent  string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	DryRun bool   `msgpack:"dry_run,omitempty" json:"dry_run,omitempty"`
 }
 
@@ -229,7 +229,7 @@ type MemoryEvictReply struct {
 // never retrieved again) or, with Evict, deleted from the store.
 type MemoryRetireRequest struct {
 	Header
-	ID     string `msgpack:"id" json:"id"`
+	ID     string `msgpack:"id" json:"id" id:"memory"`
 	Evict  bool   `msgpack:"evict,omitempty" json:"evict,omitempty"`
 	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
 	By     string `msgpack:"by,omitempty" json:"by,omitempty"` // who asked, for memoryd's log
@@ -238,7 +238,7 @@ type MemoryRetireRequest struct {
 // MemoryRetireReply says what became of the entry: Status retired, or Evicted.
 type MemoryRetireReply struct {
 	Header
-	ID      string       `msgpack:"id" json:"id"`
+	ID      string       `msgpack:"id" json:"id" id:"memory"`
 	Status  MemoryStatus `msgpack:"status,omitempty" json:"status,omitempty"`
 	Evicted bool         `msgpack:"evicted" json:"evicted"`
 	Error   string       `msgpack:"error,omitempty" json:"error,omitempty"`
@@ -340,10 +340,10 @@ type RememberNote struct {
 // SessionID is then the sub-agent's session).
 type RememberRequest struct {
 	Header
-	Agent       string         `msgpack:"agent" json:"agent"`
-	SessionID   string         `msgpack:"session_id" json:"session_id"`
+	Agent       string         `msgpack:"agent" json:"agent" id:"agent"`
+	SessionID   string         `msgpack:"session_id" json:"session_id" id:"session"`
 	Source      string         `msgpack:"source" json:"source"`
-	SourceAgent string         `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
+	SourceAgent string         `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
 	Notes       []RememberNote `msgpack:"notes" json:"notes"`
 }
 

@@ -4,8 +4,6 @@
 package protocol
 
 import (
-	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -89,22 +87,6 @@ const (
 	ServiceMemoryd  = "skein-memoryd"
 	ServiceGateway  = "skein-gateway"
 )
-
-var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-
-// ValidToken reports whether s can stand as one subject token (agent, tool and session names).
-func ValidToken(s string) bool { return tokenRE.MatchString(s) }
-
-// CheckToken returns an error naming what is wrong with a subject token.
-func CheckToken(kind, s string) error {
-	if s == "" {
-		return fmt.Errorf("%s is empty", kind)
-	}
-	if !ValidToken(s) {
-		return fmt.Errorf("%s %q may hold only letters, digits, '-' and '_'", kind, s)
-	}
-	return nil
-}
 
 // Names derives every subject and resource name of one mesh from its namespace.
 type Names struct {

@@ -3,27 +3,12 @@ package protocol
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 )
 
 // A conversation is a chain of sessions, one per turn (Session.Conversation, Previous). A turn
 // is named by its session id; the message that starts it carries a turn id the client mints
 // before its first try, so a retried submit of that message is recognised as the same turn,
 // while the same text sent again is a new turn.
-
-// MaxTurnIDLen bounds a client's turn id; it has the alphabet of every identifier (CheckToken).
-const MaxTurnIDLen = 64
-
-// CheckTurnID says what is wrong with a turn id ("" is allowed: a client that sends none).
-func CheckTurnID(id string) error {
-	if id == "" {
-		return nil
-	}
-	if len(id) > MaxTurnIDLen {
-		return fmt.Errorf("turn id is %d characters; at most %d", len(id), MaxTurnIDLen)
-	}
-	return CheckToken("turn id", id)
-}
 
 // DerivedTurnID is the turn id of a message sent without one, derived from the session id it
 // was sent under and its text: what the gateway records for such a session, and what `skein run`

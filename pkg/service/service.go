@@ -188,12 +188,38 @@ func Main(role string, fn func(Deps) error) int {
 		case <-ctx.Done():
 		}
 	}()
-	err = fn(Deps{Ctx: ctx, Conn: conn, Names: names, Config: cfg, Logger: log, Home: Home(), Ready: ready})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("stopped", "err", err)
-		return 1
+	return run(ctx, conn, log, func(ctx context.Context) error {
+		return fn(Deps{Ctx: ctx, Conn: conn, Names: names, Config: cfg, Logger: log, Home: Home(), Ready: ready})
+	})
+}
+
+// run runs a role until it returns or its connection is lost. A role whose connection the server
+// closed for good cannot serve and never will: it is stopped (given ShutdownGrace and a little
+// more to return) and the process exits with protocol.ExitUnavailable, so its supervisor starts
+// it again, rather than staying up half dead.
+func run(ctx context.Context, conn *bus.Conn, log *slog.Logger, fn func(context.Context) error) int {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("stopped", "err", err)
+			return 1
+		}
+		return 0
+	case <-conn.Lost():
 	}
-	return 0
+	log.Error("stopping: the NATS server closed this role's connection and it is not reconnected; exiting so the supervisor restarts the role",
+		"err", conn.LostErr(), "exit", protocol.ExitUnavailable)
+	stop()
+	select {
+	case <-done:
+	case <-time.After(ShutdownGrace + 2*time.Second):
+		log.Warn("the role did not stop in time; exiting anyway")
+	}
+	return protocol.ExitUnavailable
 }
 
 // ConnectOptions are the credentials and TLS identity id connects with: --creds (credsFlag), then

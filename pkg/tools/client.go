@@ -46,7 +46,7 @@ func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol
 	if timeout <= 0 {
 		timeout = DefaultCallTimeout
 	}
-	if err := protocol.CheckToken("tool name", req.Tool); err != nil {
+	if err := protocol.IDTool.Check(req.Tool); err != nil {
 		return failedReply(protocol.ToolErrUnknown, err.Error()), nil
 	}
 	data, err := protocol.Marshal(&req)
@@ -219,7 +219,7 @@ func Catalog(ctx context.Context, js jetstream.JetStream, names protocol.Names, 
 			continue
 		}
 		seen[key] = true
-		if !protocol.ValidToken(key) {
+		if !protocol.IDTool.Valid(key) {
 			missing = append(missing, key)
 			continue
 		}

@@ -43,6 +43,15 @@ func newChatCmd() *cobra.Command {
 			if conversation != "" && from != "" {
 				return &exitError{code: 2, msg: "skein: --session-id continues a conversation, --from forks one: give one of them"}
 			}
+			if err := checkID(protocol.IDSession, conversation); err != nil {
+				return err
+			}
+			if err := checkID(protocol.IDSession, from); err != nil {
+				return err
+			}
+			if err := checkID(protocol.IDAgent, agent); err != nil {
+				return err
+			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return &exitError{code: 2, msg: err.Error()}
@@ -263,11 +272,8 @@ func (c *chat) follow(ctx context.Context, id string) error {
 	})
 }
 
-// sessionAgent is the agent of a recorded session.
+// sessionAgent is the agent of a recorded session (its id checked by the caller).
 func sessionAgent(env meshEnv, id string) (string, error) {
-	if err := protocol.CheckToken("turn", id); err != nil {
-		return "", &exitError{code: 2, msg: "skein: " + err.Error()}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	kv, err := bus.KV(ctx, env.conn.JS, env.names, protocol.BucketSessions)

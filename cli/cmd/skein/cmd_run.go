@@ -57,6 +57,12 @@ func newRunCmd() *cobra.Command {
 			"Exit status is 0 only for the outcomes success and success_with_recovery.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkID(protocol.IDSession, sessionID); err != nil {
+				return err
+			}
+			if err := checkID(protocol.IDAgent, agent); err != nil {
+				return err
+			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return &exitError{code: 2, msg: err.Error()}

@@ -102,6 +102,15 @@ type embeddedMesh struct {
 	// admin provisions the mesh and asks memoryd what it holds (memoryd's own identity may
 	// serve memory subjects but not call them).
 	admin *bus.Conn
+	// lost receives the first connection the server closed for good (see bus.Conn.Lost): the
+	// role on it cannot serve any more, and `skein up` stops the mesh rather than run half dead.
+	lost chan lostConn
+}
+
+// lostConn is a role whose connection was closed for good, and why.
+type lostConn struct {
+	role string
+	err  error
 }
 
 // identityOf maps the in-process services' connection names to the identity each connects as.
@@ -182,7 +191,7 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string, l
 		return nil, err
 	}
 	lock.setURL(srv.URL())
-	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t}
+	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t, lost: make(chan lostConn, 1)}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c, err := m.conn(string(auth.Admin))
 	if err != nil {
@@ -225,6 +234,16 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 	})
 	if err == nil {
 		m.conns = append(m.conns, c)
+		go func() {
+			select {
+			case <-c.Lost():
+				select {
+				case m.lost <- lostConn{role: role, err: c.LostErr()}:
+				default: // one is enough to stop the mesh
+				}
+			case <-m.ctx.Done():
+			}
+		}()
 	}
 	return c, err
 }

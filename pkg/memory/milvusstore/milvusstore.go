@@ -277,7 +277,7 @@ func (s *Store) ensureCollection(ctx context.Context, dim int) error {
 	}
 	if !ok {
 		schema := entity.NewSchema().WithName(name).WithDescription("skein memory entries (both tiers)").
-			WithField(entity.NewField().WithName(fID).WithDataType(entity.FieldTypeVarChar).WithMaxLength(128).WithIsPrimaryKey(true)).
+			WithField(entity.NewField().WithName(fID).WithDataType(entity.FieldTypeVarChar).WithMaxLength(protocol.MaxMemoryID).WithIsPrimaryKey(true)).
 			WithField(entity.NewField().WithName(fAgent).WithDataType(entity.FieldTypeVarChar).WithMaxLength(256)).
 			WithField(entity.NewField().WithName(fTier).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
 			WithField(entity.NewField().WithName(fPolarity).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
@@ -505,7 +505,7 @@ func (s *Store) queryAt(ctx context.Context, cl entity.ConsistencyLevel, parts [
 const idAlphabet = "0123456789abcdefABCDEFghijklmnopqrstuvwxyzGHIJKLMNOPQRSTUVWXYZ-_="
 
 func validID(id string) bool {
-	if id == "" || len(id) > 128 {
+	if id == "" || len(id) > protocol.MaxMemoryID {
 		return false
 	}
 	for _, r := range id {

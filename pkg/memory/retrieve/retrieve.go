@@ -93,7 +93,7 @@ func New(store memory.Store, emb embed.Embedder, opt Options) *Retriever {
 
 // Retrieve answers one request. req.TopK, when set, overrides the configured top-k.
 func (r *Retriever) Retrieve(ctx context.Context, req protocol.RetrieveRequest) ([]protocol.Guideline, error) {
-	if err := protocol.CheckToken("agent", req.Agent); err != nil {
+	if err := protocol.IDAgent.Check(req.Agent); err != nil {
 		return nil, fmt.Errorf("retrieve: %w", err)
 	}
 	opt := r.opt
@@ -381,7 +381,7 @@ func line(g protocol.Guideline) string {
 func Origin(g protocol.Guideline) string {
 	// Agent and session ids are tokens (letters, digits, '-', '_'); anything else is dropped
 	// rather than let into the prompt.
-	agent, session := tokenOrEmpty(g.SourceAgent), tokenOrEmpty(g.SourceSession)
+	agent, session := validOrEmpty(protocol.IDAgent, g.SourceAgent), validOrEmpty(protocol.IDSession, g.SourceSession)
 	switch {
 	case g.Source == protocol.SourceSubagent && agent != "" && session != "":
 		return "found by sub-agent " + agent + " in session " + session
@@ -397,8 +397,8 @@ func Origin(g protocol.Guideline) string {
 	return "learned from a success"
 }
 
-func tokenOrEmpty(s string) string {
-	if !protocol.ValidToken(s) {
+func validOrEmpty(k protocol.ID, s string) string {
+	if !k.Valid(s) {
 		return ""
 	}
 	return s
