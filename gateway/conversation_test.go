@@ -207,3 +207,23 @@ func TestForkStartsANewConversation(t *testing.T) {
 		t.Fatalf("HTTP fork: %d %+v", resp.StatusCode, out)
 	}
 }
+
+// A turn id and a fork's turn are ids like the others: malformed 400, too long 413, before
+// anything is read with them.
+func TestTurnIDsAreChecked(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	for _, c := range []struct {
+		in   protocol.SubmitRequest
+		code protocol.Code
+	}{
+		{protocol.SubmitRequest{Task: "hi", SessionID: "k", TurnID: "a b"}, protocol.CodeBadRequest},
+		{protocol.SubmitRequest{Task: "hi", SessionID: "k", TurnID: strings.Repeat("t", protocol.MaxTurnID+1)}, protocol.CodeTooLarge},
+		{protocol.SubmitRequest{Task: "hi", From: "a.b"}, protocol.CodeBadRequest},
+		{protocol.SubmitRequest{Task: "hi", From: strings.Repeat("s", 5000)}, protocol.CodeTooLarge},
+	} {
+		if _, err := f.gw.Submit(ctx, c.in); ErrorCode(err) != string(c.code) {
+			t.Errorf("turn id %.20q, from %.20q: %v (code %s); want %s", c.in.TurnID, c.in.From, err, ErrorCode(err), c.code)
+		}
+	}
+}
