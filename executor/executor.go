@@ -65,6 +65,8 @@ type Executor struct {
 	// objects is the payloads object store (transcripts), opened on first use.
 	objMu   sync.Mutex
 	objects jetstream.ObjectStore
+	// notes is the model compaction extracts a conversation's notes with (notes.go).
+	notes notesModel
 }
 
 // Run serves until ctx ends.

@@ -222,6 +222,22 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 }
 
 func (g *Gateway) submit(ctx context.Context, in protocol.SubmitRequest, link turnLink) (protocol.SubmitReply, error) {
+	if in.From != "" && link == (turnLink{}) {
+		// The turn is read before check has seen the request: its id is checked first.
+		if err := protocol.IDSession.Check(in.From); err != nil {
+			return protocol.SubmitReply{}, fmt.Errorf("%w: fork: %w", ErrRejected, err)
+		}
+		if in.Agent == "" {
+			// A fork continues with the agent of the turn it forks.
+			if src, err := g.readSession(ctx, in.From); err == nil {
+				in.Agent = src.Agent
+			}
+		}
+		var err error
+		if link, err = g.fork(ctx, &in); err != nil {
+			return protocol.SubmitReply{}, err
+		}
+	}
 	// A full store refuses new sessions before anything is written, so a client is told to try
 	// again later (503 storage_full) instead of waiting for writes that time out. A lapsed
 	// registration is then the executors' heartbeats failing to be written, not a reason to
@@ -256,7 +272,15 @@ func (g *Gateway) enqueue(ctx context.Context, in protocol.SubmitRequest, link t
 	sess := protocol.Session{
 		SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, Status: protocol.StatusQueued,
 		Parent: in.Parent, Depth: in.Depth, Created: now, Updated: now,
-		Conversation: link.conversation, Previous: link.previous,
+		Conversation: link.conversation, Previous: link.previous, TurnID: in.TurnID,
+	}
+	if sess.TurnID == "" {
+		// A session started without a turn id is still its task's turn: the same task sent
+		// under its id again (by a client that derives the id the same way) is a retry.
+		sess.TurnID = protocol.DerivedTurnID(in.SessionID, in.Task)
+	}
+	if link.fork {
+		sess.ForkedFrom = link.previous
 	}
 	if err := g.governNew(ctx, &sess, in); err != nil {
 		return protocol.SubmitReply{}, err
@@ -279,11 +303,18 @@ func (g *Gateway) enqueue(ctx context.Context, in protocol.SubmitRequest, link t
 		if err := protocol.Unmarshal(entry.Value(), &prev); err != nil {
 			return protocol.SubmitReply{}, fmt.Errorf("read session %s: %w", in.SessionID, err)
 		}
-		if prev.Task != in.Task && prev.Agent == in.Agent && in.Parent == "" && link.previous == "" {
-			// Another task under a session id: a follow-up in that session's conversation.
+		if link.previous == "" && in.Parent == "" && prev.Agent == in.Agent && newMessage(prev, in) {
+			// Another message under a session id: a follow-up in that session's conversation.
 			return g.continueConversation(ctx, prev, in)
 		}
-		if prev.Task != in.Task || prev.Agent != in.Agent {
+		if prev.Agent != in.Agent || prev.Task != in.Task || (link.previous != "" && prev.Previous != link.previous) ||
+			(in.TurnID != "" && prev.TurnID != in.TurnID) {
+			switch {
+			case link.previous != "" && !link.fork:
+				return protocol.SubmitReply{}, errTurnTaken
+			case in.TurnID != "" && prev.TurnID == in.TurnID:
+				return protocol.SubmitReply{}, fmt.Errorf("%w: turn id %s already names another message of session %s", ErrRejected, in.TurnID, in.SessionID)
+			}
 			return protocol.SubmitReply{}, fmt.Errorf("%w: session id %s is already used by another task", ErrRejected, in.SessionID)
 		}
 		if prev.Status != protocol.StatusQueued {
@@ -321,7 +352,7 @@ func (g *Gateway) enqueue(ctx context.Context, in protocol.SubmitRequest, link t
 func (g *Gateway) announce(ctx context.Context, sess protocol.Session, in protocol.SubmitRequest) error {
 	ev := protocol.Event{
 		SessionID: sess.SessionID, Type: protocol.EvSessionStarted, Time: sess.Created, Source: "gateway",
-		Agent: sess.Agent, Task: sess.Task, Attrs: callerAttrs(in),
+		Agent: sess.Agent, Task: sess.Task, Attrs: callerAttrs(sess, in),
 	}
 	data, err := protocol.Marshal(&ev)
 	if err != nil {
@@ -333,13 +364,19 @@ func (g *Gateway) announce(ctx context.Context, sess protocol.Session, in protoc
 	return nil
 }
 
-func callerAttrs(in protocol.SubmitRequest) map[string]string {
+func callerAttrs(sess protocol.Session, in protocol.SubmitRequest) map[string]string {
 	attrs := map[string]string{}
 	if in.Caller != "" {
 		attrs["caller"] = in.Caller
 	}
 	if in.Parent != "" {
 		attrs["parent"] = in.Parent
+	}
+	switch {
+	case sess.ForkedFrom != "":
+		attrs[protocol.AttrForkedFrom] = sess.ForkedFrom
+	case sess.Previous != "":
+		attrs[protocol.AttrPrevious] = sess.Previous
 	}
 	if len(attrs) == 0 {
 		return nil
@@ -392,4 +429,9 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 // NewSessionID returns a fresh, subject-safe session id.
 func NewSessionID() string {
 	return "s-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:20]
+}
+
+// NewTurnID returns a fresh turn id, for a client to mint before a message's first try.
+func NewTurnID() string {
+	return "t-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:20]
 }

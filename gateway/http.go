@@ -26,7 +26,8 @@ import (
 //	                                the model's text as it is generated (event: delta)
 //	POST /v1/sessions/{id}/cancel   {"reason"?: "..."} → 200 CancelReply (a finished session: no_op)
 //	GET  /v1/sessions/{id}/tree     the session with its steps and child sessions (docs/json.md)
-//	POST /v1/sessions/{id}/messages {"text": "..."} → 202 {"session_id"} of the conversation's next turn
+//	POST /v1/sessions/{id}/messages {"text": "...", "turn_id"?: "..."} → 202 {"session_id"} of the conversation's next turn
+//	POST /v1/sessions/{id}/fork     {"text": "...", "session_id"?: "..."} → 202 {"session_id"} of a new conversation from turn {id}
 //	GET  /v1/sessions               ?since=&limit=&agent=&status=&q= → {"sessions": [SessionRow], "truncated"}
 //	GET  /v1/usage                  ?since=&limit= → {"since", "sessions": [SessionUsage], "truncated"}
 //	GET  /v1/dlq                    ?since=&limit= → [DeadLetter]
@@ -52,6 +53,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/cancel", g.httpCancel)
 	mux.HandleFunc("GET /v1/sessions/{id}/tree", g.httpTree)
 	mux.HandleFunc("POST /v1/sessions/{id}/messages", g.httpMessage)
+	mux.HandleFunc("POST /v1/sessions/{id}/fork", g.httpFork)
 	mux.HandleFunc("GET /v1/sessions", g.httpSessions)
 	mux.HandleFunc("GET /v1/usage", g.httpUsage)
 	mux.HandleFunc("GET /v1/dlq", g.httpDLQ)
@@ -315,9 +317,36 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 		httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
 		return
 	}
-	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget})
+	turn := in.TurnID
+	if turn == "" {
+		turn = NewTurnID() // a POST without a turn id is a new message, whatever its text
+	}
+	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget,
+		TurnID: turn})
 	if err != nil {
 		// 422: the turn is refused as it is; 503: the mesh could not take it now, try again.
+		httpError(w, ErrorCode(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusAccepted, &rep)
+}
+
+// httpFork starts a new conversation from turn {id}.
+func (g *Gateway) httpFork(w http.ResponseWriter, r *http.Request) {
+	s, ok := g.lookup(w, r)
+	if !ok {
+		return
+	}
+	var in protocol.ForkBody
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
+		return
+	}
+	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: in.SessionID, From: s.SessionID,
+		Caller: "http", Budget: in.Budget})
+	if err != nil {
 		httpError(w, ErrorCode(err), err.Error())
 		return
 	}

@@ -134,6 +134,14 @@ func (c Client) Migrate(ctx context.Context) (*protocol.MemoryMigrateReply, erro
 	return &rep, replyErr(protocol.MemMigrate, &rep)
 }
 
+func (c Client) Repair(ctx context.Context) (*protocol.MemoryRepairReply, error) {
+	var rep protocol.MemoryRepairReply
+	if err := c.call(ctx, protocol.MemRepair, &protocol.MemoryRepairRequest{}, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, replyErr(protocol.MemRepair, &rep)
+}
+
 func (c Client) Health(ctx context.Context) (*protocol.MemoryHealthReply, error) {
 	var rep protocol.MemoryHealthReply
 	if err := c.call(ctx, protocol.MemHealth, &protocol.MemoryHealthRequest{}, &rep); err != nil {

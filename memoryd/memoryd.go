@@ -187,6 +187,16 @@ func Run(ctx context.Context, d Deps) error {
 		close(d.Ready)
 	}
 	s.log.Info("memoryd serving", "model", s.emb.Model(), "store", storeKind(d.Config.Memory))
+	if _, ok := s.store.(memory.Repairer); ok && s.staleErr() == nil {
+		// A collection may hold rows this mesh has no record of, or lack rows of its records
+		// (another mesh's collection under the same name, a writer that died between the two
+		// writes): reconcile once, while serving, and say what was found.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.reconcile(ctx)
+		}()
+	}
 	s.evictLoop(ctx)
 	_ = svc.Stop()
 	s.wg.Wait()
@@ -206,7 +216,7 @@ func (s *server) endpoints() map[string]endpoint {
 		protocol.MemRetrieve: op(s.retrieve), protocol.MemIngest: op(s.ingest), protocol.MemFeedback: op(s.feedback),
 		protocol.MemInspect: op(s.inspect), protocol.MemList: op(s.list), protocol.MemGet: op(s.get),
 		protocol.MemImport: op(s.importEntries), protocol.MemEvict: op(s.evict), protocol.MemMigrate: op(s.migrate),
-		protocol.MemRetire: op(s.retire), protocol.MemRemember: op(s.remember),
+		protocol.MemRetire: op(s.retire), protocol.MemRemember: op(s.remember), protocol.MemRepair: op(s.repair),
 		protocol.MemHealth: op(s.health), protocol.MemEmbed: op(s.embed),
 	}
 }
@@ -573,6 +583,44 @@ func (s *server) migrate(ctx context.Context, _ []byte, rep *protocol.MemoryMigr
 	s.stale = ""
 	s.mu.Unlock()
 	s.log.Info("memory migrated", "from", from, "to", s.emb.Model(), "entries", n)
+	return nil
+}
+
+// reconcile repairs the store at start and says in one line what it found.
+func (s *server) reconcile(ctx context.Context) {
+	r := s.store.(memory.Repairer)
+	start := time.Now()
+	rep, err := r.Repair(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+	case err != nil:
+		s.log.Warn("memory store not reconciled with its records: searches may list rows without a record until `skein memory repair` succeeds",
+			"err", err)
+	case rep.Changed() > 0:
+		s.log.Warn("memory store reconciled with its records", "found", rep.String(), "took", time.Since(start).Round(time.Millisecond))
+	default:
+		s.log.Info("memory store reconciled with its records", "found", rep.String(), "took", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// repair makes the store's search index hold exactly the store's records (memory.Repairer); a
+// store without a separate index (kv: rebuilt from its bucket on every start) has nothing to do.
+func (s *server) repair(ctx context.Context, _ []byte, rep *protocol.MemoryRepairReply) error {
+	rep.Store = storeKind(s.d.Config.Memory)
+	if err := s.staleErr(); err != nil {
+		return err
+	}
+	r, ok := s.store.(memory.Repairer)
+	if !ok {
+		return nil
+	}
+	found, err := r.Repair(ctx)
+	rep.Repaired = err == nil
+	rep.Records, rep.Rows, rep.Missing, rep.Stale, rep.Orphans = found.Records, found.Rows, found.Missing, found.Stale, found.Orphans
+	if err != nil {
+		return err
+	}
+	s.log.Info("memory store repaired", "found", found.String())
 	return nil
 }
 

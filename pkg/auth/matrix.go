@@ -140,6 +140,7 @@ var Matrix = []Row{
 	memRow(protocol.MemImport, "import memory (admin only)"),
 	memRow(protocol.MemEvict, "evict memory (admin only)"),
 	memRow(protocol.MemMigrate, "re-embed memory (admin only)"),
+	memRow(protocol.MemRepair, "bring Milvus back to the memory's records (admin only)"),
 	// The HTTP API (and so the console) retires or evicts single entries behind its bearer token.
 	memRow(protocol.MemRetire, "retire or evict one entry", Gateway),
 	// The process that runs the embedded server (as admin) says whether JetStream can write.

@@ -230,6 +230,10 @@ type Memory struct {
 	ShareWithParent  bool `yaml:"share_with_parent"`
 	ShareMaxFindings int  `yaml:"share_max_findings"`
 	ShareMaxChars    int  `yaml:"share_max_chars"`
+	// ConversationFacts offers the durable facts the user stated in a conversation's turns to
+	// this agent's memory (as remember notes, through the lesson gate) when compaction folds
+	// those turns; false keeps them in the conversation's summary only.
+	ConversationFacts bool `yaml:"conversation_facts"`
 }
 
 // Miner is the `miner:` section.

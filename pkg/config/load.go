@@ -69,6 +69,7 @@ func Default() *Config {
 			Embedder:            "minilm",
 			ShareMaxFindings:    3,
 			ShareMaxChars:       300,
+			ConversationFacts:   true,
 		},
 		Planner:  Planner{Mode: "off", MaxItems: 8},
 		Executor: Executor{Stream: Stream{Enabled: true, FlushMS: 50, MaxBytes: 4096}},

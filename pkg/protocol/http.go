@@ -12,9 +12,20 @@ type TaskBody struct {
 }
 
 // MessageBody is the body of POST /v1/sessions/{id}/messages: the conversation's next turn.
+// TurnID, minted by the client before its first try, makes a retried POST the same turn.
 type MessageBody struct {
 	Text   string  `json:"text"`
 	Budget *Budget `json:"budget,omitempty"`
+	TurnID string  `json:"turn_id,omitempty" id:"turn"`
+}
+
+// ForkBody is the body of POST /v1/sessions/{id}/fork: a new conversation that continues the
+// transcript of turn {id}, with Text as its first message. SessionID, minted by the client
+// before its first try, makes a retried POST the same fork (the gateway mints one when empty).
+type ForkBody struct {
+	Text      string  `json:"text"`
+	SessionID string  `json:"session_id,omitempty" id:"session"`
+	Budget    *Budget `json:"budget,omitempty"`
 }
 
 // CancelBody is the optional body of POST /v1/sessions/{id}/cancel.

@@ -37,6 +37,9 @@ func TestIdentifierKindsRefuseWhatNoSubjectCanHold(t *testing.T) {
 		{IDCall, "s.*", CodeBadRequest},
 		{IDMemory, "0123456789abcdef01234567", ""},
 		{IDMemory, "a=b", CodeBadRequest},
+		{IDTurn, "t-0123456789abcdef0123", ""},
+		{IDTurn, strings.Repeat("t", MaxTurnID+1), CodeTooLarge},
+		{IDTurn, "t 1", CodeBadRequest},
 	}
 	for _, c := range cases {
 		err := c.kind.Check(c.s)

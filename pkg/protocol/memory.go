@@ -258,6 +258,28 @@ type MemoryMigrateReply struct {
 	Fault
 }
 
+// MemoryRepairRequest asks memoryd to make its store's search index hold exactly the store's
+// records (memory.store milvus: the records in the mesh's bucket, the rows in Milvus).
+type MemoryRepairRequest struct {
+	Header
+}
+
+// MemoryRepairReply says what the repair found: the records and rows there were, the records
+// without a row (indexed now), the rows of an older revision (rewritten), the rows without a
+// record (deleted). Repaired is false for a store with nothing to repair (kv: its index is
+// rebuilt from the bucket on every start).
+type MemoryRepairReply struct {
+	Header
+	Store    string `msgpack:"store" json:"store"`
+	Repaired bool   `msgpack:"repaired" json:"repaired"`
+	Records  int    `msgpack:"records" json:"records"`
+	Rows     int    `msgpack:"rows" json:"rows"`
+	Missing  int    `msgpack:"missing" json:"missing"`
+	Stale    int    `msgpack:"stale" json:"stale"`
+	Orphans  int    `msgpack:"orphans" json:"orphans"`
+	Fault
+}
+
 // MemoryHealthRequest asks whether memoryd is serving.
 type MemoryHealthRequest struct {
 	Header

@@ -75,6 +75,15 @@ type SubmitRequest struct {
 	Depth  int    `msgpack:"depth,omitempty" json:"depth,omitempty"`
 	// Budget limits this task; the agent's agent.budget applies too and the tighter value wins.
 	Budget *Budget `msgpack:"budget,omitempty" json:"budget,omitempty"`
+	// TurnID is the id the client minted for this message before its first try (IDTurn).
+	// Sent to a finished session, the message is the next turn of its conversation, whatever
+	// its text; sent again with the turn id of the conversation's latest turn, it is a retry
+	// of that turn. Without one, a session's own task sent again is that session.
+	TurnID string `msgpack:"turn_id,omitempty" json:"turn_id,omitempty" id:"turn"`
+	// From forks a conversation: the new session (SessionID, minted by the gateway when empty)
+	// continues the transcript of this finished turn, the first turn of a conversation of its
+	// own; the conversation From belongs to is not touched.
+	From string `msgpack:"from,omitempty" json:"from,omitempty" id:"session"`
 }
 
 // SubmitReply answers a SubmitRequest.
@@ -197,6 +206,11 @@ type Session struct {
 	LastTurn     string    `msgpack:"last_turn,omitempty" json:"last_turn,omitempty" id:"session"`
 	Created      time.Time `msgpack:"created" json:"created"`
 	Updated      time.Time `msgpack:"updated" json:"updated"`
+	// TurnID is the client's id of the message that started this session (SubmitRequest.TurnID).
+	TurnID string `msgpack:"turn_id,omitempty" json:"turn_id,omitempty" id:"turn"`
+	// ForkedFrom is the turn a forked conversation's first session continues (also its
+	// Previous); "" for every other session.
+	ForkedFrom string `msgpack:"forked_from,omitempty" json:"forked_from,omitempty" id:"session"`
 }
 
 // Usage counts tokens the way the providers bill them.

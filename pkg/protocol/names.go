@@ -68,6 +68,9 @@ const (
 	// MemRemember stores notes written inside a session: an agent's own remember calls and a
 	// sub-agent's findings shared with its parent.
 	MemRemember = "remember"
+	// MemRepair brings a store whose search index lives apart from its records (Milvus) back
+	// to the records.
+	MemRepair = "repair"
 )
 
 // Queue groups for micro services, so that more replicas share the load.
@@ -217,3 +220,11 @@ func ResultMsgID(session, step string) string { return session + "/" + step + "/
 // AttrMemory, on a step_started event, names the memory the step used when it is not the
 // agent's own (memory.namespace); the miner learns into it.
 const AttrMemory = "memory"
+
+// AttrPurpose, on a model_call or decision event of the executor, names work done besides the
+// step's own turns: PurposeCompaction for the notes compaction extracts from the turns it folds
+// (and offers to memory).
+const (
+	AttrPurpose       = "purpose"
+	PurposeCompaction = "compaction"
+)

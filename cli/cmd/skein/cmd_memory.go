@@ -260,7 +260,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func newMemoryCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "memory", Short: "List, show, export, import, evict and migrate memory entries"}
+	cmd := &cobra.Command{Use: "memory", Short: "List, show, export, import, evict, migrate and repair memory entries"}
 
 	var agent, tier string
 	var all, asJSON bool
@@ -485,7 +485,40 @@ func newMemoryCmd() *cobra.Command {
 		},
 	}
 	migrate.Flags().BoolVar(&migJSON, "json", false, `print {"v", "reembedded", "from", "model"}`)
-	cmd.AddCommand(list, show, export, imp, evict, migrate)
+
+	var repJSON bool
+	repair := &cobra.Command{
+		Use: "repair", Short: "Bring the Milvus collection back to the memory's records and say what was found", Args: cobra.NoArgs,
+		Long: "repair makes the search index hold exactly the entry records in the mesh's memory bucket: records without a\n" +
+			"row are indexed, rows of an older revision rewritten, rows without a record deleted. memoryd also does this\n" +
+			"once when it starts. The kv store needs no repair (its index is rebuilt from the bucket on every start).",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withMesh(cmd, func(env meshEnv) error {
+				c, err := memReady(cmd, env)
+				if err != nil {
+					return err
+				}
+				stopTicks := ticker(cmd.ErrOrStderr(), "repair: still comparing records and rows", 10*time.Second)
+				rep, err := c.Repair(cmd.Context())
+				stopTicks()
+				if err != nil {
+					return err
+				}
+				if repJSON {
+					return writeJSON(cmd.OutOrStdout(), rep)
+				}
+				if !rep.Repaired {
+					fmt.Fprintf(cmd.OutOrStdout(), "memory store %s: nothing to repair (its index is rebuilt from the records on every start)\n", rep.Store)
+					return nil
+				}
+				found := memory.RepairReport{Records: rep.Records, Rows: rep.Rows, Missing: rep.Missing, Stale: rep.Stale, Orphans: rep.Orphans}
+				fmt.Fprintf(cmd.OutOrStdout(), "memory store %s: %s\n", rep.Store, found)
+				return nil
+			})
+		},
+	}
+	repair.Flags().BoolVar(&repJSON, "json", false, `print {"v", "store", "repaired", "records", "rows", "missing", "stale", "orphans"}`)
+	cmd.AddCommand(list, show, export, imp, evict, migrate, repair)
 	return cmd
 }
 

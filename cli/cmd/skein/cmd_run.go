@@ -147,7 +147,8 @@ func newRunCmd() *cobra.Command {
 			}
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			var rep protocol.SubmitReply
-			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli", Budget: budget}, &rep, submitTry)
+			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli", Budget: budget,
+				TurnID: protocol.DerivedTurnID(sessionID, args[0])}, &rep, submitTry)
 			cancel()
 			if err != nil {
 				return wireExit(err, fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err))

@@ -7,7 +7,7 @@ import os
 import time
 import unittest
 
-from skein_client import Client, Rejected, SkeinError, SyncClient
+from skein_client import Client, Rejected, SkeinError, SyncClient, new_turn_id
 
 URL = os.environ.get("SKEIN_NATS_URL")
 AGENT = os.environ.get("SKEIN_TEST_AGENT", "greeter")
@@ -52,6 +52,24 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(deltas[-1].get("done") and not any(d.get("done") for d in deltas[:-1]), deltas)
         self.assertEqual("".join(d.get("text", "") for d in deltas), res.final_text)
         self.assertLess(pieces[0][0], pieces[-1][0])
+
+    async def test_conversation_turns(self):
+        res = await self.c.run("Greet Ada", agent=AGENT, timeout=120)
+        self.assertTrue(res.succeeded, res)
+        turn = new_turn_id()
+        second = await self.c.send(res.session_id, "Greet Bob", turn_id=turn, agent=AGENT)
+        self.assertEqual(second["session_id"], res.session_id + "-2")
+        retry = await self.c.send(res.session_id, "Greet Bob", turn_id=turn, agent=AGENT)
+        self.assertEqual((retry["session_id"], retry.get("duplicate")), (second["session_id"], True))
+        await self.c.wait(second["session_id"], timeout=120)
+        again = await self.c.send(res.session_id, "Greet Bob", agent=AGENT)
+        self.assertEqual(again["session_id"], res.session_id + "-3")
+        self.assertFalse(again.get("duplicate"))
+        await self.c.wait(again["session_id"], timeout=120)
+        fork = await self.c.submit("Greet Cy", agent=AGENT, from_turn=second["session_id"])
+        record = await self.c.session(fork["session_id"])
+        self.assertEqual(record.get("forked_from"), second["session_id"])
+        await self.c.wait(fork["session_id"], timeout=120)
 
     async def test_refusals(self):
         with self.assertRaises(Rejected) as cm:

@@ -37,6 +37,8 @@ import (
 	"github.com/milvus-io/milvus-sdk-go/v2/entity"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -139,7 +141,10 @@ type Store struct {
 	dim   int
 }
 
-var _ memory.Reembedder = (*Store)(nil)
+var (
+	_ memory.Reembedder = (*Store)(nil)
+	_ memory.Repairer   = (*Store)(nil)
+)
 
 // PrefixFor derives the collection prefix of a mesh namespace.
 func PrefixFor(names protocol.Names) string {
@@ -460,9 +465,14 @@ func decodeRows(rs client.ResultSet) ([]memory.Entry, error) {
 	return out, nil
 }
 
-// query returns every row matching ex, splitting by id prefix when a page reaches Milvus'
-// result window.
+// query returns every row matching ex at the store's consistency level.
 func (s *Store) query(ctx context.Context, parts []string, ex, idPrefix string, fields []string) ([]memory.Entry, error) {
+	return s.queryAt(ctx, s.cl, parts, ex, idPrefix, fields)
+}
+
+// queryAt returns every row matching ex, splitting by id prefix when a page reaches Milvus'
+// result window.
+func (s *Store) queryAt(ctx context.Context, cl entity.ConsistencyLevel, parts []string, ex, idPrefix string, fields []string) ([]memory.Entry, error) {
 	full := ex
 	if idPrefix != "" {
 		// A range, not LIKE: '_' is a LIKE wildcard and a legal id character. Every id character
@@ -470,7 +480,7 @@ func (s *Store) query(ctx context.Context, parts []string, ex, idPrefix string, 
 		full = "(" + ex + `) && ` + fID + ` >= ` + quote(idPrefix) + ` && ` + fID + ` < ` + quote(idPrefix+"~")
 	}
 	rs, err := s.c.Query(ctx, s.coll(), parts, full, fields,
-		client.WithSearchQueryConsistencyLevel(s.cl), client.WithLimit(int64(queryWindow)))
+		client.WithSearchQueryConsistencyLevel(cl), client.WithLimit(int64(queryWindow)))
 	if err != nil {
 		return nil, fmt.Errorf("milvus: query %s: %w", s.coll(), err)
 	}
@@ -483,7 +493,7 @@ func (s *Store) query(ctx context.Context, parts []string, ex, idPrefix string, 
 	}
 	var all []memory.Entry
 	for _, c := range idAlphabet {
-		part, err := s.query(ctx, parts, ex, idPrefix+string(c), fields)
+		part, err := s.queryAt(ctx, cl, parts, ex, idPrefix+string(c), fields)
 		if err != nil {
 			return nil, err
 		}
@@ -858,49 +868,58 @@ func (s *Store) records(ctx context.Context) ([]memory.Entry, error) {
 	return out, nil
 }
 
-// Repair makes Milvus hold exactly the bucket's records (after a crash between a record write
-// and its Milvus write, or to rebuild the collection). Writers may keep running: each entry it
-// writes is settled like a Put.
-func (s *Store) Repair(ctx context.Context) (int, error) {
+// Repair makes Milvus hold exactly the bucket's records: the records are the memory, the
+// collection its search index. It indexes records without a row and rewrites rows of an older
+// revision (a crash between a record write and its Milvus write), and deletes rows without a
+// record (a crash in a Delete, or a collection another mesh left under the same prefix). Writers
+// may keep running: each entry it writes is settled like a Put.
+func (s *Store) Repair(ctx context.Context) (memory.RepairReport, error) {
+	var rep memory.RepairReport
 	recs, err := s.records(ctx)
 	if err != nil {
-		return 0, err
+		return rep, err
 	}
-	rows, err := s.query(ctx, nil, fID+` != ""`, "", hitFields)
+	// Strong: every row any process wrote before the repair started is compared.
+	rows, err := s.queryAt(ctx, entity.ClStrong, nil, fID+` != ""`, "", hitFields)
 	if err != nil {
-		return 0, err
+		return rep, err
 	}
+	rep.Records, rep.Rows = len(recs), len(rows)
 	idx := map[string]uint64{}
 	for _, r := range rows {
 		idx[r.ID] = r.Revision
 	}
-	n := 0
 	want := map[string]bool{}
 	for _, e := range recs {
 		want[e.ID] = true
-		if idx[e.ID] == e.Revision {
+		rev, ok := idx[e.ID]
+		if ok && rev == e.Revision {
 			continue
 		}
 		if err := s.upsert(ctx, []memory.Entry{e}); err != nil {
-			return n, err
+			return rep, err
 		}
 		if err := s.settle(ctx, e.ID, e.Revision); err != nil {
-			return n, err
+			return rep, err
 		}
-		n++
+		if ok {
+			rep.Stale++
+		} else {
+			rep.Missing++
+		}
 	}
 	for id := range idx {
 		if !want[id] {
 			if err := s.deleteRows(ctx, []string{id}); err != nil {
-				return n, err
+				return rep, err
 			}
 			if err := s.settle(ctx, id, 0); err != nil {
-				return n, err
+				return rep, err
 			}
-			n++
+			rep.Orphans++
 		}
 	}
-	return n, nil
+	return rep, nil
 }
 
 // Reembed implements memory.Reembedder. Writers must be stopped while it runs: it rewrites the
@@ -1043,11 +1062,88 @@ func parallel(ctx context.Context, n int, f func(int) error) error {
 	return first
 }
 
-// Flush seals what the server holds in memory into segments and waits until they are indexed
-// (after a bulk import; a Milvus server also seals on its own schedule).
+// Flush seals what the server holds in memory into segments, waits until they are indexed, and
+// then until the query nodes serve the built index (after a bulk import; a Milvus server also
+// seals on its own schedule). Between the two a Milvus 2.3 server still answers searches from
+// an interim index (measured at 10k rows: recall@10 0.9875 and 0.9945 there, 1.0000 once the
+// segment was served with its index, 2 to 17 s later on a loaded 2-core machine), so a figure
+// taken right after the build is the interim index's, not HNSW's.
 func (s *Store) Flush(ctx context.Context) error {
 	if err := s.c.Flush(ctx, s.coll(), false); err != nil {
 		return fmt.Errorf("milvus: flush %s: %w", s.coll(), err)
 	}
-	return s.waitIndex(ctx)
+	if err := s.waitIndex(ctx); err != nil {
+		return err
+	}
+	return s.waitServed(ctx)
+}
+
+// segmentLister is the part of the SDK's gRPC client that reports the segments the query nodes
+// have loaded (not in its Client interface).
+type segmentLister interface {
+	GetQuerySegmentInfo(ctx context.Context, collName string) ([]*entity.Segment, error)
+}
+
+// minIndexedRows is the size from which a Milvus 2.3 server builds a sealed segment's index
+// (its indexCoord.segment.minSegmentNumRowsToEnableIndex, default 1,024): a smaller segment is
+// loaded without one and is served as it is.
+const minIndexedRows = 1024
+
+// waitServed returns when every flushed segment of the collection is loaded on the query nodes,
+// each one large enough to be indexed with its index (GetQuerySegmentInfo's index id): the query
+// nodes load a sealed segment before its index and serve it from an interim index until then. A
+// server that does not report loaded segments (milvus-lite) is not waited for.
+func (s *Store) waitServed(ctx context.Context) error {
+	ql, ok := s.c.(segmentLister)
+	if !ok {
+		return nil
+	}
+	for {
+		settled, detail, err := s.served(ctx, ql)
+		if status.Code(err) == codes.Unimplemented {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if settled {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("milvus: %s: the query nodes do not serve the built index yet (%s): %w", s.coll(), detail, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Store) served(ctx context.Context, ql segmentLister) (bool, string, error) {
+	persisted, err := s.c.GetPersistentSegmentInfo(ctx, s.coll())
+	if err != nil {
+		return false, "", fmt.Errorf("milvus: segments of %s: %w", s.coll(), err)
+	}
+	loaded, err := ql.GetQuerySegmentInfo(ctx, s.coll())
+	if err != nil {
+		return false, "", fmt.Errorf("milvus: loaded segments of %s: %w", s.coll(), err)
+	}
+	withIndex := map[int64]bool{}
+	for _, sg := range loaded {
+		withIndex[sg.ID] = sg.IndexID != 0
+	}
+	missing, unindexed, flushed := 0, 0, 0
+	for _, sg := range persisted {
+		if !sg.Flushed() || sg.NumRows == 0 {
+			continue
+		}
+		flushed++
+		indexed, ok := withIndex[sg.ID]
+		switch {
+		case !ok:
+			missing++
+		case !indexed && sg.NumRows >= minIndexedRows:
+			unindexed++
+		}
+	}
+	detail := fmt.Sprintf("of %d flushed segment(s), %d not loaded, %d served without their index", flushed, missing, unindexed)
+	return missing == 0 && unindexed == 0, detail, nil
 }

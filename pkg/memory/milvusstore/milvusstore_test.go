@@ -138,3 +138,26 @@ func TestListBeyondOneQueryWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushOfASmallCollection: the server never indexes a segment under 1,024 rows and serves
+// it as it is, so Flush must not wait for its index (it did, until its deadline).
+func TestFlushOfASmallCollection(t *testing.T) {
+	v := newEnv(t)
+	s, err := open(t, v, prefix(), "bench", 16, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := storetest.RandomEntries(200, 16, 9)
+	if err := s.PutBatch(context.Background(), es); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := s.Flush(ctx); err != nil {
+		t.Fatalf("flush of %d entries: %v", len(es), err)
+	}
+	got, err := s.List(ctx, memory.Filter{Status: memory.StatusAny})
+	if err != nil || len(got) != len(es) {
+		t.Fatalf("after the flush: %d of %d entries listed, %v", len(got), len(es), err)
+	}
+}

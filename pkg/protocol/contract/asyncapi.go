@@ -84,6 +84,7 @@ func Channels() []Channel {
 		mem(protocol.MemEvict, "Run the capacity policy now (admin).", protocol.MemoryEvictRequest{}, protocol.MemoryEvictReply{}),
 		mem(protocol.MemRetire, "Take one entry out of retrieval: retire it, or evict (delete) it.", protocol.MemoryRetireRequest{}, protocol.MemoryRetireReply{}),
 		mem(protocol.MemMigrate, "Re-embed every entry with the current model (admin).", protocol.MemoryMigrateRequest{}, protocol.MemoryMigrateReply{}),
+		mem(protocol.MemRepair, "Make the store's search index (Milvus) hold exactly its records, and say what was found (admin).", protocol.MemoryRepairRequest{}, protocol.MemoryRepairReply{}),
 		mem(protocol.MemHealth, "Whether memoryd serves, its store and model.", protocol.MemoryHealthRequest{}, protocol.MemoryHealthReply{}),
 		mem(protocol.MemEmbed, "Vectors of texts with memoryd's model.", protocol.MemoryEmbedRequest{}, protocol.MemoryEmbedReply{}),
 		kv(protocol.BucketSessions, "session_id", protocol.Session{}, "The state of each session."),

@@ -10,6 +10,7 @@ from .client import (
     Unavailable,
     Unreachable,
     new_session_id,
+    new_turn_id,
 )
 from .creds import CredentialsError
 from .sync import SyncClient
@@ -26,5 +27,6 @@ __all__ = [
     "Unreachable",
     "CredentialsError",
     "new_session_id",
+    "new_turn_id",
 ]
 __version__ = "0.1.0"

@@ -121,6 +121,12 @@ def new_session_id() -> str:
     return "s-" + uuid.uuid4().hex[:20]
 
 
+def new_turn_id() -> str:
+    """A fresh turn id, minted by the client before a message's first try so a retried submit
+    is one turn, while the same text sent again is another."""
+    return "t-" + uuid.uuid4().hex[:20]
+
+
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -244,16 +250,27 @@ class Client:
         session_id: Optional[str] = None,
         budget: Optional[Mapping[str, float]] = None,
         timeout: float = 30.0,
+        turn_id: Optional[str] = None,
+        from_turn: Optional[str] = None,
     ) -> Message:
         """Starts a session and returns the gateway's reply ({"v", "session_id", "duplicate"?}).
         The session id is minted here when not given, so the tries this makes while the gateway
-        is starting or slow are one session. Raises Rejected or Unavailable."""
+        is starting or slow are one session. With the id of a finished session, the task is the
+        next turn of its conversation; turn_id (see send) tells a retry of a turn from a new one.
+        from_turn forks: the new session continues the transcript of that finished turn.
+        Raises Rejected or Unavailable."""
         session_id = session_id or new_session_id()
         body: Dict[str, Any] = {"session_id": session_id, "task": task, "caller": "python"}
         if agent:
             body["agent"] = agent
         if budget:
             body["budget"] = dict(budget)
+        if turn_id:
+            _check_token("turn id", turn_id)
+            body["turn_id"] = turn_id
+        if from_turn:
+            _check_token("turn", from_turn)
+            body["from"] = from_turn
         deadline = time.monotonic() + timeout
         wait = 0.05
         while True:
@@ -264,6 +281,23 @@ class Client:
                     raise
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, 1.0)
+
+    async def send(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        turn_id: Optional[str] = None,
+        agent: Optional[str] = None,
+        budget: Optional[Mapping[str, float]] = None,
+        timeout: float = 30.0,
+    ) -> Message:
+        """Sends a message to the conversation of session_id (any of its turns): the reply names
+        the new turn's session. Every message is a new turn, the same text too; the turn id is
+        minted here when not given, so the tries this makes are one turn. Pass the same turn_id
+        to retry a message after an error that left its fate unknown."""
+        return await self.submit(text, agent=agent, session_id=session_id, budget=budget, timeout=timeout,
+                                 turn_id=turn_id or new_turn_id())
 
     async def cancel(self, session_id: str, reason: str = "", by: str = "python", timeout: float = 15.0) -> Message:
         """Cancels a session and its children; returns the cancel reply (status cancelling,

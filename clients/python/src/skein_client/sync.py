@@ -51,8 +51,14 @@ class SyncClient:
         self.close()
 
     def submit(self, task: str, *, agent: Optional[str] = None, session_id: Optional[str] = None,
-               budget: Optional[Mapping[str, float]] = None, timeout: float = 30.0) -> Message:
-        return self._call(self.client.submit(task, agent=agent, session_id=session_id, budget=budget, timeout=timeout))
+               budget: Optional[Mapping[str, float]] = None, timeout: float = 30.0,
+               turn_id: Optional[str] = None, from_turn: Optional[str] = None) -> Message:
+        return self._call(self.client.submit(task, agent=agent, session_id=session_id, budget=budget, timeout=timeout,
+                                             turn_id=turn_id, from_turn=from_turn))
+
+    def send(self, session_id: str, text: str, *, turn_id: Optional[str] = None, agent: Optional[str] = None,
+             budget: Optional[Mapping[str, float]] = None, timeout: float = 30.0) -> Message:
+        return self._call(self.client.send(session_id, text, turn_id=turn_id, agent=agent, budget=budget, timeout=timeout))
 
     def cancel(self, session_id: str, reason: str = "", by: str = "python") -> Message:
         return self._call(self.client.cancel(session_id, reason=reason, by=by))
