@@ -729,7 +729,7 @@ func testKinds(t *testing.T, s memory.Store) {
 	c.Case = &protocol.CaseBody{Intent: c.Text, Outcome: protocol.OutcomeSuccessWithRecovery, Quality: 0.8,
 		Insight: "report wants DD/MM/YYYY dates", Evidence: "date must be DD/MM/YYYY", Episode: "s1",
 		Approach: []protocol.CaseStep{{Tool: "csv_read", Args: `{"path":"m.csv"}`, OK: true}, {Tool: "report", Args: `{"date":"2024-03-01"}`, Error: "date must be DD/MM/YYYY"}},
-		Cost: protocol.CaseCost{InputTokens: 1200, OutputTokens: 80, Turns: 3, ToolCalls: 3, ToolFailures: 1}}
+		Cost:     protocol.CaseCost{InputTokens: 1200, OutputTokens: 80, Turns: 3, ToolCalls: 3, ToolFailures: 1}}
 	k := NewEntry("coder", "monthly-report: make a monthly sales report", Axis(0, 1, 0.2))
 	k.ID, k.Kind, k.Polarity = "skill-1", memory.KindSkill, protocol.PolarityPattern
 	k.Skill = &protocol.SkillBody{Name: "monthly-report", Version: 2, Maturity: protocol.SkillMature, Confidence: 0.8,
