@@ -127,6 +127,31 @@ func (f Filter) MatchKind(k string) bool {
 	return k == f.Kind
 }
 
+// ShownText is every text of an entry a prompt may show, one per line: what the lesson gate
+// judges and retrieval's last check reads.
+func ShownText(e Entry) string {
+	parts := []string{e.Text}
+	if c := e.Case; c != nil {
+		parts = append(parts, c.Intent, c.Insight)
+		for _, s := range c.Approach {
+			parts = append(parts, s.Tool+" "+s.Args, s.Error, s.Note)
+		}
+	}
+	if k := e.Skill; k != nil {
+		parts = append(append(append(parts, k.Name), k.Preconditions...), k.Pitfalls...)
+		for _, s := range k.Steps {
+			parts = append(parts, s.Text)
+		}
+	}
+	out := parts[:0]
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // Clone returns a copy of e that shares no slices with it, so a store never hands out its own.
 func Clone(e Entry) Entry {
 	e.Tools = slices.Clone(e.Tools)
@@ -143,7 +168,7 @@ func Clone(e Entry) Entry {
 	}
 	if e.Skill != nil {
 		s := *e.Skill
-		s.Preconditions, s.Steps = slices.Clone(s.Preconditions), slices.Clone(s.Steps)
+		s.Preconditions, s.Steps, s.Pitfalls = slices.Clone(s.Preconditions), slices.Clone(s.Steps), slices.Clone(s.Pitfalls)
 		s.Cases, s.Signature = slices.Clone(s.Cases), slices.Clone(s.Signature)
 		e.Skill = &s
 	}

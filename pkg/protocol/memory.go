@@ -153,7 +153,9 @@ type SkillBody struct {
 	Version       int         `msgpack:"version" json:"version"`
 	Preconditions []string    `msgpack:"preconditions,omitempty" json:"preconditions,omitempty"`
 	Steps         []SkillStep `msgpack:"steps" json:"steps"`
-	Maturity      string      `msgpack:"maturity" json:"maturity"`
+	// Pitfalls are what went wrong on the way in its cases, and what worked instead.
+	Pitfalls []string `msgpack:"pitfalls,omitempty" json:"pitfalls,omitempty"`
+	Maturity string   `msgpack:"maturity" json:"maturity"`
 	// Confidence is the mean of a Beta belief in the procedure: 1 plus the quality of each
 	// confirming case against 1 plus each weakening case (see docs/memory.md).
 	Confidence float64 `msgpack:"confidence" json:"confidence"`
@@ -171,15 +173,17 @@ type SkillBody struct {
 
 // Bounds of cases and skills, so an entry stays a small message.
 const (
-	MaxCaseSteps     = 12
-	MaxCaseStepChars = 200
-	MaxIntentChars   = 300
-	MaxInsightChars  = 300
-	MaxEvidenceChars = 300
-	MaxSkillSteps    = 8
-	MaxSkillPre      = 4
-	MaxSkillName     = 64
-	MaxSkillCases    = 32
+	MaxCaseSteps      = 12
+	MaxCaseStepChars  = 200
+	MaxIntentChars    = 300
+	MaxInsightChars   = 300
+	MaxEvidenceChars  = 300
+	MaxSkillSteps     = 8
+	MaxSkillPre       = 4
+	MaxSkillPitfalls  = 4
+	MaxSkillStepChars = 200
+	MaxSkillName      = 64
+	MaxSkillCases     = 32
 	// MaxCasesPerRequest bounds the cases (episodes) one ingest request carries.
 	MaxCasesPerRequest = 8
 )
@@ -209,6 +213,11 @@ const (
 	ChangeRetired     = "retired"     // out of retrieval for good
 	ChangeQuarantined = "quarantined" // the lesson gate held it back
 	ChangeReworded    = "reworded"    // the judge reconciled its text with Other's
+	// Skills.
+	ChangeFormed    = "formed"    // similar cases (Other: the newest) formed the skill
+	ChangeConfirmed = "confirmed" // case Other followed it and succeeded
+	ChangeWeakened  = "weakened"  // case Other followed it and failed
+	ChangeUpdated   = "updated"   // its procedure changed (a new version) after case Other
 )
 
 // MemoryChange is one event of an entry's life: what, when, the other entry involved, and why.
@@ -235,6 +244,7 @@ func (e MemoryEntry) DistinctSessions() int { return max(e.SessionCount, len(e.S
 type MemoryEviction struct {
 	ID      string       `msgpack:"id" json:"id"`
 	Agent   string       `msgpack:"agent" json:"agent"`
+	Kind    string       `msgpack:"kind,omitempty" json:"kind,omitempty"`
 	Tier    Tier         `msgpack:"tier" json:"tier"`
 	Status  MemoryStatus `msgpack:"status" json:"status"`
 	Text    string       `msgpack:"text" json:"text"`

@@ -135,13 +135,15 @@ type Store struct {
 	cl     entity.ConsistencyLevel
 	parts  int
 
-	mu    sync.RWMutex
-	model string
-	dim   int
-	// Rebuilt is set when Open found a collection from before entry kinds and rebuilt it from
-	// the records (memoryd says so in its log).
-	Rebuilt bool
+	mu      sync.RWMutex
+	model   string
+	dim     int
+	rebuilt bool
 }
+
+// Rebuilt reports whether Open found a collection from before entry kinds and rebuilt it from
+// the records (memoryd says so in its log).
+func (s *Store) Rebuilt() bool { return s.rebuilt }
 
 var _ memory.Reembedder = (*Store)(nil)
 
@@ -334,7 +336,7 @@ func (s *Store) ensureCollection(ctx context.Context, dim int) error {
 		if _, err := s.Repair(ctx); err != nil {
 			return fmt.Errorf("milvus: refill %s from the records after adding entry kinds: %w", name, err)
 		}
-		s.Rebuilt = true
+		s.rebuilt = true
 	}
 	return nil
 }

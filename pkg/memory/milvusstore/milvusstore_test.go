@@ -185,7 +185,7 @@ func TestRebuildsCollectionFromBeforeKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s2.Rebuilt {
+	if !s2.Rebuilt() {
 		t.Fatal("Open did not report rebuilding the collection without a kind field")
 	}
 	for kind, want := range map[string]string{"": g.Text, memory.KindCase: c.Text} {
