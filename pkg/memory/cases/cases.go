@@ -57,6 +57,8 @@ type Episode struct {
 	Key  string
 	Traj extract.Trajectory
 	Cost protocol.CaseCost
+	// Sessions are the conversation turns the episode spans, oldest first (nil: one session).
+	Sessions []string
 }
 
 // Skip says why an episode gets no case, "" when it gets one. It runs before any model call.
