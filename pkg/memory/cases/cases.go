@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 
 	"github.com/skein-mesh/skein/pkg/memory/extract"
@@ -115,7 +116,7 @@ func insightOf(t extract.Trajectory) string {
 		}
 		for _, later := range calls[i+1:] {
 			if later.OK && later.Tool == c.Tool {
-				return fmt.Sprintf("%s failed with %q for %s; it worked with %s", c.Tool, clip(c.Error, 120), clip(c.Args, 60), clip(later.Args, 80))
+				return fmt.Sprintf("%s failed with %q for %s; it worked with %s", c.Tool, clip(c.Error, 120), clip(ShowArgs(c.Args), 60), clip(ShowArgs(later.Args), 80))
 			}
 		}
 		if t.Outcome.Succeeded() {
@@ -125,7 +126,7 @@ func insightOf(t extract.Trajectory) string {
 				}
 			}
 		}
-		return fmt.Sprintf("%s fails with %q for %s", c.Tool, clip(c.Error, 120), clip(c.Args, 80))
+		return fmt.Sprintf("%s fails with %q for %s", c.Tool, clip(c.Error, 120), clip(ShowArgs(c.Args), 80))
 	}
 	return ""
 }
@@ -290,14 +291,38 @@ func check(a answer, t extract.Trajectory) error {
 	return nil
 }
 
-// Compact renders JSON arguments compactly (as the trace keeps them, without whitespace).
-func Compact(raw json.RawMessage) string {
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return string(raw)
+// ShowArgs renders a call's JSON arguments for people and prompts: a flat object as key=value
+// pairs in key order (a string value with spaces or quotes stays JSON-quoted), anything else as
+// compact JSON.
+func ShowArgs(args string) string {
+	var m map[string]any
+	if json.Unmarshal([]byte(args), &m) != nil {
+		return args
 	}
-	b, _ := json.Marshal(v)
-	return string(b)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		var v string
+		switch x := m[k].(type) {
+		case string:
+			v = x
+			if x == "" || strings.ContainsAny(x, " \t\"=") {
+				b, _ := json.Marshal(x)
+				v = string(b)
+			}
+		case float64, bool, nil:
+			b, _ := json.Marshal(x)
+			v = string(b)
+		default:
+			return args
+		}
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, " ")
 }
 
 func clip(s string, n int) string {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/memory/cases"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 	"github.com/skein-mesh/skein/pkg/toon"
@@ -168,7 +169,7 @@ func RenderCase(x protocol.Recalled) string {
 	for _, s := range c.Approach {
 		row := toon.NewObject(3)
 		row.Set("tool", Sanitize(s.Tool))
-		row.Set("args", Sanitize(s.Args))
+		row.Set("args", Sanitize(cases.ShowArgs(s.Args)))
 		if s.OK {
 			row.Set("result", "ok")
 		} else {

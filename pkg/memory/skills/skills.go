@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/skein-mesh/skein/pkg/memory/cases"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -174,7 +175,7 @@ func Consensus(cases []protocol.CaseBody) []string {
 func argsOf(c protocol.CaseBody, tool string) string {
 	for i := len(c.Approach) - 1; i >= 0; i-- {
 		if s := c.Approach[i]; s.Tool == tool && s.OK && s.Args != "" && s.Args != "{}" {
-			return clip(s.Args, 100)
+			return clip(cases.ShowArgs(s.Args), 100)
 		}
 	}
 	return ""
