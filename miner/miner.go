@@ -49,15 +49,15 @@ type Deps struct {
 
 // Result is what mining one session did.
 type Result struct {
-	Session    string                   `json:"session"`
-	Agent      string                   `json:"agent"`
-	Outcome    protocol.Outcome         `json:"outcome"`
-	Candidates []protocol.Candidate     `json:"candidates"`
+	Session    string               `json:"session"`
+	Agent      string               `json:"agent"`
+	Outcome    protocol.Outcome     `json:"outcome"`
+	Candidates []protocol.Candidate `json:"candidates"`
 	// Cases are the session's distilled episodes; CaseSkips the episodes that got none, and why.
 	Cases     []protocol.CaseCandidate `json:"cases,omitempty"`
 	CaseSkips []string                 `json:"case_skips,omitempty"`
-	Actions    []protocol.IngestAction  `json:"actions"`
-	Feedback   protocol.FeedbackRequest `json:"feedback"`
+	Actions   []protocol.IngestAction  `json:"actions"`
+	Feedback  protocol.FeedbackRequest `json:"feedback"`
 	// Usage is what compression cost (also emitted as model_call events with role miner).
 	Usage protocol.Usage `json:"usage"`
 }
