@@ -224,7 +224,7 @@ type MemoryCases struct {
 	Enabled bool `yaml:"enabled"`
 	// Capacity bounds the cases of one agent (eviction removes the least worth first).
 	Capacity int `yaml:"capacity"`
-	// MinCalls: an episode with fewer tool calls and no failure is trivial and gets no case.
+	// MinCalls: an episode with fewer tool calls is trivial and gets no case.
 	MinCalls int `yaml:"min_calls"`
 	// Examples is how many successful cases like the task an executor shows as worked examples
 	// (0: none, at most 2); ExampleBudget bounds their tokens and the skill's together.

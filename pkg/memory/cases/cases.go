@@ -30,7 +30,7 @@ const (
 
 // Options of extraction.
 type Options struct {
-	// MinCalls: an episode that called fewer tools and never failed is trivial (default 2).
+	// MinCalls: an episode with fewer tool calls is trivial (default 2).
 	MinCalls int
 	// InputTokens bounds the trajectory the model reads (default 3000).
 	InputTokens int
@@ -74,8 +74,9 @@ func Skip(ep Episode, opt Options) string {
 		return "trivial: no tool call"
 	case t.Outcome == protocol.OutcomeCancelled || t.Outcome == protocol.OutcomeBudgetExceeded:
 		return "ended " + string(t.Outcome) + ": says nothing about the task"
-	case t.Failures() == 0 && len(calls) < opt.MinCalls && t.Outcome.Succeeded():
-		return fmt.Sprintf("trivial: %d tool call(s), right first time (at least %d make a case)", len(calls), opt.MinCalls)
+	case len(calls) < opt.MinCalls:
+		// One call is a guideline's matter: its failure is mined as one, its success needs no example.
+		return fmt.Sprintf("trivial: %d tool call(s) (at least %d make a case)", len(calls), opt.MinCalls)
 	case !t.Outcome.Succeeded() && insightOf(t) == "":
 		return "failed without insight: no tool error to learn from"
 	}
@@ -172,7 +173,7 @@ func Template(ep Episode) protocol.CaseBody {
 }
 
 // SystemMarker opens the case extractor's system prompt, so a scripted model can play it.
-const SystemMarker = "skein-miner: case extraction."
+const SystemMarker = "skein-case-extractor:"
 
 const system = SystemMarker + `
 You distil one episode of an AI agent's work (a task, the tool calls it made and how they went) into

@@ -30,7 +30,7 @@ func TestSkipFiltersInCodeBeforeAnyModelCall(t *testing.T) {
 	one := cases.Episode{Traj: extract.Trajectory{Outcome: protocol.OutcomeSuccess, Turns: []extract.Turn{{Task: "Greet Ada",
 		Calls: []extract.Call{{Tool: "hello", Args: `{"name":"Ada"}`, OK: true}}}}}}
 	failedBlind := cases.Episode{Traj: extract.Trajectory{Outcome: protocol.OutcomeFailed, Turns: []extract.Turn{{Task: "Greet Ada",
-		Calls: []extract.Call{{Tool: "hello", Args: `{}`}}}}}}
+		Calls: []extract.Call{{Tool: "hello", Args: `{}`}, {Tool: "hello", Args: `{"name":""}`}}}}}}
 	cancelled := recovered()
 	cancelled.Traj.Outcome = protocol.OutcomeCancelled
 	for name, c := range map[string]struct {
