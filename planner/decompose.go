@@ -155,7 +155,7 @@ func (p *Planner) decompose(ctx context.Context, t protocol.Task, scope govern.S
 	if k := p.skillFor(ctx, t); k != nil {
 		user += "\n\n" + skillTemplate(*k)
 		p.emit(protocol.Event{SessionID: t.SessionID, Type: protocol.EvDecision, Agent: t.Agent, Role: protocol.RolePlanner,
-			Text: fmt.Sprintf("planning from skill %s v%d (confidence %.2f)", k.Skill.Name, k.Skill.Version, k.Skill.Confidence),
+			Text:  fmt.Sprintf("planning from skill %s v%d (confidence %.2f)", k.Skill.Name, k.Skill.Version, k.Skill.Confidence),
 			Attrs: map[string]string{"decision": "skill_template", "skill": k.ID}, Recalled: []protocol.Recalled{*k}})
 	}
 	req := llm.Request{
