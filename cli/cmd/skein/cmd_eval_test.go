@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skein-mesh/skein/pkg/devenv"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/embed/minilm"
+)
+
+func runEval(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
+	root.PersistentFlags().String("nats", "", "")
+	root.PersistentFlags().StringArray("config", nil, "")
+	root.AddCommand(newEvalCmd())
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
+}
+
+// TestEvalShowsTheLearningCurve runs the shipped pitfalls suite offline on the scripted model,
+// memory off and on: round 1 fails where a first attempt fails (two tasks give up, three recover
+// after a tool error); with memory on, round 2 succeeds on every task first time because of
+// what round 1 taught; with memory off, round 2 is round 1 again.
+func TestEvalShowsTheLearningCurve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two embedded meshes")
+	}
+	if !minilm.Installed(devenv.ToolsDir()) {
+		devtest.Missing(t, "the all-MiniLM-L6-v2 embedder")
+	}
+	suite := filepath.Join(devtest.RepoRoot(t), "examples", "eval", "pitfalls")
+	t.Setenv("SKEIN_HOME", t.TempDir())
+	file := filepath.Join(t.TempDir(), "eval.json")
+	out, progress, err := runEval(t, "eval", suite, "--rounds", "2", "--out", file)
+	if err != nil {
+		t.Fatalf("skein eval: %v\n%s\n%s", err, out, progress)
+	}
+	for _, want := range []string{"suite pitfalls: 5 tasks", "success (off|on)", "first-try (off|on)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep evalReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Arms) != 2 || rep.Arms[0].Memory != "off" || rep.Arms[1].Memory != "on" || len(rep.Tasks) != 5 {
+		t.Fatalf("report %+v", rep)
+	}
+	off, on := rep.Arms[0].Rounds, rep.Arms[1].Rounds
+	for name, rs := range map[string][]evalRound{"off": off, "on": on} {
+		if r := rs[0]; r.Succeeded != 3 || r.FirstTry != 0 || r.ToolFailures != 5 {
+			t.Errorf("memory %s, round 1: %d succeeded, %d first try, %d tool failures; want 3, 0, 5 (the first attempts' mistakes)\n%s",
+				name, r.Succeeded, r.FirstTry, r.ToolFailures, progress)
+		}
+	}
+	if r := on[1]; r.Succeeded != 5 || r.FirstTry != 5 || r.ToolFailures != 0 {
+		t.Errorf("memory on, round 2: %d succeeded, %d first try, %d tool failures; want every task right first time\n%s", r.Succeeded, r.FirstTry, r.ToolFailures, progress)
+	}
+	if r := off[1]; r.Succeeded != 3 || r.FirstTry != 0 {
+		t.Errorf("memory off, round 2: %d succeeded, %d first try; want round 1 again", r.Succeeded, r.FirstTry)
+	}
+	shown := 0
+	for _, res := range on[1].Results {
+		shown += res.Guidelines + res.Examples
+		if res.ID == "thermostat" && res.Examples == 0 {
+			t.Errorf("the thermostat task was shown no worked example in round 2: %+v", res)
+		}
+	}
+	if shown == 0 || on[1].MiningInputTokens == 0 && on[0].MiningInputTokens == 0 {
+		t.Errorf("memory on showed nothing (%d) or learning cost nothing", shown)
+	}
+}
