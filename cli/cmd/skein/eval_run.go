@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/skein-mesh/skein/gateway"
@@ -257,48 +257,57 @@ func printEval(w io.Writer, s *evalSuite, model string, arms []evalArm) {
 	fmt.Fprintf(w, "suite %s: %d tasks, model %s\n", s.Name, len(s.Tasks), model)
 	byMem := map[string]evalArm{}
 	var order []string
+	rounds := 0
 	for _, a := range arms {
 		byMem[a.Memory] = a
 		order = append(order, a.Memory)
-	}
-	head := "round"
-	cols := []string{"success", "first-try", "tool fails", "input tok", "output tok", "cost $", "wall s"}
-	for _, c := range cols {
-		head += fmt.Sprintf("  %-*s", 11*len(order), c+" ("+strings.Join(order, "|")+")")
-	}
-	fmt.Fprintln(w, strings.TrimRight(head, " "))
-	rounds := 0
-	for _, a := range arms {
 		rounds = max(rounds, len(a.Rounds))
 	}
-	for i := range rounds {
-		line := fmt.Sprintf("%5d", i+1)
-		cell := func(f func(evalRound) string) {
-			var parts []string
-			for _, m := range order {
-				a := byMem[m]
-				if i < len(a.Rounds) {
-					parts = append(parts, fmt.Sprintf("%-9s", f(a.Rounds[i])))
-				} else {
-					parts = append(parts, fmt.Sprintf("%-9s", "-"))
-				}
-			}
-			line += "  " + fmt.Sprintf("%-*s", 11*len(order), strings.Join(parts, " "))
-		}
-		cell(func(r evalRound) string { return pct(r.SuccessRate) })
-		cell(func(r evalRound) string { return pct(r.FirstTryRate) })
-		cell(func(r evalRound) string { return fmt.Sprint(r.ToolFailures) })
-		cell(func(r evalRound) string { return fmt.Sprint(r.InputTokens) })
-		cell(func(r evalRound) string { return fmt.Sprint(r.OutputTokens) })
-		cell(func(r evalRound) string {
+	metrics := []struct {
+		name string
+		f    func(evalRound) string
+	}{
+		{"success", func(r evalRound) string { return pct(r.SuccessRate) }},
+		{"first-try", func(r evalRound) string { return pct(r.FirstTryRate) }},
+		{"tool fails", func(r evalRound) string { return fmt.Sprint(r.ToolFailures) }},
+		{"input tok", func(r evalRound) string { return fmt.Sprint(r.InputTokens) }},
+		{"output tok", func(r evalRound) string { return fmt.Sprint(r.OutputTokens) }},
+		{"cost $", func(r evalRound) string {
 			if !r.CostKnown {
 				return "?"
 			}
 			return fmt.Sprintf("%.4f", r.CostUSD)
-		})
-		cell(func(r evalRound) string { return fmt.Sprintf("%.1f", r.WallS) })
-		fmt.Fprintln(w, strings.TrimRight(line, " "))
+		}},
+		{"wall s", func(r evalRound) string { return fmt.Sprintf("%.1f", r.WallS) }},
 	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head, sub := "round", "memory"
+	for _, m := range metrics {
+		for i, o := range order {
+			if i == 0 {
+				head += "\t" + m.name
+			} else {
+				head += "\t"
+			}
+			sub += "\t" + o
+		}
+	}
+	fmt.Fprintln(tw, head)
+	fmt.Fprintln(tw, sub)
+	for i := range rounds {
+		line := fmt.Sprint(i + 1)
+		for _, m := range metrics {
+			for _, o := range order {
+				if a := byMem[o]; i < len(a.Rounds) {
+					line += "\t" + m.f(a.Rounds[i])
+				} else {
+					line += "\t-"
+				}
+			}
+		}
+		fmt.Fprintln(tw, line)
+	}
+	_ = tw.Flush()
 	if a, ok := byMem["on"]; ok && len(a.Rounds) > 0 {
 		var in, out int64
 		for _, r := range a.Rounds {
