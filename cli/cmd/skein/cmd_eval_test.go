@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -51,10 +52,14 @@ func TestEvalShowsTheLearningCurve(t *testing.T) {
 	if err != nil {
 		t.Fatalf("skein eval: %v\n%s\n%s", err, out, progress)
 	}
-	for _, want := range []string{"suite pitfalls: 5 tasks", "success", "first-try", "off  on"} {
+	for _, want := range []string{"suite pitfalls: 5 tasks", "success", "first-try", "learning (the miner's model, memory on)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+	// Under each metric, its memory-off and memory-on columns side by side.
+	if !regexp.MustCompile(`\nmemory(\s+off\s+on){7}\n`).MatchString(out) {
+		t.Errorf("table has no off|on column pair under each of the 7 metrics:\n%s", out)
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
