@@ -292,14 +292,34 @@ func tierParam(w http.ResponseWriter, r *http.Request) (protocol.Tier, bool) {
 	}
 }
 
-// httpMemoryList pages through entries: GET /v1/memory?agent=&tier=&status=active|superseded|retired|quarantined|all&offset=&limit=
+// kindParam reads ?kind=guideline|case|skill|all ("" is def: what each endpoint showed before
+// kinds existed).
+func kindParam(w http.ResponseWriter, r *http.Request, def string) (string, bool) {
+	switch k := r.URL.Query().Get("kind"); k {
+	case "":
+		return def, true
+	case "all":
+		return "*", true
+	case protocol.KindGuideline, protocol.KindCase, protocol.KindSkill:
+		return k, true
+	default:
+		httpError(w, http.StatusBadRequest, "bad_request", "kind must be guideline, case, skill or all, got "+strconv.Quote(k))
+		return "", false
+	}
+}
+
+// httpMemoryList pages through entries: GET /v1/memory?agent=&kind=&tier=&status=active|superseded|retired|quarantined|all&offset=&limit=
 func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	tier, ok := tierParam(w, r)
 	if !ok {
 		return
 	}
-	req := protocol.MemoryListRequest{Agent: q.Get("agent"), Tier: tier}
+	kind, ok := kindParam(w, r, protocol.KindGuideline)
+	if !ok {
+		return
+	}
+	req := protocol.MemoryListRequest{Agent: q.Get("agent"), Kind: kind, Tier: tier}
 	switch st := q.Get("status"); st {
 	case "", string(protocol.MemoryActive):
 	case "all":
@@ -337,7 +357,14 @@ func (g *Gateway) httpMemorySearch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req := protocol.MemoryInspectRequest{Agent: q.Get("agent"), Query: q.Get("q"), Tier: tier}
+	kind, ok := kindParam(w, r, "")
+	if !ok {
+		return
+	}
+	if kind == "*" {
+		kind = ""
+	}
+	req := protocol.MemoryInspectRequest{Agent: q.Get("agent"), Kind: kind, Query: q.Get("q"), Tier: tier}
 	if v := q.Get("top_k"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 || n > 100 {
