@@ -61,7 +61,7 @@ func TestPlannerUsesAMatureSkill(t *testing.T) {
 			Polarity: protocol.PolarityPattern, Tools: []string{"csv_read", "report_tool"}, Source: memory.SourceMiner,
 			Skill: &protocol.SkillBody{Name: name, Version: 2, Maturity: maturity, Confidence: conf, Confirmed: 5, Support: 4.3,
 				Signature: []string{"csv_read", "report_tool"},
-				Steps: []protocol.SkillStep{{Tool: "csv_read", Text: "Read the month's sales CSV"}, {Tool: "report_tool", Text: "Build the report, the date as DD/MM/YYYY"}}}}
+				Steps:     []protocol.SkillStep{{Tool: "csv_read", Text: "Read the month's sales CSV"}, {Tool: "report_tool", Text: "Build the report, the date as DD/MM/YYYY"}}}}
 	}
 	var rep *protocol.MemoryImportReply
 	poll.Eventually(t, 30*time.Second, "memoryd imports the skills", func() error {
