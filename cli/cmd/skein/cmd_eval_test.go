@@ -96,3 +96,42 @@ func TestEvalShowsTheLearningCurve(t *testing.T) {
 		t.Errorf("memory on showed nothing (%d) or learning cost nothing", shown)
 	}
 }
+
+// A suite that cannot be run as written is refused before any mesh starts, with the file and
+// the reason.
+func TestEvalSuiteRefusesBadTasks(t *testing.T) {
+	for name, tc := range map[string]struct {
+		tasks map[string]string
+		want  string
+	}{
+		"no check":        {map[string]string{"a.yaml": "id: a\ntask: do it\n"}, "check needs exactly one of answer"},
+		"two checks":      {map[string]string{"a.yaml": "id: a\ntask: do it\ncheck: {answer: x, tool: t}\n"}, "check needs exactly one of answer"},
+		"bad pattern":     {map[string]string{"a.yaml": "id: a\ntask: do it\ncheck: {answer: '('}\n"}, "check.answer"},
+		"duplicate id":    {map[string]string{"a.yaml": "id: a\ntask: one\ncheck: {answer: x}\n", "b.yaml": "id: a\ntask: two\ncheck: {answer: x}\n"}, `task id "a" is also`},
+		"unknown field":   {map[string]string{"a.yaml": "id: a\ntask: do it\ncheck: {answer: x}\nexpect: y\n"}, "field expect not found"},
+		"missing checker": {map[string]string{"a.yaml": "id: a\ntask: do it\ncheck: {tool: nope}\n"}, "checking tool"},
+		"no tasks":        {nil, "no tasks/*.yaml"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "tasks"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "suite.yaml"), []byte("name: s\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for f, body := range tc.tasks {
+				if err := os.WriteFile(filepath.Join(dir, "tasks", f), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := loadSuite(dir)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("loadSuite: %v; want an error saying %q", err, tc.want)
+			}
+		})
+	}
+	if _, _, err := runEval(t, "eval", t.TempDir(), "--rounds", "0"); err == nil || !strings.Contains(err.Error(), "--rounds must be between 1 and") {
+		t.Errorf("--rounds 0: %v", err)
+	}
+}

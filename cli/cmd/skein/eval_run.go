@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -280,7 +282,8 @@ func printEval(w io.Writer, s *evalSuite, model string, arms []evalArm) {
 		}},
 		{"wall s", func(r evalRound) string { return fmt.Sprintf("%.1f", r.WallS) }},
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	head, sub := "round", "memory"
 	for _, m := range metrics {
 		for i, o := range order {
@@ -308,6 +311,10 @@ func printEval(w io.Writer, s *evalSuite, model string, arms []evalArm) {
 		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
+	// A metric's memory-on column has an empty header cell, which tabwriter pads: trim it.
+	for line := range strings.Lines(table.String()) {
+		fmt.Fprintln(w, strings.TrimRight(line, " \n"))
+	}
 	if a, ok := byMem["on"]; ok && len(a.Rounds) > 0 {
 		var in, out int64
 		for _, r := range a.Rounds {
