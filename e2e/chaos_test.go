@@ -4,9 +4,11 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -234,7 +236,7 @@ func TestChaos(t *testing.T) {
 	tools := filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")
 	cfg := writeProject(t, strings.NewReplacer("$FAULT_TOOLS", tools, "$NATS_URLS", `"`+url+`"`).Replace(chaosAgent),
 		strings.ReplaceAll(chaosScript, "$TOOL_S", fmt.Sprint(toolWait)))
-	effects := filepath.Join(writableTempDir(t), "effects.jsonl")
+	effects := effectLog(t)
 	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effects}
 	args := []string{"--nats", url, "--config", cfg}
 	roles := map[string]*proc{}
@@ -323,9 +325,10 @@ func TestChaos(t *testing.T) {
 				strings.HasPrefix(src, "toolhost@") && strings.Contains(src, fmt.Sprintf("-%d-", pid))
 		}
 	}
-	// memoryd writes no trace events: every session running at its kill counts as hit.
+	// memoryd writes no trace events: every session running at its kill counts as hit. A role
+	// started again takes its name back, so it can be killed again.
 	killRole := func(name, bin string) *fault {
-		f := &fault{what: name, restart: func() { run(name+"-again", bin) }}
+		f := &fault{what: name, restart: func() { run(name, bin) }}
 		f.kill = func() {
 			if bin != "memoryd" {
 				f.signed = signature(name)
@@ -334,10 +337,19 @@ func TestChaos(t *testing.T) {
 		}
 		return f
 	}
-	faults := []*fault{
-		killRole("executor-1", "executor"), killRole("toolhost-1", "toolhost"), killRole("planner-1", "planner"),
-		killRole("memoryd", "memoryd"),
-		{what: "nats-2", kill: func() { nodes[1].p.kill() }, restart: func() { nodes[1].start(t, natsBin, natsEnv) }},
+	// SKEIN_CHAOS_FAULTS picks the faults and their order (a role may come back and be killed
+	// again), e.g. executor-1,toolhost-1,executor-2,toolhost-2 for the recovery figures alone.
+	faultNames := strings.Split(cmp.Or(os.Getenv("SKEIN_CHAOS_FAULTS"), "executor-1,toolhost-1,planner-1,memoryd,nats-2"), ",")
+	var faults []*fault
+	for _, name := range faultNames {
+		switch name = strings.TrimSpace(name); {
+		case name == "nats-2":
+			faults = append(faults, &fault{what: name, kill: func() { nodes[1].p.kill() }, restart: func() { nodes[1].start(t, natsBin, natsEnv) }})
+		case roles[name] != nil:
+			faults = append(faults, killRole(name, strings.TrimRight(name, "-0123456789")))
+		default:
+			t.Fatalf("SKEIN_CHAOS_FAULTS: no role or node %q (roles: memoryd, miner, toolhost-1, toolhost-2, executor-1, executor-2, planner-1, planner-2, gateway; node: nats-2)", name)
+		}
 	}
 	stop := make(chan struct{})
 	arrived := make(chan struct{})
@@ -471,6 +483,9 @@ func TestChaos(t *testing.T) {
 	// to complete. "new work": from the kill until the first success of a session submitted
 	// after it: how long until the mesh completes work again. "slowest": the worst latency of a
 	// session submitted between this kill and the next.
+	// "in flight": every session running at the kill, and the time from the kill until it
+	// succeeded; less one session's own work (the calm median) that is what the kill cost it.
+	inFlight := map[string][]time.Duration{} // by what was killed: executor, toolhost, ...
 	for i, f := range faults {
 		next := time.Now()
 		if i+1 < len(faults) {
@@ -478,12 +493,14 @@ func TestChaos(t *testing.T) {
 		}
 		firstNew, lastHit, slowest := time.Duration(-1), time.Duration(0), time.Duration(0)
 		var slow *sample
+		var flight []time.Duration
 		hit := 0
 		for _, s := range samples {
 			if s.finished.IsZero() {
 				continue
 			}
 			if s.submitted.Before(f.killed) && s.finished.After(f.killed) {
+				flight = append(flight, s.finished.Sub(f.killed))
 				on := f.signed == nil
 				for src := range s.sources {
 					on = on || f.signed(src)
@@ -506,12 +523,34 @@ func TestChaos(t *testing.T) {
 		if firstNew >= 0 {
 			first = firstNew.Round(100 * time.Millisecond).String()
 		}
-		fmt.Fprintf(&report, "kill -9 %s: %d sessions on it, the last succeeded %s after the kill; new work succeeds %s after the kill; slowest session submitted until the next fault %s\n",
-			f.what, hit, lastHit.Round(100*time.Millisecond), first, slowest.Round(100*time.Millisecond))
+		kind := strings.TrimRight(f.what, "-0123456789")
+		inFlight[kind] = append(inFlight[kind], flight...)
+		fmt.Fprintf(&report, "kill -9 %s: %d sessions on it, the last succeeded %s after the kill; %d in flight, done %s (p50) / %s (max) after the kill; new work succeeds %s after the kill; slowest session submitted until the next fault %s\n",
+			f.what, hit, lastHit.Round(100*time.Millisecond), len(flight), pct(flight, 50), pct(flight, 100), first, slowest.Round(100*time.Millisecond))
 		if slow != nil && slowest > 2*calmP50 {
 			fmt.Fprintf(&report, "        slowest: %s%s\n", slow.id, slow.timeline())
 		}
 	}
+	for _, kind := range slices.Sorted(maps.Keys(inFlight)) {
+		ds := inFlight[kind]
+		fmt.Fprintf(&report, "sessions in flight at a kill of a %s: %d, done after the kill p50 %s, p99 %s; less one session's own work (calm p50 %s): p99 %s\n",
+			kind, len(ds), pct(ds, 50), pct(ds, 99), calmP50, pct(ds, 99)-calmP50)
+	}
+	// Work done twice: a step started again by a second executor. In the calm phase nothing was
+	// killed, so any is a redelivery of a live executor's step (a heartbeat late past AckWait).
+	again := map[string]int{}
+	for _, s := range samples {
+		starts := map[string]int{}
+		for _, ev := range s.events {
+			if ev.Type == protocol.EvStepStarted {
+				starts[ev.StepID]++
+			}
+		}
+		for _, n := range starts {
+			again[s.phase] += n - 1
+		}
+	}
+	fmt.Fprintf(&report, "steps started again: %d in the calm phase, %d with faults\n", again["calm"], again["faults"])
 	t.Log("\n" + report.String())
 	if lost != 0 || failed != 0 || dups != 0 || refused != 0 {
 		t.Fatalf("%d sessions lost, %d failed, %d duplicated side effects, %d permission refusals", lost, failed, dups, refused)

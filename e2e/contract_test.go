@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/protocol/contract"
@@ -208,6 +210,7 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 	}
 
 	checkHTTPAgainstOpenAPI(t, root, "http://"+httpAddr, home, "py-1")
+	checkNATSCLI(t, url, home)
 
 	raw, err := os.ReadFile(filepath.Join(root, "docs", "asyncapi.json"))
 	if err != nil {
@@ -285,6 +288,25 @@ func checkHTTPAgainstOpenAPI(t *testing.T, root, base, home, session string) {
 	}
 	if n < 5 {
 		t.Errorf("the event stream of %s had %d events:\n%s", session, n, body)
+	}
+}
+
+// checkNATSCLI submits a task with the nats CLI (natscli, mk/nats-cli.mk) and the client
+// credentials file as skein wrote it: `--nkey FILE` reads it as it is.
+func checkNATSCLI(t *testing.T, url, home string) {
+	t.Helper()
+	natsCLI := filepath.Join(devenv.ToolsDir(), "bin", "nats")
+	if _, err := os.Stat(natsCLI); err != nil {
+		devtest.Missing(t, "the nats CLI (mk/nats-cli.mk)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, natsCLI, "--server", url, "--nkey", auth.File(auth.Dir(home), auth.Client),
+		"--inbox-prefix", auth.InboxPrefix(auth.Client), "req", "skein.gateway.submit",
+		`{"v":1,"task":"Greet Ada","agent":"greeter"}`, "-H", "Content-Type:application/json").Output()
+	var rep protocol.SubmitReply
+	if err != nil || json.Unmarshal(bytes.TrimSpace(out), &rep) != nil || rep.SessionID == "" || rep.Error != "" {
+		t.Errorf("nats req with --nkey %s: %v\n%s", auth.File(auth.Dir(home), auth.Client), err, out)
 	}
 }
 

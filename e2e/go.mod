@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/milvus-io/milvus-sdk-go/v2 v2.4.2
+	github.com/moby/patternmatcher v0.6.1
 	github.com/skein-mesh/skein/pkg v0.0.0
 	gopkg.in/yaml.v3 v3.0.1
 )
@@ -21,6 +22,7 @@ require (
 	github.com/cockroachdb/redact v1.1.3 // indirect
 	github.com/coder/websocket v1.8.15 // indirect
 	github.com/dlclark/regexp2 v1.11.0 // indirect
+	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
 	github.com/getsentry/sentry-go v0.12.0 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect

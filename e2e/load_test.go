@@ -33,6 +33,7 @@ import (
 // upMesh is a `skein up` process and a client connection to it.
 type upMesh struct {
 	p     *proc
+	home  string
 	url   string
 	pprof string
 	c     *bus.Conn
@@ -47,7 +48,7 @@ func startUp(t *testing.T, cfgPath string, extra ...string) *upMesh {
 	args := append([]string{"up", "--listen", listen, "--pprof", pp, "--config", cfgPath}, extra...)
 	p := start(t, cliEnv(t, home), "skein-up", "skein", args...)
 	waitForLine(t, p, "skein mesh up")
-	m := &upMesh{p: p, url: "nats://" + listen, pprof: pp, names: protocol.NewNames("")}
+	m := &upMesh{p: p, home: home, url: "nats://" + listen, pprof: pp, names: protocol.NewNames("")}
 	// The test (and the processes it starts, e.g. the overhead benchmark's echo responder)
 	// connects as admin with the credentials `skein up` wrote into its home.
 	t.Setenv("SKEIN_CREDS_DIR", auth.Dir(home))
@@ -203,8 +204,87 @@ func (m *upMesh) stats(ctx context.Context, t *testing.T) meshStats {
 }
 
 // liveHeapMB reads the in-use heap from a --pprof endpoint, after a GC.
-func liveHeapMB(t *testing.T, addr string) float64 {
+func liveHeapMB(t *testing.T, addr string) float64 { return liveHeap(t, addr).total }
+
+// heapShares is the live heap of a process after a GC, in MB, split by who holds it.
+type heapShares struct {
+	total float64
+	by    map[string]float64 // by heapHolders
+}
+
+// heapHolders are the holders of `skein up`'s live heap, in the order reports show them: the
+// embedded NATS server and four parts of it, each role, and the rest.
+//   - server:subjects is the stream's index of the subjects it holds (one entry per subject, for
+//     as long as the stream keeps a message on it: per retained session);
+//   - server:blocks is the per-block subject state of the blocks written or read in the last
+//     2 minutes (the server drops it after that);
+//   - server:msg-ids are the message ids kept for duplicate detection (the dedup windows);
+//   - server:replies are the one-reply grants of the identities that serve (auth.ResponseTTL).
+//
+// A role holds what goroutines of its own (the services it runs, its handlers called by the
+// NATS client) allocated and still reference; "other" is the runtime, the NATS client's buffers
+// and what was loaded at start outside any role.
+var heapHolders = []string{"server", "server:subjects", "server:blocks", "server:msg-ids", "server:replies",
+	"planner", "executor", "toolhost", "memoryd", "miner", "gateway", "other"}
+
+var roleModules = []string{"planner", "executor", "toolhost", "memoryd", "miner", "gateway"}
+
+// heapHolder says who holds the memory of one heap profile sample, from its allocation stack;
+// a sample of the server also gets the part of it (server:...), or "".
+func heapHolder(s *profile.Sample) (who, part string) {
+	var funcs []string // leaf first
+	for _, loc := range s.Location {
+		for _, l := range loc.Line {
+			if l.Function != nil {
+				funcs = append(funcs, l.Function.Name)
+			}
+		}
+	}
+	const srv = "github.com/nats-io/nats-server/v2/"
+	if slices.ContainsFunc(funcs, func(f string) bool { return strings.HasPrefix(f, srv) }) {
+		for _, f := range funcs {
+			switch {
+			case strings.Contains(f, "/server/stree."):
+				// The stream-wide index is a tree of psi values (total, first and last block).
+				if slices.ContainsFunc(funcs, func(f string) bool { return strings.Contains(f, "server.total uint64") }) {
+					return "server", "server:subjects"
+				}
+				return "server", "server:blocks"
+			case strings.Contains(f, "(*stream).storeMsgId"), strings.HasSuffix(f, "server.getMsgId"):
+				return "server", "server:msg-ids"
+			}
+		}
+		for _, f := range funcs {
+			if strings.HasPrefix(f, srv) {
+				if strings.HasSuffix(f, "(*client).deliverMsg") {
+					return "server", "server:replies"
+				}
+				break
+			}
+		}
+		return "server", ""
+	}
+	// The outermost frame of a role: an executor calling memoryd's client is the executor.
+	for i := len(funcs) - 1; i >= 0; i-- {
+		for _, r := range roleModules {
+			if p := "github.com/skein-mesh/skein/" + r; strings.HasPrefix(funcs[i], p+".") || strings.HasPrefix(funcs[i], p+"/") {
+				return r, ""
+			}
+		}
+	}
+	return "other", ""
+}
+
+// liveHeap reads a heap profile from a --pprof endpoint, after a GC, and splits it by heapHolder.
+func liveHeap(t *testing.T, addr string) heapShares {
 	t.Helper()
+	// One GC leaves what sync.Pools held in their victim caches (the server pools its 8 MiB
+	// block buffers): a first profile's GC moves them there, the second's frees them, so that a
+	// sample does not count idle buffers some times and not others.
+	if resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1"); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
 	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
 	if err != nil {
 		t.Fatal(err)
@@ -214,20 +294,21 @@ func liveHeapMB(t *testing.T, addr string) float64 {
 	if err != nil {
 		t.Fatalf("heap profile: %v", err)
 	}
-	vi := -1
-	for i, st := range p.SampleType {
-		if st.Type == "inuse_space" {
-			vi = i
+	h := heapShares{by: map[string]float64{}}
+	vi := slices.IndexFunc(p.SampleType, func(st *profile.ValueType) bool { return st.Type == "inuse_space" })
+	if vi < 0 {
+		return h
+	}
+	for _, s := range p.Sample {
+		mb := float64(s.Value[vi]) / (1 << 20)
+		who, part := heapHolder(s)
+		h.total += mb
+		h.by[who] += mb
+		if part != "" {
+			h.by[part] += mb
 		}
 	}
-	if vi < 0 {
-		return 0
-	}
-	var b int64
-	for _, s := range p.Sample {
-		b += s.Value[vi]
-	}
-	return float64(b) / (1 << 20)
+	return h
 }
 
 // goroutines reads the goroutine count from a --pprof endpoint.

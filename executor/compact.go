@@ -66,6 +66,36 @@ func (r *run) compact(ctx context.Context, turn int) {
 	}
 }
 
+// overWindow says why no request of this step can fit the model's context window, or "" when
+// one can: the system blocks, the tools, the first message (the task, with the tactical
+// guidelines), a conversation's new message, and the room kept for the answer. Compaction
+// shrinks results and folds turns in between but never cuts those, so a task or message too
+// large for the window ends the step here, before a model call that the provider would refuse,
+// or, worse, answer from a silently cut prompt.
+func (r *run) overWindow() string {
+	cfg := r.e.d.Config.ForRole(protocol.RoleExecutor)
+	window, answer := r.e.contextWindow(), r.e.maxTokens(cfg.MaxTokens)
+	fixed := 0
+	for _, s := range r.system {
+		fixed += tokenize.Count(s.Text)
+	}
+	for _, d := range r.defs {
+		fixed += tokenize.Count(d.Name) + tokenize.Count(d.Description) + tokenize.Count(string(d.InputSchema))
+	}
+	r.transcriptTokens()
+	task := r.sizes[0]
+	if r.step.Previous != "" {
+		task += r.own // the new message; the first is the conversation's first task
+	}
+	if fixed+task+answer <= window {
+		return ""
+	}
+	return fmt.Sprintf("the task does not fit the model's context window of %d tokens: its message is about %d tokens, "+
+		"the system prompt and tools %d, and %d are kept for the answer (llm.max_tokens); "+
+		"shorten the task (put large inputs in a file a tool can read) or use a model with a larger window (llm.context_window)",
+		window, task, fixed, answer)
+}
+
 // noteCompaction traces a compaction that saved something: a pass with nothing left to drop
 // (only the newest turns are over the budget) is not an event.
 func (r *run) noteCompaction(turn, saved int, reason string) {

@@ -26,6 +26,9 @@ func TestCompactionKeepsPairingAndPrefix(t *testing.T) {
 	fake := llmtest.NewAnthropic(t, sc.script())
 	cfg := sc.anthropic(t, fake)
 	cfg.LLM.ContextWindow = tinyWindow
+	// The scenario's 2048-token answer would leave a 4000-token window too little room for the
+	// system prompt, the tools and the task, and the step would be refused before any call.
+	cfg.LLM.MaxTokens = 1024
 	x := m.executor(t, cfg, nil)
 
 	res, evs := m.runStep(t, x, step(t, cfg, sc.task))

@@ -38,6 +38,8 @@ type Deps struct {
 	// Concurrency is how many steps this process runs at once (0: executor.concurrency, else
 	// DefaultConcurrency).
 	Concurrency int
+	// Ready, when set, is closed once the executor pulls steps.
+	Ready chan<- struct{}
 }
 
 // DefaultConcurrency is the steps one executor runs at once when nothing says otherwise: a step
@@ -191,22 +193,26 @@ func (e *Executor) Serve(ctx context.Context) error {
 	}
 	defer e.watch.Stop()
 	go e.keepRegistered(ctx)
+	if e.d.Ready != nil {
+		close(e.d.Ready)
+	}
 	e.d.Logger.Info("executor ready", "id", e.d.ID, "agent", agent, "model", e.d.Config.ForRole(protocol.RoleExecutor).Model,
 		"concurrency", e.d.Concurrency)
 	return w.Run(ctx)
 }
 
 // handle runs one step. The worker heartbeats it while it runs, acks on nil, and sends
-// undecodable steps to the DLQ.
+// undecodable steps, and steps refused by admit, to the DLQ.
 func (e *Executor) handle(ctx context.Context, msg jetstream.Msg) error {
 	var step protocol.Step
 	if err := worker.Decode(msg, &step); err != nil {
 		return err
 	}
-	if done, err := e.alreadyDone(ctx, step); err != nil {
-		e.d.Logger.Warn("check step state", "session", step.SessionID, "err", err)
-	} else if done {
-		return nil
+	if err := protocol.CheckIDs(&step); err != nil {
+		return worker.Permanent(fmt.Errorf("step on %s refused: %w", msg.Subject(), err))
+	}
+	if done, err := e.admit(ctx, step); err != nil || done {
+		return err
 	}
 	if rec, ok := e.recordedResult(ctx, step); ok {
 		// Finished before, but the planner has not seen it (the result may be older than the
@@ -228,28 +234,41 @@ func (e *Executor) handle(ctx context.Context, msg jetstream.Msg) error {
 	return nil
 }
 
-// alreadyDone makes a redelivered step a no-op once its result is recorded.
-func (e *Executor) alreadyDone(ctx context.Context, step protocol.Step) (bool, error) {
+// admit decides whether a step runs. A step already done (a redelivery) is acked without
+// running (done). A step whose session the sessions bucket does not know, or whose session
+// ended before the step ran, is refused (a worker.Permanent error: the DLQ, with the reason):
+// nobody waits for its result and its tools must not run. A session that cannot be read now
+// is an ordinary error: the step is delivered again later.
+func (e *Executor) admit(ctx context.Context, step protocol.Step) (done bool, err error) {
 	entry, err := e.sessions.Get(ctx, step.SessionID)
 	if err != nil {
 		if bus.IsNotFound(err) {
-			return false, nil
+			return false, worker.Permanent(fmt.Errorf("step %s refused: session %s does not exist (sessions bucket); nothing was run",
+				step.StepID, step.SessionID))
 		}
-		return false, err
+		return false, fmt.Errorf("read session %s: %w", step.SessionID, err)
 	}
 	var s protocol.Session
 	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
-		return false, err
-	}
-	if s.Status == protocol.StatusDone {
-		return true, nil
+		return false, worker.Permanent(fmt.Errorf("step %s refused: the record of session %s is unreadable: %w", step.StepID, step.SessionID, err))
 	}
 	for _, p := range s.Plan {
 		if p.StepID == step.StepID && p.Status == protocol.StepDone {
 			return true, nil
 		}
 	}
-	return false, nil
+	if s.Status != protocol.StatusDone {
+		return false, nil
+	}
+	if _, ok := e.recordedResult(ctx, step); ok {
+		return true, nil // it ran before its session ended: a redelivery
+	}
+	how := string(s.Outcome)
+	if how == "" {
+		how = "no outcome"
+	}
+	return false, worker.Permanent(fmt.Errorf("step %s refused: session %s ended (%s) before the step ran; nothing was run",
+		step.StepID, step.SessionID, how))
 }
 
 func (e *Executor) publishResult(ctx context.Context, res protocol.StepResult) error {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/usage"
 )
 
@@ -55,5 +57,70 @@ func TestUnknownModelGetsAWarningAndAConservativeWindow(t *testing.T) {
 				t.Errorf("unexpected warning:\n%s", logs.String())
 			}
 		})
+	}
+}
+
+// A task larger than the model's context window ends the step before any model call, with a
+// reason that says what does not fit and what to do; a task that fits is run.
+func TestTaskOverTheContextWindowIsRefusedBeforeAnyModelCall(t *testing.T) {
+	m := bustest.Start(t)
+	cfg := testConfig(t.TempDir())
+	cfg.LLM.ContextWindow = 4000
+	rec := &recorder{Backend: scriptBackend(t, "rules:\n  - reply: {text: done}\n")}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: quiet(),
+		ID: "executor-under-test", Backend: rec, Home: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := x.RunStep(ctx, step(t, cfg, strings.Repeat("word ", 5000)))
+	if res.Outcome != protocol.OutcomeFailed || !strings.Contains(res.Reason, "task does not fit the model's context window of 4000 tokens") ||
+		!strings.Contains(res.Reason, "llm.context_window") {
+		t.Fatalf("outcome %s (%s); want failed, naming the window and the fix", res.Outcome, res.Reason)
+	}
+	if n := len(rec.requests()); n != 0 {
+		t.Fatalf("the model was called %d times for a task it cannot take", n)
+	}
+	res = x.RunStep(ctx, protocol.Step{SessionID: "s-fits", StepID: "step-1", Agent: cfg.Agent.Name, Task: strings.Repeat("word ", 1000)})
+	if res.Outcome != protocol.OutcomeSuccess || len(rec.requests()) != 1 {
+		t.Fatalf("a task that fits: outcome %s (%s) after %d model calls", res.Outcome, res.Reason, len(rec.requests()))
+	}
+}
+
+// A conversation's new message is held to the window too: compaction keeps the first task and
+// the newest message whole, so one too large for the window is refused before any model call.
+func TestMessageOverTheContextWindowIsRefusedBeforeAnyModelCall(t *testing.T) {
+	m := bustest.Start(t)
+	cfg := testConfig(t.TempDir())
+	cfg.LLM.ContextWindow = 4000
+	rec := &recorder{Backend: scriptBackend(t, "rules:\n  - reply: {text: done}\n")}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: quiet(),
+		ID: "executor-under-test", Backend: rec, Home: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := x.payloads(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier, err := llm.EncodeTranscript(nil, []llm.Message{
+		{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: "Greet Ada"}}},
+		{Role: llm.RoleAssistant, Content: []llm.Block{{Type: llm.BlockText, Text: "Hello, Ada!"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.PutBytes(ctx, protocol.TranscriptObject("s-first"), earlier); err != nil {
+		t.Fatal(err)
+	}
+	res := x.RunStep(ctx, protocol.Step{SessionID: "s-next", StepID: "step-1", Agent: cfg.Agent.Name,
+		Task: strings.Repeat("word ", 5000), Previous: "s-first"})
+	if res.Outcome != protocol.OutcomeFailed || !strings.Contains(res.Reason, "does not fit the model's context window") {
+		t.Fatalf("outcome %s (%s); want failed, naming the window", res.Outcome, res.Reason)
+	}
+	if n := len(rec.requests()); n != 0 {
+		t.Fatalf("the model was called %d times for a message it cannot take", n)
 	}
 }

@@ -29,13 +29,16 @@ const maxBadArgTurns = 2
 
 // run is the state of one step's loop.
 type run struct {
-	e        *Executor
-	step     protocol.Step
-	tools    map[string]protocol.ToolSpec
-	defs     []llm.ToolDef
-	system   []llm.SystemBlock
-	msgs     []llm.Message
-	sizes    []int // token count of each of msgs, -1 until counted (see transcriptTokens)
+	e      *Executor
+	step   protocol.Step
+	tools  map[string]protocol.ToolSpec
+	defs   []llm.ToolDef
+	system []llm.SystemBlock
+	msgs   []llm.Message
+	sizes  []int // token count of each of msgs, -1 until counted (see transcriptTokens)
+	// own is the token count of this step's own message (its task, or a conversation's new
+	// message, with the tactical guidelines): compaction never cuts it (see overWindow).
+	own      int
 	usage    protocol.Usage
 	toolFail bool
 	badTurns int
@@ -75,6 +78,9 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 			return r.finish(res, turn-1, out, "", reason)
 		}
 		r.compact(ctx, turn)
+		if reason := r.overWindow(); reason != "" {
+			return r.finish(res, turn-1, protocol.OutcomeFailed, "", reason)
+		}
 		resp, err := r.call(ctx, turn)
 		if err != nil {
 			if out, reason, stop := r.gov.halt(ctx); stop {
@@ -148,6 +154,7 @@ func (r *run) prepare(ctx context.Context) error {
 	mem := r.e.retrieve(ctx, r.step, names)
 	r.offerTools(ctx, specs, mem.Guidelines)
 	r.system, r.msgs = buildPrompt(cfg, r.step, mem.Guidelines, retrieve.RenderExamples(mem.Cases, mem.Skills), r.e.cacheOn())
+	r.own = messageTokens(r.msgs[0])
 	return r.continueConversation(ctx)
 }
 

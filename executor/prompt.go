@@ -103,8 +103,13 @@ func modelPayload(tr protocol.ToolResult) []byte {
 	return payload
 }
 
+// maxTOONGrowth bounds a result's TOON to this many times its compact JSON: TOON saves tokens
+// on tables and loses on deep nesting, where its indentation grows with depth times values
+// (a few kilobytes of nested arrays are megabytes of TOON), so past it the model reads JSON.
+const maxTOONGrowth = 2
+
 // formatPayload writes a compact JSON payload in the result format: TOON, JSON, or auto
-// (whichever is fewer tokens).
+// (whichever is fewer tokens). Its work and output are linear in the payload.
 func formatPayload(payload []byte, format string) string {
 	if format == "json" {
 		return string(payload)
@@ -113,7 +118,7 @@ func formatPayload(payload []byte, format string) string {
 	if err != nil {
 		return string(payload)
 	}
-	out, err := toon.Encode(v, toon.EncodeOptions{})
+	out, err := toon.Encode(v, toon.EncodeOptions{MaxBytes: maxTOONGrowth*len(payload) + 64})
 	if err != nil {
 		return string(payload)
 	}

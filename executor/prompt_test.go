@@ -214,3 +214,16 @@ func TestExperienceStaysOutOfTheCachedPrefix(t *testing.T) {
 		t.Errorf("a role label survived sanitizing:\n%s", user)
 	}
 }
+
+// A deeply nested result would be megabytes of TOON (indentation grows with depth times values):
+// past twice its JSON the model reads it as JSON, so rendering stays linear in the result.
+func TestDeepResultIsRenderedAsJSON(t *testing.T) {
+	deep := json.RawMessage(strings.Repeat(`{"a":[`, 2000) + strings.Repeat("]}", 2000))
+	if got := renderResult(protocol.ToolResult{OK: true, Result: deep}, "toon"); got != string(deep) {
+		t.Fatalf("2000 levels of nesting rendered as %d bytes; want the %d bytes of JSON", len(got), len(deep))
+	}
+	nested := json.RawMessage(`{"a":{"b":{"c":{"d":[1,2,3]}}}}`)
+	if got := renderResult(protocol.ToolResult{OK: true, Result: nested}, "toon"); got != "a:\n  b:\n    c:\n      d[3]: 1,2,3" {
+		t.Fatalf("ordinary nesting: %q; want TOON", got)
+	}
+}

@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,8 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/bus/worker"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -23,7 +27,24 @@ func serve(t *testing.T, x *Executor) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
+// publishStep publishes a step to WORK as a planner does, its session recorded as running
+// first (an executor refuses a step whose session does not exist) unless a record is there.
 func publishStep(t *testing.T, m *mesh, st protocol.Step) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess := protocol.Session{SessionID: st.SessionID, Agent: st.Agent, Task: st.Task, Status: protocol.StatusRunning,
+		Plan: []protocol.PlanStep{{StepID: st.StepID, Status: protocol.StepPublished}}}
+	if rec, err := protocol.Marshal(&sess); err != nil {
+		t.Fatal(err)
+	} else if _, err := sessionsKV(t, m).Create(ctx, st.SessionID, rec); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		t.Fatalf("record session: %v", err)
+	}
+	publishStepOnly(t, m, st)
+}
+
+// publishStepOnly publishes a step to WORK without touching the sessions bucket.
+func publishStepOnly(t *testing.T, m *mesh, st protocol.Step) {
 	t.Helper()
 	data, err := protocol.Marshal(&st)
 	if err != nil {
@@ -34,6 +55,17 @@ func publishStep(t *testing.T, m *mesh, st protocol.Step) {
 	if _, err := m.Conn.JS.Publish(ctx, m.Names.Work(st.Agent), data); err != nil {
 		t.Fatalf("publish step: %v", err)
 	}
+}
+
+func sessionsKV(t *testing.T, m *mesh) jetstream.KeyValue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := bus.KV(ctx, m.Conn.JS, m.Names, protocol.BucketSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }
 
 func awaitResult(t *testing.T, sub *nats.Subscription) protocol.StepResult {
@@ -162,16 +194,15 @@ rules:
 	}
 }
 
-func TestAlreadyDone(t *testing.T) {
+// admit runs a step of a running session, acks a redelivered one already done, and refuses
+// into the DLQ a step whose session does not exist or ended before it ran.
+func TestAdmit(t *testing.T) {
 	m := &mesh{Mesh: bustest.Start(t)}
 	cfg := testConfig(t.TempDir())
 	x := m.executor(t, cfg, scriptBackend(t, "rules:\n  - reply: {text: done}\n"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := bus.KV(ctx, m.Conn.JS, m.Names, protocol.BucketSessions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := sessionsKV(t, m)
 	put := func(s protocol.Session) {
 		data, err := protocol.Marshal(&s)
 		if err != nil {
@@ -181,22 +212,90 @@ func TestAlreadyDone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put(protocol.Session{SessionID: "finished", Status: protocol.StatusDone})
+	put(protocol.Session{SessionID: "finished", Status: protocol.StatusDone, Outcome: protocol.OutcomeCancelled,
+		Plan: []protocol.PlanStep{{StepID: "s1", Status: protocol.StepDone}, {StepID: "s2", Status: protocol.StepPublished}}})
 	put(protocol.Session{SessionID: "running", Status: protocol.StatusRunning, Plan: []protocol.PlanStep{
 		{StepID: "s1", Status: protocol.StepDone}, {StepID: "s2", Status: protocol.StepPublished}}})
 	for _, c := range []struct {
 		session, step string
-		want          bool
+		done          bool
+		refused       string // part of the DLQ reason; "" runs or acks
 	}{
-		{"finished", "s9", true},
-		{"running", "s1", true},
-		{"running", "s2", false},
-		{"running", "s3", false},
-		{"unknown", "s1", false},
+		{"finished", "s1", true, ""},
+		{"finished", "s2", false, "ended (cancelled) before the step ran"},
+		{"running", "s1", true, ""},
+		{"running", "s2", false, ""},
+		{"running", "s3", false, ""},
+		{"unknown", "s1", false, "session unknown does not exist"},
 	} {
-		got, err := x.alreadyDone(ctx, protocol.Step{SessionID: c.session, StepID: c.step})
-		if err != nil || got != c.want {
-			t.Errorf("alreadyDone(%s, %s) = %v, %v; want %v", c.session, c.step, got, err, c.want)
+		done, err := x.admit(ctx, protocol.Step{SessionID: c.session, StepID: c.step})
+		switch {
+		case c.refused == "" && (err != nil || done != c.done):
+			t.Errorf("admit(%s, %s) = %v, %v; want %v, nil", c.session, c.step, done, err, c.done)
+		case c.refused != "" && (!worker.IsPermanent(err) || !strings.Contains(err.Error(), c.refused)):
+			t.Errorf("admit(%s, %s) = %v, %v; want a permanent refusal saying %q", c.session, c.step, done, err, c.refused)
+		}
+	}
+}
+
+// A step whose session does not exist, or ended before it ran, reaches the DLQ with the reason,
+// on a real server through the executor's consumer, and none of its tools runs.
+func TestStepOfAMissingOrEndedSessionIsDeadLetteredUnrun(t *testing.T) {
+	m := startMesh(t, testdata(t, "tools"), testTools...)
+	cfg := testConfig(testdata(t, "tools"), testTools...)
+	x := m.executor(t, cfg, scriptBackend(t, "rules:\n  - reply: {tool_calls: [{name: sleep, args: {seconds: 0}}]}\n"))
+	serve(t, x)
+
+	ghost := step(t, cfg, "run a tool for nobody")
+	ghost.SessionID += "-ghost"
+	ended := step(t, cfg, "run a tool too late")
+	ended.SessionID += "-ended"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, err := protocol.Marshal(&protocol.Session{SessionID: ended.SessionID, Agent: ended.Agent, Task: ended.Task,
+		Status: protocol.StatusDone, Outcome: protocol.OutcomeCancelled, Plan: []protocol.PlanStep{{StepID: ended.StepID, Status: protocol.StepPublished}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessionsKV(t, m).Put(ctx, ended.SessionID, rec); err != nil {
+		t.Fatal(err)
+	}
+	publishStepOnly(t, m, ghost)
+	publishStepOnly(t, m, ended)
+	awaitSettled(t, m, cfg.Agent.Name, 2)
+
+	dlq, err := m.Conn.JS.Stream(ctx, m.Names.Stream(protocol.StreamDLQ))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]string{}
+	poll.True(t, 20*time.Second, "both steps in the DLQ", func() bool {
+		info, err := dlq.Info(ctx)
+		if err != nil {
+			return false
+		}
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+			if msg, err := dlq.GetMsg(ctx, seq); err == nil {
+				var st protocol.Step
+				if protocol.Unmarshal(msg.Data, &st) == nil {
+					reasons[st.SessionID] = msg.Header.Get(bus.HeaderDLQReason)
+				}
+			}
+		}
+		return len(reasons) == 2
+	})
+	for id, want := range map[string]string{ghost.SessionID: "does not exist", ended.SessionID: "ended (cancelled) before the step ran"} {
+		if !strings.Contains(reasons[id], want) {
+			t.Errorf("dead letter of %s: reason %q, want it to say %q", id, reasons[id], want)
+		}
+	}
+	for _, id := range []string{ghost.SessionID, ended.SessionID} {
+		evs, err := trace.Read(ctx, m.Conn.JS, m.Names, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 0 {
+			t.Errorf("session %s: %d trace events (first %s); the refused step must not start, call a model or run a tool", id, len(evs), evs[0].Type)
 		}
 	}
 }

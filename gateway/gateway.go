@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -35,6 +36,8 @@ type Deps struct {
 	HTTPToken string
 	// Mirror receives the trace mirror so a one-shot run can wait for its files.
 	Mirror *trace.Mirror
+	// Ready, when set, is closed once submit and cancel are served (and the HTTP API listens).
+	Ready chan<- struct{}
 }
 
 // Run serves until ctx ends.
@@ -78,7 +81,15 @@ func Run(ctx context.Context, d Deps) error {
 		go func() { errc <- m.Run(ctx) }()
 	}
 	if d.HTTPAddr != "" {
-		go func() { errc <- g.serveHTTP(ctx, d.HTTPAddr) }()
+		// Listening before Ready: a gateway reported ready answers on its address.
+		ln, err := net.Listen("tcp", d.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("gateway http: %w", err)
+		}
+		go func() { errc <- g.serveListener(ctx, ln) }()
+	}
+	if d.Ready != nil {
+		close(d.Ready)
 	}
 	d.Logger.Info("gateway ready", "subject", d.Names.Submit(), "http", d.HTTPAddr)
 	select {
@@ -179,26 +190,61 @@ func headerValue(s string) string {
 
 // serviceErrCode is the service error code of a Submit or Cancel error.
 func serviceErrCode(err error) string {
+	var coded *protocol.Error
 	switch {
 	case errors.Is(err, errNoSession):
 		return protocol.ServiceErrNotFound
+	case errors.As(err, &coded):
+		return coded.Code.ServiceCode()
 	case errors.Is(err, ErrRejected):
 		return protocol.ServiceErrRejected
 	}
-	return protocol.ServiceErrUnavailable
+	return protocol.Code(ErrorCode(err)).ServiceCode()
 }
 
 // ErrRejected wraps every reason a task is refused.
 var ErrRejected = errors.New("task rejected")
 
-// ErrorCode classifies a Submit error for the wire: rejected (the task is refused as it is) or
-// transient (the mesh could not take it now).
+// errLapsed marks the refusal of an agent whose executors stopped refreshing its registration:
+// they may be gone, or unable to write it (a full store).
+var errLapsed = errors.New("agent registration lapsed")
+
+// ErrorCode classifies a Submit error for the wire: the code of a coded error in its chain (a
+// malformed or too long id: bad_request, too_large; storage_full), else rejected (the task is
+// refused as it is), storage_full (JetStream refused a write for want of room: retry once space
+// is freed) or transient (the mesh could not take it now).
 func ErrorCode(err error) string {
-	if errors.Is(err, ErrRejected) {
+	var coded *protocol.Error
+	switch {
+	case errors.As(err, &coded):
+		return string(coded.Code)
+	case errors.Is(err, ErrRejected):
 		return protocol.ErrCodeRejected
+	case bus.IsStorageFull(err):
+		return string(protocol.CodeStorageFull)
 	}
 	return protocol.ErrCodeTransient
 }
+
+// storageFull returns the refusal to answer instead of err when the mesh's storage takes no new
+// sessions (or err is JetStream refusing a write for want of room), else nil. After a failed
+// write it asks afresh: a write onto a full disk only times out, and the state says why.
+func (g *Gateway) storageFull(ctx context.Context, err error) error {
+	if bus.IsStorageFull(err) {
+		return fmt.Errorf("%w (free space under the mesh's store, or raise mesh.limits, then submit again)", err)
+	}
+	st := g.d.Conn.Storage(context.WithoutCancel(ctx), g.d.Names, err != nil)
+	if st.State.Accepting() {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w (%v)", bus.StorageFullError(st), err)
+	}
+	return bus.StorageFullError(st)
+}
+
+// httpStatus is the HTTP status of a Submit error: the one of its code.
+func httpStatus(err error) int { return protocol.Code(ErrorCode(err)).HTTPStatus() }
 
 // Submit checks a task, records its session as queued and publishes it. Submitting the same
 // session id again is harmless: the session is not duplicated and an unpublished task is
@@ -208,9 +254,33 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 }
 
 func (g *Gateway) submit(ctx context.Context, in protocol.SubmitRequest, link turnLink) (protocol.SubmitReply, error) {
+	// A full store refuses new sessions before anything is written, so a client is told to try
+	// again later (503 storage_full) instead of waiting for writes that time out. A lapsed
+	// registration is then the executors' heartbeats failing to be written, not a reason to
+	// refuse the task as it is.
 	if err := g.check(ctx, &in); err != nil {
+		if !errors.Is(err, errLapsed) {
+			return protocol.SubmitReply{}, err
+		}
+		if full := g.storageFull(ctx, nil); full != nil {
+			return protocol.SubmitReply{}, full
+		}
 		return protocol.SubmitReply{}, err
 	}
+	if full := g.storageFull(ctx, nil); full != nil {
+		return protocol.SubmitReply{}, full
+	}
+	rep, err := g.enqueue(ctx, in, link)
+	if err != nil && !errors.Is(err, ErrRejected) {
+		if full := g.storageFull(ctx, err); full != nil {
+			return rep, full
+		}
+	}
+	return rep, err
+}
+
+// enqueue records the session, announces it and publishes its task.
+func (g *Gateway) enqueue(ctx context.Context, in protocol.SubmitRequest, link turnLink) (protocol.SubmitReply, error) {
 	if in.SessionID == "" {
 		in.SessionID = NewSessionID()
 	}
@@ -319,19 +389,16 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 	case !utf8.ValidString(in.Task):
 		return fmt.Errorf("%w: the task is not valid UTF-8", ErrRejected)
 	}
-	if in.SessionID != "" {
-		if err := protocol.CheckToken("session id", in.SessionID); err != nil {
-			return fmt.Errorf("%w: %v", ErrRejected, err)
-		}
-		if len(in.SessionID) > 128 {
-			return fmt.Errorf("%w: session id is longer than 128 characters", ErrRejected)
-		}
+	// Every id becomes part of a subject or key: one too long would cost the gateway its
+	// connection, so the ids are checked before anything is read or written with them.
+	if err := protocol.CheckIDs(in); err != nil {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	if in.Agent == "" && g.d.Config != nil {
 		in.Agent = g.d.Config.Agent.Name
 	}
-	if err := protocol.CheckToken("agent", in.Agent); err != nil {
-		return fmt.Errorf("%w: %v", ErrRejected, err)
+	if err := protocol.IDAgent.Check(in.Agent); err != nil {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	entry, err := g.agents.Get(ctx, in.Agent)
 	if err != nil {
@@ -345,8 +412,8 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 		return fmt.Errorf("agent %q: %w", in.Agent, err)
 	}
 	if spec.Lapsed(time.Now()) {
-		return fmt.Errorf("%w: no executor serves agent %q (its registration lapsed %s ago, last from %s); start one with `executor --config agent.yaml`",
-			ErrRejected, in.Agent, time.Since(spec.Expires).Round(time.Second), spec.Executor)
+		return fmt.Errorf("%w: %w: no executor serves agent %q (its registration lapsed %s ago, last from %s); start one with `executor --config agent.yaml`",
+			ErrRejected, errLapsed, in.Agent, time.Since(spec.Expires).Round(time.Second), spec.Executor)
 	}
 	if spec.MaxDepth > 0 && in.Depth > spec.MaxDepth {
 		return fmt.Errorf("%w: agent-as-tool chain is %d deep; agent %q allows %d", ErrRejected, in.Depth, in.Agent, spec.MaxDepth)

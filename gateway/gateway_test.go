@@ -153,7 +153,7 @@ func TestSubmitRecordsSessionTraceAndTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !protocol.ValidToken(rep.SessionID) || rep.Duplicate {
+	if !protocol.IDSession.Valid(rep.SessionID) || rep.Duplicate {
 		t.Fatalf("reply %+v", rep)
 	}
 	s := f.session(t, rep.SessionID)

@@ -92,9 +92,6 @@ func (g *Gateway) governNew(ctx context.Context, sess *protocol.Session, in prot
 	if in.Parent == "" {
 		return nil
 	}
-	if err := protocol.CheckToken("parent session id", in.Parent); err != nil {
-		return fmt.Errorf("%w: %v", ErrRejected, err)
-	}
 	entry, err := g.sessions.Get(ctx, in.Parent)
 	if err != nil {
 		if bus.IsNotFound(err) {
@@ -141,8 +138,8 @@ func (g *Gateway) linkChild(ctx context.Context, parent, child string) error {
 // Cancel marks a session cancelled, tells every process working for it, and cancels its child
 // sessions down the lineage. Cancelling a session that has ended changes nothing and says so.
 func (g *Gateway) Cancel(ctx context.Context, req protocol.CancelRequest) (protocol.CancelReply, error) {
-	if err := protocol.CheckToken("session id", req.SessionID); err != nil {
-		return protocol.CancelReply{}, fmt.Errorf("%w: %v", ErrRejected, err)
+	if err := protocol.IDSession.Check(req.SessionID); err != nil {
+		return protocol.CancelReply{}, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	if req.By == "" {
 		req.By = "unknown"

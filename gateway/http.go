@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/skein-mesh/skein/gateway/console"
@@ -32,6 +31,7 @@ import (
 //	GET  /v1/memory/search          ?q=&agent=&tier=&top_k= → MemoryInspectReply (ranked as retrieval ranks)
 //	GET  /v1/memory/{id}            one entry
 //	POST /v1/memory/{id}/retire     {"evict"?: bool, "reason"?: "..."} → MemoryRetireReply
+//	GET  /v1/health                 whether the mesh takes new sessions: its store's state, memoryd's health
 //	GET  /v1/openapi.json           the OpenAPI document of all this (openapi.go, docs/openapi.json)
 //
 // The console (package console) is served beside it at /console/, outside the token check: its
@@ -42,6 +42,7 @@ import (
 func (g *Gateway) Handler() http.Handler {
 	mux := newRouteMux(&g.patterns) // docs/openapi.json must describe every route (openapi.go)
 	mux.HandleFunc("GET /v1/openapi.json", g.httpOpenAPI)
+	mux.HandleFunc("GET /v1/health", g.httpHealth)
 	mux.HandleFunc("POST /v1/tasks", g.httpSubmit)
 	mux.HandleFunc("GET /v1/sessions/{id}", g.httpSession)
 	mux.HandleFunc("GET /v1/sessions/{id}/events", g.httpEvents)
@@ -61,14 +62,6 @@ func (g *Gateway) Handler() http.Handler {
 	root.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
 	root.Handle("/", g.guard.wrap(mux))
 	return root
-}
-
-func (g *Gateway) serveHTTP(ctx context.Context, addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("gateway http: %w", err)
-	}
-	return g.serveListener(ctx, ln)
 }
 
 // serveListener serves the API on ln until ctx ends: the server that --http runs.
@@ -118,12 +111,9 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
-		// 422: the task is refused as it is; 503: the mesh could not take it now, try again.
-		status := http.StatusServiceUnavailable
-		if errors.Is(err, ErrRejected) {
-			status = http.StatusUnprocessableEntity
-		}
-		httpError(w, status, ErrorCode(err), err.Error())
+		// 422: the task is refused as it is; 400/413: an id is malformed or too long; 503: the
+		// mesh could not take it now (transient, storage_full), try again.
+		httpError(w, httpStatus(err), ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)
@@ -132,9 +122,8 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 // lookup answers the request itself (and returns false) when the session id is bad or unknown.
 func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (protocol.Session, bool) {
 	var s protocol.Session
-	id := r.PathValue("id")
-	if !protocol.ValidToken(id) {
-		httpError(w, http.StatusBadRequest, "bad_request", "bad session id "+strconv.Quote(id))
+	id, ok := pathID(w, r, protocol.IDSession)
+	if !ok {
 		return s, false
 	}
 	entry, err := g.sessions.Get(r.Context(), id)
@@ -293,11 +282,7 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
 		// 422: the turn is refused as it is; 503: the mesh could not take it now, try again.
-		status := http.StatusServiceUnavailable
-		if errors.Is(err, ErrRejected) {
-			status = http.StatusUnprocessableEntity
-		}
-		httpError(w, status, ErrorCode(err), err.Error())
+		httpError(w, httpStatus(err), ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)

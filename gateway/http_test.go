@@ -39,7 +39,7 @@ func TestHTTPSubmit(t *testing.T) {
 		t.Fatalf("status %d %v; want 202", status, out)
 	}
 	id, _ := out["session_id"].(string)
-	if !protocol.ValidToken(id) {
+	if !protocol.IDSession.Valid(id) {
 		t.Fatalf("session_id %q", id)
 	}
 	if s := f.session(t, id); s.Task != "Greet Ada" || s.Agent != testAgent {
@@ -59,7 +59,6 @@ func TestHTTPSubmit(t *testing.T) {
 	rejected := []struct{ body, want string }{
 		{`{"task": ""}`, "empty"},
 		{`{"task": "hi", "agent": "nobody"}`, "unknown agent"},
-		{`{"task": "hi", "session_id": "a.b"}`, "session id"},
 		{`{"task": "Greet Bob", "session_id": "http-1"}`, "another task"},
 		{`{"task": "` + strings.Repeat("x", protocol.MaxTaskBytes+1) + `"}`, "limit"},
 	}
@@ -70,6 +69,22 @@ func TestHTTPSubmit(t *testing.T) {
 		}
 		if msg, _ := out["error"].(string); !strings.Contains(msg, c.want) {
 			t.Errorf("%.60s: error %q does not mention %q", c.body, msg, c.want)
+		}
+	}
+
+	// An id the server could not hold in a subject: 400 when malformed, 413 when too long.
+	for _, c := range []struct {
+		body string
+		code protocol.Code
+	}{
+		{`{"task": "hi", "session_id": "a.b"}`, protocol.CodeBadRequest},
+		{`{"task": "hi", "agent": "a b"}`, protocol.CodeBadRequest},
+		{`{"task": "hi", "session_id": "` + strings.Repeat("s", 5000) + `"}`, protocol.CodeTooLarge},
+		{`{"task": "hi", "agent": "` + strings.Repeat("a", protocol.MaxAgentName+1) + `"}`, protocol.CodeTooLarge},
+	} {
+		status, out := postTask(t, srv, c.body)
+		if status != c.code.HTTPStatus() || out["code"] != string(c.code) {
+			t.Errorf("%.60s: status %d %v; want %d %s", c.body, status, out, c.code.HTTPStatus(), c.code)
 		}
 	}
 

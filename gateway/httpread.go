@@ -79,8 +79,15 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	agent, status, text := q.Get("agent"), q.Get("status"), strings.ToLower(q.Get("q"))
+	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	if !ok {
+		return
+	}
+	text, ok := queryText(w, r, "q")
+	if !ok {
+		return
+	}
+	status, text := r.URL.Query().Get("status"), strings.ToLower(text)
 	ctx := r.Context()
 	watch, err := g.sessions.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -319,7 +326,11 @@ func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req := protocol.MemoryListRequest{Agent: q.Get("agent"), Kind: kind, Tier: tier}
+	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	if !ok {
+		return
+	}
+	req := protocol.MemoryListRequest{Agent: agent, Kind: kind, Tier: tier}
 	switch st := q.Get("status"); st {
 	case "", string(protocol.MemoryActive):
 	case "all":
@@ -364,7 +375,15 @@ func (g *Gateway) httpMemorySearch(w http.ResponseWriter, r *http.Request) {
 	if kind == "*" {
 		kind = ""
 	}
-	req := protocol.MemoryInspectRequest{Agent: q.Get("agent"), Kind: kind, Query: q.Get("q"), Tier: tier}
+	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	if !ok {
+		return
+	}
+	text, ok := queryText(w, r, "q")
+	if !ok {
+		return
+	}
+	req := protocol.MemoryInspectRequest{Agent: agent, Kind: kind, Query: text, Tier: tier}
 	if v := q.Get("top_k"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 || n > 100 {
@@ -380,8 +399,12 @@ func (g *Gateway) httpMemorySearch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) httpMemoryGet(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, protocol.IDMemory)
+	if !ok {
+		return
+	}
 	var rep protocol.MemoryGetReply
-	if g.memoryCall(w, r, protocol.MemGet, &protocol.MemoryGetRequest{ID: r.PathValue("id")}, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemGet, &protocol.MemoryGetRequest{ID: id}, &rep, func() string { return rep.Error }) {
 		writeJSON(w, http.StatusOK, rep.Entry)
 	}
 }
@@ -395,11 +418,15 @@ type RetireBody struct {
 // httpMemoryRetire takes one entry out of retrieval: {"evict": false} retires it (kept, listed,
 // never retrieved), {"evict": true} deletes it.
 func (g *Gateway) httpMemoryRetire(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, protocol.IDMemory)
+	if !ok {
+		return
+	}
 	var in RetireBody
 	if !decodeSmall(w, r, &in) {
 		return
 	}
-	req := protocol.MemoryRetireRequest{ID: r.PathValue("id"), Evict: in.Evict, Reason: in.Reason, By: "http " + r.RemoteAddr}
+	req := protocol.MemoryRetireRequest{ID: id, Evict: in.Evict, Reason: in.Reason, By: "http " + r.RemoteAddr}
 	var rep protocol.MemoryRetireReply
 	if g.memoryCall(w, r, protocol.MemRetire, &req, &rep, func() string { return rep.Error }) {
 		writeJSON(w, http.StatusOK, rep)

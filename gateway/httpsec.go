@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 // The HTTP API's defaults. Timeouts apply to every request except the event stream, which sets a
@@ -62,23 +64,42 @@ func HTTPToken(home, configured string) (token, path string, err error) {
 	if token, err = newHTTPToken(); err != nil {
 		return "", "", err
 	}
-	// O_EXCL: two processes starting at once agree on the first one's token.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return HTTPToken(home, configured)
-	}
+	// Two callers starting at once (the gateway and `skein up` saying where the token is, or
+	// two processes) agree on the first one's token.
+	created, err := createWhole(path, token+"\n")
 	if err != nil {
 		return "", "", fmt.Errorf("HTTP API token: %w", err)
 	}
-	_, werr := f.WriteString(token + "\n")
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		_ = os.Remove(path)
-		return "", "", fmt.Errorf("HTTP API token: %w", werr)
+	if !created {
+		return HTTPToken(home, configured)
 	}
 	return token, path, nil
+}
+
+// createWhole writes content to a new file at path (0600, as CreateTemp makes it) unless one exists (created false). The
+// file appears whole or not at all: it is written aside and linked into place, so a reader never
+// finds it empty or half written (a file created and then written could be read in between).
+func createWhole(path, content string) (created bool, err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return false, err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.WriteString(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
 }
 
 // newHTTPToken is 32 random bytes, hex, behind skh_ (a prefix redaction knows).
@@ -126,20 +147,12 @@ func EnsureHTTPTokenEnv(dir string) (path string, err error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return EnsureHTTPTokenEnv(dir)
-	}
+	created, err := createWhole(path, HTTPTokenEnv+"="+tok+"\n")
 	if err != nil {
 		return "", fmt.Errorf("HTTP API token: %w", err)
 	}
-	_, werr := f.WriteString(HTTPTokenEnv + "=" + tok + "\n")
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		_ = os.Remove(path)
-		return "", fmt.Errorf("HTTP API token: %w", werr)
+	if !created {
+		return EnsureHTTPTokenEnv(dir)
 	}
 	return path, nil
 }
@@ -154,6 +167,48 @@ func checkToken(tok, where string) (string, string, error) {
 // httpError is every rejection of the API: a status, a stable code and a sentence.
 func httpError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg, "code": code})
+}
+
+// httpRefuse answers a coded error (protocol.Errorf) with its code's status.
+func httpRefuse(w http.ResponseWriter, err error) {
+	c := protocol.CodeOf(err)
+	httpError(w, c.HTTPStatus(), string(c), err.Error())
+}
+
+// pathID reads the path's {id} as an identifier of kind k, answering a malformed or too long
+// one itself (400, 413): every id ends up in a subject or a key, and one the server refuses
+// would cost the gateway its connection.
+func pathID(w http.ResponseWriter, r *http.Request, k protocol.ID) (string, bool) {
+	id := r.PathValue("id")
+	if err := k.Check(id); err != nil {
+		httpRefuse(w, err)
+		return "", false
+	}
+	return id, true
+}
+
+// queryID reads the optional query parameter name as an identifier of kind k ("" when absent),
+// answering a malformed or too long one itself.
+func queryID(w http.ResponseWriter, r *http.Request, name string, k protocol.ID) (string, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return "", true
+	}
+	if err := k.Check(v); err != nil {
+		httpRefuse(w, fmt.Errorf("query parameter %s: %w", name, err))
+		return "", false
+	}
+	return v, true
+}
+
+// queryText reads the optional search text name, bounded by protocol.MaxQueryBytes.
+func queryText(w http.ResponseWriter, r *http.Request, name string) (string, bool) {
+	v := r.URL.Query().Get(name)
+	if len(v) > protocol.MaxQueryBytes {
+		httpRefuse(w, protocol.Errorf(protocol.CodeTooLarge, "query parameter %s is %d bytes long; at most %d", name, len(v), protocol.MaxQueryBytes))
+		return "", false
+	}
+	return v, true
 }
 
 // guard is the API's front door: cross-site refusal, bearer token, JSON bodies only.

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -374,6 +375,44 @@ func TestHTTPTokenFile(t *testing.T) {
 	}
 }
 
+// Callers that make the token at once (the gateway and `skein up` saying where it is) agree on
+// one token: none finds the file before its token is in it.
+func TestHTTPTokenMadeConcurrentlyIsOneToken(t *testing.T) {
+	t.Setenv(HTTPTokenEnv, "")
+	for round := 0; round < 20; round++ {
+		home := filepath.Join(t.TempDir(), "home")
+		toks := make(chan string, 8)
+		errs := make(chan error, 8)
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tok, _, err := HTTPToken(home, "")
+				toks <- tok
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(toks)
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		first := <-toks
+		for tok := range toks {
+			if tok != first {
+				t.Fatalf("round %d: two tokens %q and %q", round, first, tok)
+			}
+		}
+		if left, _ := filepath.Glob(filepath.Join(home, ".*")); len(left) != 0 {
+			t.Fatalf("round %d: temporary files left: %v", round, left)
+		}
+	}
+}
+
 // The env file `skein creds` writes for deployed gateways: private, one SKEIN_HTTP_TOKEN line that
 // the gateway takes as its token, kept when it exists, refused when others can read it.
 func TestHTTPTokenEnvFile(t *testing.T) {
@@ -420,5 +459,54 @@ func TestHTTPTokenEnvFile(t *testing.T) {
 	}
 	if _, err := EnsureHTTPTokenEnv(dir); err == nil || !strings.Contains(err.Error(), HTTPTokenEnv+"=<token>") {
 		t.Errorf("a malformed token file: %v", err)
+	}
+}
+
+// Every route that takes an id, or an agent or q query parameter, refuses a 5,000-character one
+// as too large before it reaches NATS, and the gateway serves on: the same id used as a subject or
+// key would have cost the gateway its connection (the issue's "GET /v1/sessions/<5000 × a>").
+func TestHTTPRoutesRefuseOverlongIDsAndKeepServing(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	long := strings.Repeat("a", 5000)
+	tried := 0
+	for _, r := range apiRoutes {
+		method, path, _ := strings.Cut(r.Pattern, " ")
+		var urls []string
+		if strings.Contains(path, "{id}") {
+			urls = append(urls, strings.ReplaceAll(path, "{id}", long))
+		}
+		for _, q := range r.Query {
+			if q == "agent" || q == "q" {
+				urls = append(urls, path+"?"+q+"="+long)
+			}
+		}
+		for _, u := range urls {
+			tried++
+			req, err := http.NewRequest(method, srv.URL+u, strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			status, out, _ := do(t, req)
+			if status != http.StatusRequestEntityTooLarge || out["code"] != "too_large" || len(out["error"]) > 200 {
+				t.Errorf("%s %.40s…: %d %.200v, want 413 too_large with a short reason", method, u, status, out)
+			}
+		}
+	}
+	if tried < 12 {
+		t.Fatalf("tried %d routes; the route table is not being read", tried)
+	}
+	if status, out := postTask(t, srv, `{"task": "hi", "session_id": "after-long-ids"}`); status != http.StatusAccepted {
+		t.Fatalf("the gateway no longer serves: %d %v", status, out)
+	}
+	var s protocol.Session
+	if status := getJSON(t, srv, "/v1/sessions/after-long-ids", &s); status != http.StatusOK || s.SessionID != "after-long-ids" {
+		t.Fatalf("the gateway no longer serves: %d %+v", status, s)
+	}
+	if f.deps.Conn.NC.IsClosed() {
+		t.Fatal("the gateway's connection was closed")
 	}
 }

@@ -35,12 +35,12 @@ type apiResponse struct {
 }
 
 var errorResponses = map[int]string{
-	http.StatusBadRequest:            "bad_request: the body or the session id cannot be read",
+	http.StatusBadRequest:            "bad_request: the body, an id or a parameter cannot be read",
 	http.StatusNotFound:              "not_found: no such session",
-	http.StatusRequestEntityTooLarge: "too_large: the body is over the limit",
+	http.StatusRequestEntityTooLarge: "too_large: the body, an id or a search text is over its limit",
 	http.StatusUnprocessableEntity:   "rejected: the task is refused as it is (sending it again will not help)",
 	http.StatusTooManyRequests:       "too_many_streams: this client holds gateway.max_event_streams streams already",
-	http.StatusServiceUnavailable:    "transient: the mesh could not take it now (try again); no_token: the API has no token configured",
+	http.StatusServiceUnavailable:    "transient: the mesh could not take it now (try again); storage_full: the mesh's store cannot take it now (try again once space is freed; GET /v1/health says why); no_token: the API has no token configured",
 	http.StatusInternalServerError:   "internal",
 	http.StatusBadGateway:            "memory_error: memoryd answered with an error",
 }
@@ -58,21 +58,24 @@ var apiRoutes = []apiRoute{
 		Responses: append([]apiResponse{{Status: 202, Doc: "accepted (duplicate: this session id was submitted before)", Body: protocol.SubmitReply{}}},
 			errs(400, 413, 422, 503)...)},
 	{Pattern: "GET /v1/sessions/{id}", ID: "getSession", Summary: "The session's record: status, outcome, plan, lineage, cancel, budget.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "the session", Body: protocol.Session{}}}, errs(400, 404, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the session", Body: protocol.Session{}}}, errs(400, 404, 413, 500)...)},
 	{Pattern: "GET /v1/sessions/{id}/events", ID: "streamEvents", Summary: "The session's trace as server-sent events (`event: <type>`, `data: <Event>`), from the first event until the last usage event.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "one server-sent event per trace event", Body: protocol.Event{}, Events: true}}, errs(400, 404, 429, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "one server-sent event per trace event", Body: protocol.Event{}, Events: true}}, errs(400, 404, 413, 429, 500)...)},
 	{Pattern: "POST /v1/sessions/{id}/cancel", ID: "cancelSession", Summary: "Cancel the session and its child sessions; a session that already ended is a no-op.",
 		Body: protocol.CancelBody{}, Optional: true,
-		Responses: append([]apiResponse{{Status: 200, Doc: "cancelling, already_cancelled or already_finished", Body: protocol.CancelReply{}}}, errs(400, 404, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "cancelling, already_cancelled or already_finished", Body: protocol.CancelReply{}}}, errs(400, 404, 413, 500)...)},
 	{Pattern: "GET /v1/sessions/{id}/tree", ID: "sessionTree", Summary: "The session with its steps and child sessions, recursively, with tokens, cost and wall time per node.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "the tree", Body: trace.TreeNode{}}}, errs(400, 404)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the tree", Body: trace.TreeNode{}}}, errs(400, 404, 413)...)},
 	{Pattern: "POST /v1/sessions/{id}/messages", ID: "continueConversation", Summary: "Continue a finished session's conversation with a new turn.", Body: protocol.MessageBody{},
-		Responses: append([]apiResponse{{Status: 202, Doc: "the next turn's session", Body: protocol.SubmitReply{}}}, errs(400, 404, 422, 503)...)},
+		Responses: append([]apiResponse{{Status: 202, Doc: "the next turn's session", Body: protocol.SubmitReply{}}}, errs(400, 404, 413, 422, 503)...)},
+	{Pattern: "GET /v1/health", ID: "health", Summary: "Whether the mesh takes new sessions: the state of its store (ok, low: under mesh.storage_reserve, full: JetStream cannot write) with the reason and what to do, and memoryd's health.",
+		Responses: []apiResponse{{Status: 200, Doc: "the mesh takes new sessions", Body: Health{}},
+			{Status: 503, Doc: "the mesh refuses new sessions (storage low or full); the same body says why", Body: Health{}}}},
 	{Pattern: "GET /v1/openapi.json", ID: "openapi", Summary: "This document.",
 		Responses: []apiResponse{{Status: 200, Doc: "the OpenAPI document", Body: struct{}{}}}},
 	{Pattern: "GET /v1/sessions", ID: "listSessions", Summary: "Sessions updated within `since` (a duration, default 168h), newest first, at most `limit` (1..2000, default 200); `agent`, `status` (status or outcome) and `q` (substring of id or task) filter.",
 		Query:     []string{"since", "limit", "agent", "status", "q"},
-		Responses: append([]apiResponse{{Status: 200, Doc: "the sessions", Body: SessionList{}}}, errs(400, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the sessions", Body: SessionList{}}}, errs(400, 413, 500)...)},
 	{Pattern: "GET /v1/usage", ID: "listUsage", Summary: "Each session's last usage report within `since`, oldest first, with each model's cost.",
 		Query:     []string{"since", "limit"},
 		Responses: append([]apiResponse{{Status: 200, Doc: "the usage reports", Body: UsageList{}}}, errs(400, 500)...)},
@@ -81,15 +84,15 @@ var apiRoutes = []apiRoute{
 		Responses: append([]apiResponse{{Status: 200, Doc: "the dead letters", Body: []DeadLetter{}}}, errs(400, 500)...)},
 	{Pattern: "GET /v1/memory", ID: "listMemory", Summary: "Memory entries by `agent`, `kind` (guideline, the default, case, skill or all), `tier`, `status` (active, superseded, retired, quarantined or all), paged by `offset` and `limit` (at most 200).",
 		Query:     []string{"agent", "kind", "tier", "status", "offset", "limit"},
-		Responses: append([]apiResponse{{Status: 200, Doc: "the entries", Body: protocol.MemoryListReply{}}}, errs(400, 502, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the entries", Body: protocol.MemoryListReply{}}}, errs(400, 413, 502, 503)...)},
 	{Pattern: "GET /v1/memory/search", ID: "searchMemory", Summary: "Counts per agent, kind, tier and status, and the entries nearest `q` ranked as retrieval ranks them (`kind` narrows them: guideline, case, skill or all, the default; `top_k` 1..100).",
 		Query:     []string{"q", "agent", "kind", "tier", "top_k"},
-		Responses: append([]apiResponse{{Status: 200, Doc: "counts and ranked hits", Body: protocol.MemoryInspectReply{}}}, errs(400, 502, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "counts and ranked hits", Body: protocol.MemoryInspectReply{}}}, errs(400, 413, 502, 503)...)},
 	{Pattern: "GET /v1/memory/{id}", ID: "getMemoryEntry", Summary: "One memory entry.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "the entry", Body: protocol.MemoryEntry{}}}, errs(404, 502, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the entry", Body: protocol.MemoryEntry{}}}, errs(400, 404, 413, 502, 503)...)},
 	{Pattern: "POST /v1/memory/{id}/retire", ID: "retireMemoryEntry", Summary: "Take an entry out of retrieval: retire it (kept and listed) or, with evict, delete it.",
 		Body: RetireBody{}, Optional: true,
-		Responses: append([]apiResponse{{Status: 200, Doc: "retired or evicted", Body: protocol.MemoryRetireReply{}}}, errs(400, 404, 502, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "retired or evicted", Body: protocol.MemoryRetireReply{}}}, errs(400, 404, 413, 502, 503)...)},
 }
 
 var (
@@ -148,15 +151,22 @@ func buildOpenAPI() ([]byte, error) {
 		op := map[string]any{"operationId": r.ID, "summary": r.Summary}
 		var params []any
 		if strings.Contains(path, "{id}") {
-			what := "session id"
+			kind := protocol.IDSession
 			if strings.HasPrefix(path, "/v1/memory/") {
-				what = "memory entry id"
+				kind = protocol.IDMemory
 			}
-			params = append(params, map[string]any{"name": "id", "in": "path", "required": true, "description": what,
-				"schema": map[string]any{"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}})
+			params = append(params, map[string]any{"name": "id", "in": "path", "required": true, "description": kind.Doc(),
+				"schema": idSchema(kind)})
 		}
 		for _, q := range r.Query {
-			params = append(params, map[string]any{"name": q, "in": "query", "required": false, "schema": map[string]any{"type": "string"}})
+			p := map[string]any{"name": q, "in": "query", "required": false, "schema": map[string]any{"type": "string"}}
+			switch q {
+			case "agent":
+				p["description"], p["schema"] = protocol.IDAgent.Doc(), idSchema(protocol.IDAgent)
+			case "q":
+				p["schema"] = map[string]any{"type": "string", "maxLength": protocol.MaxQueryBytes}
+			}
+			params = append(params, p)
 		}
 		if params != nil {
 			op["parameters"] = params
@@ -205,6 +215,11 @@ func buildOpenAPI() ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// idSchema is the JSON Schema of an identifier of kind k.
+func idSchema(k protocol.ID) map[string]any {
+	return map[string]any{"type": "string", "minLength": 1, "maxLength": k.Max, "pattern": k.Pattern()}
 }
 
 func (g *Gateway) httpOpenAPI(w http.ResponseWriter, r *http.Request) {

@@ -30,7 +30,7 @@ const (
 func checkImport(e *memory.Entry, now time.Time) error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if err := protocol.CheckToken("agent", e.Agent); err != nil {
+	if err := protocol.IDAgent.Check(e.Agent); err != nil {
 		bad("%v", err)
 	}
 	if len(e.Text) > retrieve.MaxGuidelineChars {
@@ -71,14 +71,16 @@ func checkImport(e *memory.Entry, now time.Time) error {
 	if e.Tier != protocol.TierTactical && e.Tier != protocol.TierStrategic {
 		bad("tier must be tactical or strategic, got %q", e.Tier)
 	}
-	if e.ID != "" && !protocol.ValidToken(e.ID) {
-		bad("id %q may hold only letters, digits, '-' and '_'", e.ID)
+	if e.ID != "" {
+		if err := protocol.IDMemory.Check(e.ID); err != nil {
+			bad("%v", err)
+		}
 	}
 	if len(e.Tools) > maxImportTools {
 		bad("%d tools, at most %d", len(e.Tools), maxImportTools)
 	}
 	for _, t := range e.Tools {
-		if err := protocol.CheckToken("tool", t); err != nil {
+		if err := protocol.IDTool.Check(t); err != nil {
 			bad("tools: %v", err)
 			break
 		}
@@ -87,8 +89,8 @@ func checkImport(e *memory.Entry, now time.Time) error {
 		bad("%d sessions, at most %d", len(e.Sessions), maxImportSessions)
 	}
 	for _, s := range e.Sessions {
-		if !protocol.ValidToken(s) {
-			bad("sessions: bad session id %q", s)
+		if err := protocol.IDSession.Check(s); err != nil {
+			bad("sessions: %v", err)
 			break
 		}
 	}
@@ -121,8 +123,8 @@ func checkImport(e *memory.Entry, now time.Time) error {
 		e.Status = memory.StatusActive
 	case memory.StatusActive, memory.StatusRetired, memory.StatusQuarantined:
 	case memory.StatusSuperseded:
-		if !protocol.ValidToken(e.SupersededBy) {
-			bad("a superseded entry needs superseded_by (an entry id), got %q", e.SupersededBy)
+		if err := protocol.IDMemory.Check(e.SupersededBy); err != nil {
+			bad("a superseded entry needs superseded_by, an entry id: %v", err)
 		}
 	default:
 		bad("status must be active, superseded, retired or quarantined, got %q", e.Status)
@@ -164,7 +166,7 @@ func checkSkill(k *protocol.SkillBody) error {
 		return fmt.Errorf("skill maturity must be %s or %s, got %q", protocol.SkillCandidate, protocol.SkillMature, k.Maturity)
 	}
 	for i, st := range k.Steps {
-		if st.Tool != "" && !protocol.ValidToken(st.Tool) {
+		if st.Tool != "" && !protocol.IDTool.Valid(st.Tool) {
 			return fmt.Errorf("skill step %d: tool %q is not a tool name", i+1, st.Tool)
 		}
 		if st.Text == "" || len(st.Text) > protocol.MaxSkillStepChars {

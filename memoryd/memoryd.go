@@ -211,8 +211,14 @@ func (s *server) handler(ctx context.Context, op string, h func(context.Context,
 			defer cancel()
 			rep, err := h(rctx, req.Data())
 			if err != nil {
-				s.log.Warn("bad request", "op", op, "err", err)
-				_ = req.Error("400", err.Error(), nil)
+				// A request refused as it is: 400, or 413 for an id over its length (the
+				// caller's ids never reach a key).
+				code := protocol.CodeBadRequest
+				if c := protocol.CodeOf(err); c != protocol.CodeInternal {
+					code = c
+				}
+				s.log.Warn("bad request", "op", op, "code", code, "err", err)
+				_ = req.Error(code.ServiceCode(), err.Error(), nil)
 				return
 			}
 			data, err := protocol.Marshal(rep)
@@ -225,7 +231,9 @@ func (s *server) handler(ctx context.Context, op string, h func(context.Context,
 	}
 }
 
-func decode(data []byte, m protocol.Message) error { return protocol.Unmarshal(data, m) }
+// decode reads a request and checks its ids: each may become a key of the store, and one
+// longer than the server accepts would cost memoryd its connection.
+func decode(data []byte, m protocol.Message) error { return protocol.UnmarshalChecked(data, m) }
 
 func (s *server) staleErr() string {
 	s.mu.RLock()
@@ -294,6 +302,9 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 	var req protocol.MemoryInspectRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
+	}
+	if len(req.Query) > protocol.MaxQueryBytes {
+		return nil, protocol.Errorf(protocol.CodeTooLarge, "query is %d bytes long; at most %d", len(req.Query), protocol.MaxQueryBytes)
 	}
 	rep := &protocol.MemoryInspectReply{Model: s.emb.Model(), At: time.Now().UTC(), Counts: []protocol.MemoryCount{}}
 	kind := req.Kind
@@ -435,7 +446,9 @@ func (s *server) get(ctx context.Context, data []byte) (protocol.Message, error)
 
 func (s *server) importEntries(ctx context.Context, data []byte) (protocol.Message, error) {
 	var req protocol.MemoryImportRequest
-	if err := decode(data, &req); err != nil {
+	// Each entry's ids are checked on their own (checkImport), so one bad entry is reported
+	// and skipped rather than refusing the whole file.
+	if err := protocol.Unmarshal(data, &req); err != nil {
 		return nil, err
 	}
 	if e := s.staleErr(); e != "" {
@@ -575,7 +588,8 @@ func (s *server) migrate(ctx context.Context, _ []byte) (protocol.Message, error
 }
 
 func (s *server) health(ctx context.Context, _ []byte) (protocol.Message, error) {
-	rep := &protocol.MemoryHealthReply{OK: true, Store: storeKind(s.d.Config.Memory), Model: s.emb.Model(), Dim: s.emb.Dim()}
+	rep := &protocol.MemoryHealthReply{OK: true, Store: storeKind(s.d.Config.Memory), Model: s.emb.Model(), Dim: s.emb.Dim(),
+		Storage: s.d.Conn.Storage(ctx, s.d.Names, false).State}
 	if e := s.staleErr(); e != "" {
 		rep.OK, rep.Error = false, e
 	}

@@ -67,17 +67,17 @@ func NoteKey(text string) string {
 }
 
 func checkRemember(req *protocol.RememberRequest) error {
-	if err := protocol.CheckToken("agent", req.Agent); err != nil {
+	if err := protocol.IDAgent.Check(req.Agent); err != nil {
 		return fmt.Errorf("remember: %w", err)
 	}
-	if !protocol.ValidToken(req.SessionID) {
-		return fmt.Errorf("remember: session id %q is not a token", req.SessionID)
+	if err := protocol.IDSession.Check(req.SessionID); err != nil {
+		return fmt.Errorf("remember: %w", err)
 	}
 	switch req.Source {
 	case protocol.SourceRemembered:
 		req.SourceAgent = ""
 	case protocol.SourceSubagent:
-		if err := protocol.CheckToken("source agent", req.SourceAgent); err != nil {
+		if err := protocol.IDAgent.Check(req.SourceAgent); err != nil {
 			return fmt.Errorf("remember: %w", err)
 		}
 	default:

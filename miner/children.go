@@ -45,7 +45,7 @@ func readChildren(ctx context.Context, js jetstream.JetStream, names protocol.Na
 		var child struct {
 			SessionID string `json:"session_id"`
 		}
-		if json.Unmarshal(c.Result.Result, &child) != nil || !protocol.ValidToken(child.SessionID) {
+		if json.Unmarshal(c.Result.Result, &child) != nil || !protocol.IDSession.Valid(child.SessionID) {
 			continue
 		}
 		read++

@@ -100,11 +100,11 @@ func ParseSession(session string, events []protocol.Event) Session {
 				s.Agent = ev.Agent
 			}
 			s.Task = ev.Task
-			if p := ev.Attrs["parent"]; protocol.ValidToken(p) {
+			if p := ev.Attrs["parent"]; protocol.IDSession.Valid(p) {
 				s.Parent = p
 			}
 		case protocol.EvStepStarted:
-			if m := ev.Attrs[protocol.AttrMemory]; m != "" && protocol.ValidToken(m) {
+			if m := ev.Attrs[protocol.AttrMemory]; m != "" && protocol.IDAgent.Valid(m) {
 				s.Memory = m
 			}
 			if !slices.ContainsFunc(s.Steps, func(r StepRun) bool { return r.ID == ev.StepID }) {
@@ -146,7 +146,7 @@ func ParseSession(session string, events []protocol.Event) Session {
 				}
 			}
 		case protocol.EvDecision:
-			if p := ev.Attrs["previous"]; p != "" && protocol.ValidToken(p) {
+			if p := ev.Attrs["previous"]; p != "" && protocol.IDSession.Valid(p) {
 				s.Previous = p
 			}
 		case protocol.EvUsage:

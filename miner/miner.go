@@ -162,7 +162,7 @@ var errBadSession = errors.New("invalid session id")
 // Running it again for the same session changes no counts.
 func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 	d.defaults()
-	if err := protocol.CheckToken("session id", session); err != nil {
+	if err := protocol.IDSession.Check(session); err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadSession, err)
 	}
 	events, err := trace.Read(ctx, d.Conn.JS, d.Names, session)

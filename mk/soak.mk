@@ -1,19 +1,27 @@
 # Soak: continuous short sessions against one `skein up` (scripted model, compiled sum tool,
-# memory and miner on) for SOAK_DURATION; reports sessions/s, p50/p99 and live heap per minute,
-# consumers per stream, goroutines, RSS, CPU per role and what each stream stores
-# (e2e/soak_test.go). Not part of `make test`.
-#   make soak                      10 minutes, 4 sessions in flight
+# memory and miner on) for SOAK_DURATION; reports sessions/s and p50/p99 per minute, every 20 s
+# the live heap by holder (the NATS server and parts of it, each role) and the RSS, consumers
+# per stream, goroutines, CPU per role and what each stream stores (e2e/soak_test.go). Every
+# per-session record is kept SOAK_RETENTION (stream max_age, TTLs, dedup window); after a
+# warm-up of the retention plus 2 minutes (at least half the run), the heap, the RSS and each
+# holder must stay within 10% of their level then. Not part of `make test`.
+#   make soak                          10 minutes, 4 sessions in flight, 2-minute retention
+#   make soak SOAK_DURATION=30m        the long run docs/benchmarks.md records
 #   make soak SOAK_DURATION=2m SOAK_WORKERS=8
-# SKEIN_SOAK_HEAP_PROFILE=PATH also saves heap profiles at start (PATH.start) and end (PATH).
-# SKEIN_SOAK_RETENTION=2m keeps every per-session record 2 minutes (stream max_age, TTLs, dedup
-# window), to show memory levelling off once retention removes as much as arrives.
+#   make soak SOAK_RETENTION=default   the mesh's own retention (days): memory grows with
+#                                      every session retained, so flatness is not checked
+# SKEIN_SOAK_HEAP_PROFILE=PATH also saves heap profiles at start (PATH.start) and end (PATH);
+# SKEIN_SOAK_WARMUP and SKEIN_SOAK_SAMPLE change the warm-up and the sampling interval;
+# SKEIN_SOAK_RATE=N paces the run at N sessions/s, so that memory is compared at the same load
+# on a machine whose load changes (the workers must keep up with it).
 
-SOAK_DURATION ?= 10m
-SOAK_WORKERS  ?= 4
+SOAK_DURATION  ?= 10m
+SOAK_WORKERS   ?= 4
+SOAK_RETENTION ?= 2m
 
 .PHONY: soak
 soak: build tools-examples
-	cd e2e && SKEIN_SOAK_WORKERS=$(SOAK_WORKERS) $(GO) test -count=1 -v -run '^TestSoak$$' \
+	cd e2e && SKEIN_SOAK_WORKERS=$(SOAK_WORKERS) SKEIN_SOAK_RETENTION=$(SOAK_RETENTION) $(GO) test -count=1 -v -run '^TestSoak$$' \
 		-timeout 60m . -soak.duration=$(SOAK_DURATION)
 
 # Per-call overhead of a sequential tool call on the mesh vs a bare NATS request/reply between

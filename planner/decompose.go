@@ -25,9 +25,6 @@ const (
 // defaultMaxItems bounds a plan when planner.max_items is unset.
 const defaultMaxItems = 8
 
-// maxStepIDLen keeps step ids short: they go into WORK Msg-Ids and every trace line.
-const maxStepIDLen = 32
-
 // SystemMarker starts the planner's system prompt, so scripted models and trace readers can tell
 // a planning call from an executor's.
 const SystemMarker = "skein-planner:"
@@ -100,11 +97,8 @@ func parsePlan(text string, maxItems int) ([]protocol.PlanStep, error) {
 	plan := make([]protocol.PlanStep, 0, len(doc.Steps))
 	for i, s := range doc.Steps {
 		at := "step " + strconv.Itoa(i+1)
-		if err := protocol.CheckToken(at+" id", s.ID); err != nil {
-			return nil, err
-		}
-		if len(s.ID) > maxStepIDLen {
-			return nil, fmt.Errorf("%s id %q is longer than %d characters", at, s.ID, maxStepIDLen)
+		if err := protocol.IDStep.Check(s.ID); err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
 		}
 		if seen[s.ID] {
 			return nil, fmt.Errorf("%s id %q is used twice", at, s.ID)

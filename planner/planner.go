@@ -36,6 +36,8 @@ type Deps struct {
 	Home   string
 	// ID names this planner in session state (default: host and pid).
 	ID string
+	// Ready, when set, is closed once the planner's consumers are in place.
+	Ready chan<- struct{}
 }
 
 // Planner holds the open buckets and publishers.
@@ -86,8 +88,9 @@ func Run(ctx context.Context, d Deps) error {
 	for _, c := range []struct {
 		kind    string
 		timeout time.Duration
-		fn      func(context.Context, []byte) error
-	}{{bus.KindPlannerTasks, taskTimeout, p.onTask}, {bus.KindPlannerResults, resultTimeout, p.onResult}} {
+		fn      func(context.Context, jetstream.Msg) error
+	}{{bus.KindPlannerTasks, taskTimeout, data(p.onTask)}, {bus.KindPlannerResults, resultTimeout, data(p.onResult)},
+		{bus.KindPlannerDead, resultTimeout, p.onDeadLetter}} {
 		spec, err := bus.Consumers(d.Names, c.kind, "", d.Config.Mesh.AckWaitOrZero())
 		if err != nil {
 			return err
@@ -109,6 +112,9 @@ func Run(ctx context.Context, d Deps) error {
 		return fmt.Errorf("planner: %w", err)
 	}
 	go p.watchUnserved(ctx, agents)
+	if d.Ready != nil {
+		close(d.Ready)
+	}
 	d.Logger.Info("planner ready", "id", d.ID, "mode", p.mode)
 	errs := make(chan error, len(workers))
 	for _, w := range workers {
@@ -159,15 +165,20 @@ type permanent struct{ error }
 
 // handler adapts a message handler to the worker: a permanent error sends the message to the
 // DLQ, any other is retried.
-func handler(fn func(context.Context, []byte) error) worker.Handler {
+func handler(fn func(context.Context, jetstream.Msg) error) worker.Handler {
 	return func(ctx context.Context, m jetstream.Msg) error {
-		err := fn(ctx, m.Data())
+		err := fn(ctx, m)
 		var perm permanent
 		if errors.As(err, &perm) {
 			return worker.Permanent(err)
 		}
 		return err
 	}
+}
+
+// data adapts a handler of a message's body.
+func data(fn func(context.Context, []byte) error) func(context.Context, jetstream.Msg) error {
+	return func(ctx context.Context, m jetstream.Msg) error { return fn(ctx, m.Data()) }
 }
 
 // update applies fn to the session under compare-and-set, retrying when another planner wrote
@@ -208,7 +219,7 @@ func (p *Planner) update(ctx context.Context, id string, fn func(*protocol.Sessi
 
 func (p *Planner) onTask(ctx context.Context, data []byte) error {
 	var t protocol.Task
-	if err := protocol.Unmarshal(data, &t); err != nil {
+	if err := protocol.UnmarshalChecked(data, &t); err != nil {
 		return permanent{fmt.Errorf("undecodable task: %w", err)}
 	}
 	// The model is asked before the compare-and-set, and only while the session is queued; if
@@ -254,8 +265,10 @@ func (p *Planner) onTask(ctx context.Context, data []byte) error {
 // by a replica that has not yet seen the gateway's write (the session is written before its
 // task is published). A session that stays missing runs out of deliveries into the DLQ.
 func errSessionNotFound(id string) error {
-	return fmt.Errorf("session %s not found (yet)", id)
+	return fmt.Errorf("session %s %w (yet)", id, errNoSession)
 }
+
+var errNoSession = errors.New("not found")
 
 // get reads a session's current state.
 func (p *Planner) get(ctx context.Context, id string) (protocol.Session, error) {
@@ -342,7 +355,7 @@ func (p *Planner) publishReady(ctx context.Context, sess protocol.Session) error
 
 func (p *Planner) onResult(ctx context.Context, data []byte) error {
 	var r protocol.StepResult
-	if err := protocol.Unmarshal(data, &r); err != nil {
+	if err := protocol.UnmarshalChecked(data, &r); err != nil {
 		return permanent{fmt.Errorf("undecodable result: %w", err)}
 	}
 	sess, err := p.update(ctx, r.SessionID, func(s *protocol.Session) (bool, error) {

@@ -125,7 +125,7 @@ func (x *Host) addAgentEndpoints(ctx context.Context, d Deps, agents []string, t
 		wait = DefaultAgentWait
 	}
 	for _, name := range agents {
-		if err := protocol.CheckToken("agent name (tools.agents)", name); err != nil {
+		if err := protocol.IDAgent.Check(name); err != nil {
 			return err
 		}
 		if taken[name] {
@@ -232,10 +232,12 @@ func (h *handler) serveAgent(a *agentTool, r micro.Request) {
 	}
 	h.inflight.Add(1)
 	h.mu.Unlock()
+	stopProgress := h.progress(r)
 	go func() {
 		defer h.inflight.Done()
 		out := a.call(h, data)
 		out.Host, out.LatencyMS = h.host, time.Since(start).Milliseconds()
+		stopProgress()
 		h.respond(reply, a.name, &out)
 	}()
 }
@@ -247,7 +249,7 @@ func toolFailure(kind, format string, args ...any) protocol.ToolReply {
 // call submits the child session and follows it to its end.
 func (a *agentTool) call(h *handler, data []byte) protocol.ToolReply {
 	var req protocol.ToolRequest
-	if err := protocol.Unmarshal(data, &req); err != nil {
+	if err := protocol.UnmarshalChecked(data, &req); err != nil {
 		return toolFailure(protocol.ToolErrBadArgs, "malformed tool request for %s: %v", a.name, err)
 	}
 	// The calling session's cancel ends the wait; the gateway cancels the child down the lineage.

@@ -19,9 +19,20 @@ import (
 )
 
 // callLease is how long a running record holds off repeats without being renewed: the host
-// running the call renews it every third of it, so a repeat takes over seconds after that host
-// died, not after the tool's whole time limit.
-var callLease = 10 * time.Second
+// running the call renews it every third of it, so a repeat (the caller asks again after
+// protocol.CallSilence without progress) takes over within seconds of that host's death, not
+// after the tool's whole time limit.
+var callLease = 3 * time.Second
+
+// takeoverConfirm is how long a repeat must see one lapsed running record unchanged before it
+// takes the call over. A lapse alone does not prove the host dead: while the bucket's stream
+// elects a leader nobody can write, the live host's renewals included, and at the end of the
+// election the first write wins. The live host renews again within renewRetry of the stream's
+// return, well inside this window, so a repeat does not run a call that is still running.
+var takeoverConfirm = 750 * time.Millisecond
+
+// renewRetry is how soon a renewal that failed is tried again.
+const renewRetry = 200 * time.Millisecond
 
 // ledger makes tool calls happen once per call id: it records each call's result in the tool
 // calls bucket, answers a repeat from the record, and lets a repeat that arrives while the
@@ -45,11 +56,13 @@ type prepared struct {
 	close func()
 }
 
-// claimed is what claiming a call found.
+// claimed is what claiming a call found: our claim's revision (prev nil), or the record there
+// and its revision; lapsed when that record is a run whose lease ran out.
 type claimed struct {
-	rev  uint64
-	prev *protocol.ToolCallRecord
-	err  error
+	rev    uint64
+	prev   *protocol.ToolCallRecord
+	lapsed bool
+	err    error
 }
 
 // once runs the call described by req, unless its id was run before (the recorded reply is
@@ -76,14 +89,27 @@ func (l *ledger) once(ctx context.Context, req protocol.ToolRequest, lease time.
 	}
 	hash := protocol.ArgsHash(req.Tool, req.Args)
 	first := make(chan claimed, 1)
-	go func() {
-		rev, prev, err := l.claim(ctx, req, hash, lease)
-		first <- claimed{rev, prev, err}
-	}()
+	go func() { first <- l.claim(ctx, req, hash, lease, 0) }()
 	p := prepare()
 	defer p.close()
 	c := <-first
+	// A lapsed record is taken over once it has been seen lapsed, at the same revision, for
+	// takeoverConfirm (see there).
+	var lapsedRev uint64
+	var lapsedSince time.Time
 	for {
+		if c.err == nil && c.prev != nil && c.lapsed {
+			if c.rev != lapsedRev {
+				lapsedRev, lapsedSince = c.rev, time.Now()
+				l.log.Debug("lease lapsed; taking the call over unless its host renews it", "call", req.CallID,
+					"host", c.prev.Host, "within", takeoverConfirm)
+			}
+			if time.Since(lapsedSince) >= takeoverConfirm {
+				l.log.Warn("taking over a call whose host did not renew its lease", "call", req.CallID, "host", c.prev.Host)
+				c = l.claim(ctx, req, hash, lease, c.rev)
+				continue
+			}
+		}
 		switch {
 		case c.err != nil:
 			// Without the record the call could run twice; refusing is the safe side, and the
@@ -110,7 +136,11 @@ func (l *ledger) once(ctx context.Context, req protocol.ToolRequest, lease time.
 			return
 		}
 		// Running elsewhere (or here, on another goroutine): wait for it, then look again.
-		if out, ok := l.await(ctx, req, hash); ok {
+		seen := uint64(0)
+		if c.lapsed {
+			seen = c.rev
+		}
+		if out, ok := l.await(ctx, req, hash, seen); ok {
 			respond(out)
 			return
 		}
@@ -119,20 +149,21 @@ func (l *ledger) once(ctx context.Context, req protocol.ToolRequest, lease time.
 				Error: fmt.Sprintf("toolhost %s is shutting down while call %s runs elsewhere; call again", l.host, req.CallID)}})
 			return
 		}
-		c.rev, c.prev, c.err = l.claim(ctx, req, hash, lease)
+		c = l.claim(ctx, req, hash, lease, 0)
 	}
 }
 
-// claim writes a running record for the call unless one exists. It returns the revision of
-// the claim (prev nil), or the record found (prev set). An abandoned running record, or one
-// left by a different call that reused the id, is taken over.
-func (l *ledger) claim(ctx context.Context, req protocol.ToolRequest, hash string, lease time.Duration) (uint64, *protocol.ToolCallRecord, error) {
+// claim writes a running record for the call unless one exists, and returns what it found (see
+// claimed). A record left by a different call that reused the id, or one that cannot be read, is
+// taken over at once; a running record whose lease lapsed is taken over only when takeover is its
+// revision (the caller has seen it lapsed long enough), else it is returned, lapsed.
+func (l *ledger) claim(ctx context.Context, req protocol.ToolRequest, hash string, lease time.Duration, takeover uint64) claimed {
 	now := time.Now().UTC()
 	rec := protocol.ToolCallRecord{CallID: req.CallID, Tool: req.Tool, ArgsHash: hash, State: protocol.CallRunning,
 		Host: l.host, Started: now, LeaseUntil: now.Add(lease)}
 	data, err := protocol.Marshal(&rec)
 	if err != nil {
-		return 0, nil, err
+		return claimed{err: err}
 	}
 	// A server of the cluster dying leaves the bucket's stream without a leader for a few
 	// seconds; the record is written once it has one again, rather than the call refused.
@@ -141,39 +172,40 @@ func (l *ledger) claim(ctx context.Context, req protocol.ToolRequest, hash strin
 	var rev uint64
 	err = bus.WhileNoLeader(kctx, func() (err error) { rev, err = l.kv.Create(kctx, req.CallID, data); return err })
 	if err == nil {
-		return rev, nil, nil
+		return claimed{rev: rev}
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, nil, err
+		return claimed{err: err}
 	}
 	var e jetstream.KeyValueEntry
 	err = bus.WhileNoLeader(kctx, func() (err error) { e, err = l.kv.Get(kctx, req.CallID); return err })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return l.claim(ctx, req, hash, lease) // expired between the two calls
+		return l.claim(ctx, req, hash, lease, 0) // expired between the two calls
 	}
 	if err != nil {
-		return 0, nil, err
+		return claimed{err: err}
 	}
 	var prev protocol.ToolCallRecord
-	if err := protocol.Unmarshal(e.Value(), &prev); err != nil {
+	switch err := protocol.Unmarshal(e.Value(), &prev); {
+	case err != nil:
 		l.log.Warn("unreadable tool call record; running the call again", "call", req.CallID, "err", err)
-	} else if prev.ArgsHash == hash && (prev.State == protocol.CallDone || now.Before(prev.LeaseUntil)) {
-		return 0, &prev, nil
-	} else if prev.ArgsHash != hash {
+	case prev.ArgsHash != hash:
 		l.log.Warn("call id reused for a different call (the model asked for something else on a redelivered step); running it",
 			"call", req.CallID, "tool", req.Tool, "recorded_tool", prev.Tool)
-	} else {
-		l.log.Warn("taking over a call whose host did not finish it in time", "call", req.CallID, "host", prev.Host)
+	case prev.State == protocol.CallDone || now.Before(prev.LeaseUntil):
+		return claimed{rev: e.Revision(), prev: &prev}
+	case e.Revision() != takeover:
+		return claimed{rev: e.Revision(), prev: &prev, lapsed: true}
 	}
 	err = bus.WhileNoLeader(kctx, func() (err error) { rev, err = l.kv.Update(kctx, req.CallID, data, e.Revision()); return err })
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return l.claim(ctx, req, hash, lease) // someone else took it over first
+			return l.claim(ctx, req, hash, lease, 0) // renewed, finished or taken over meanwhile
 		}
-		return 0, nil, err
+		return claimed{err: err}
 	}
-	return rev, nil, nil
+	return claimed{rev: rev}
 }
 
 // renewal is the revision of a running record, shared by the renewer and finish.
@@ -205,12 +237,20 @@ func (l *ledger) renew(req protocol.ToolRequest, hash string, lease time.Duratio
 		ctx, cancel := context.WithTimeout(context.Background(), lease/3)
 		rev, err := l.kv.Update(ctx, req.CallID, data, r.rev)
 		cancel()
-		if err != nil {
-			l.log.Warn("tool call lease not renewed", "call", req.CallID, "err", err)
-			return
+		var apiErr *jetstream.APIError
+		switch {
+		case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+			// Taken over: another host runs the call now, and its record wins (see confirm).
+			l.log.Warn("tool call taken over by another host while it ran here", "call", req.CallID)
+		case err != nil:
+			// No leader, a lost connection: keep trying, so the lease is renewed as soon as the
+			// stream answers again, before a repeat has seen it lapsed for takeoverConfirm.
+			l.log.Warn("tool call lease not renewed; trying again", "call", req.CallID, "err", err)
+			t.Reset(renewRetry)
+		default:
+			r.rev = rev
+			t.Reset(lease / 3)
 		}
-		r.rev = rev
-		t.Reset(lease / 3)
 	}
 	mu.Lock()
 	t = time.AfterFunc(lease/3, tick)
@@ -289,8 +329,9 @@ func (l *ledger) confirm(req protocol.ToolRequest, r *record) {
 }
 
 // await polls the record until the run it waits for is done (its reply, true), or is
-// abandoned, or the waiter must give up (false: claim again).
-func (l *ledger) await(ctx context.Context, req protocol.ToolRequest, hash string) (protocol.ToolReply, bool) {
+// abandoned, or the waiter must give up (false: claim again). seen is the revision the caller
+// saw lapsed (0: none): while the record stays at it, there is nothing new to wait for.
+func (l *ledger) await(ctx context.Context, req protocol.ToolRequest, hash string, seen uint64) (protocol.ToolReply, bool) {
 	joined := false
 	for {
 		select {
@@ -320,7 +361,7 @@ func (l *ledger) await(ctx context.Context, req protocol.ToolRequest, hash strin
 			out.Replayed = true
 			return out, true
 		}
-		if !time.Now().Before(rec.LeaseUntil) {
+		if !time.Now().Before(rec.LeaseUntil) || e.Revision() == seen {
 			return protocol.ToolReply{}, false
 		}
 	}
@@ -345,7 +386,9 @@ func (l *ledger) attempt(req protocol.ToolRequest, kind, recordedBy string) {
 // callOnce decodes a request, runs it at most once per call id and answers it.
 func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time, respond func(protocol.ToolReply)) {
 	var req protocol.ToolRequest
-	if err := protocol.Unmarshal(data, &req); err != nil {
+	// The call id becomes a key of the call ledger and the session id a trace subject: both
+	// are checked, since one longer than the server accepts would cost the toolhost its connection.
+	if err := protocol.UnmarshalChecked(data, &req); err != nil {
 		respond(protocol.ToolReply{Host: h.host, LatencyMS: time.Since(start).Milliseconds(), ToolResult: protocol.ToolResult{
 			Kind: protocol.ToolErrBadArgs, Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}})
 		return

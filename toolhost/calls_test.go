@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -30,16 +34,14 @@ type effectLine struct {
 func effectHost(t *testing.T, m *bustest.Mesh, ids ...string) string {
 	t.Helper()
 	devtest.NeedProgram(t, "python3")
-	// Tools run as nobody when the tests run as root: the log's folder must be theirs to write.
-	dir, err := os.MkdirTemp("", "skein-toolhost-test-")
-	if err != nil {
+	// Each call runs as a uid of its own when the tests run as root: the log is everyone's.
+	log := filepath.Join(devtest.SharedDir(t), "effects.jsonl")
+	if err := os.WriteFile(log, nil, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o777); err != nil {
+	if err := os.Chmod(log, 0o666); err != nil { // whatever the umask
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	log := filepath.Join(dir, "effects.jsonl")
 	t.Setenv("EFFECT_LOG", log)
 	cfg := config.Default()
 	cfg.Tools.ManifestDirs = []string{filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")}
@@ -215,5 +217,62 @@ func TestRepeatOfACallWhoseHostDiedRunsIt(t *testing.T) {
 	}
 	if n := len(readEffects(t, log)); n != 1 {
 		t.Fatalf("%d runs, want 1", n)
+	}
+}
+
+// A request that asks for progress hears from the toolhost holding it every
+// protocol.CallProgressEvery until its reply, and nothing after; one that does not ask gets only
+// the reply.
+func TestAToolhostSaysItHoldsACallUntilItAnswers(t *testing.T) {
+	m := bustest.Start(t)
+	effectHost(t, m, "host-a")
+	waitServed(t, m, "effect")
+	args, _ := json.Marshal(map[string]any{"note": "slow", "seconds": 1.5})
+	for _, asks := range []bool{true, false} {
+		data, err := protocol.Marshal(&protocol.ToolRequest{SessionID: "s-progress", StepID: "s1", Tool: "effect", Args: args,
+			CallID: protocol.ToolCallID("s-progress", "s1", 1, map[bool]int{true: 0, false: 1}[asks])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := m.Conn.NC.SubscribeSync(m.Conn.NC.NewInbox())
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := &nats.Msg{Subject: m.Names.Tool("effect"), Reply: sub.Subject, Data: data, Header: nats.Header{}}
+		if asks {
+			msg.Header.Set(protocol.HeaderCallProgress, "1")
+		}
+		if err := m.Conn.NC.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+		beats := 0
+		for {
+			got, err := sub.NextMsg(30 * time.Second)
+			if err != nil {
+				t.Fatalf("waiting for the reply: %v", err)
+			}
+			if len(got.Data) == 0 && got.Header.Get(protocol.HeaderCallProgress) == "running" {
+				beats++
+				continue
+			}
+			var rep protocol.ToolReply
+			if err := protocol.Unmarshal(got.Data, &rep); err != nil || !rep.OK {
+				t.Fatalf("reply %+v (%v)", rep, err)
+			}
+			break
+		}
+		switch {
+		case asks && beats == 0:
+			t.Fatal("no progress from the toolhost during a 1.5 s call that asked for it")
+		case !asks && beats > 0:
+			t.Fatalf("%d progress messages to a request that did not ask for them", beats)
+		}
+		poll.Quiet(t, 3*protocol.CallProgressEvery, "no progress after the reply", func() error {
+			if n, _, _ := sub.Pending(); n > 0 {
+				return fmt.Errorf("%d messages after the reply", n)
+			}
+			return nil
+		})
+		_ = sub.Unsubscribe()
 	}
 }

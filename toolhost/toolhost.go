@@ -51,6 +51,8 @@ type Deps struct {
 	// AgentWait bounds how long a call of an agent in tools.agents waits for the child session
 	// (0: DefaultAgentWait).
 	AgentWait time.Duration
+	// Ready, when set, is closed by Run once every tool is published and answering.
+	Ready chan<- struct{}
 }
 
 // Run serves until ctx ends, then stops the micro service, lets calls in flight finish within
@@ -59,6 +61,9 @@ func Run(ctx context.Context, d Deps) error {
 	h, err := New(ctx, d)
 	if err != nil {
 		return err
+	}
+	if d.Ready != nil {
+		close(d.Ready)
 	}
 	return h.Serve(ctx)
 }
@@ -136,6 +141,9 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		if err := h.runner.Check(t); err != nil {
 			log.Warn("tool cannot start yet; calls will fail with cannot_start until this is fixed", "tool", t.Name, "err", err)
 		}
+		if why := h.runner.HostTmpReason(t); why != "" {
+			log.Warn("tool sandbox: "+why, "tool", t.Name)
+		}
 	}
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
 		Name:        protocol.ServiceToolhost,
@@ -183,6 +191,10 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		host.stop()
 		killRunning()
 		return nil, fmt.Errorf("toolhost: tools cannot run: %w", err)
+	}
+	// What this machine cannot confine, one line each with what that leaves open.
+	for _, gap := range h.runner.SandboxGaps() {
+		log.Warn("tool sandbox: " + gap)
 	}
 	// Published last, so that a tool in the catalog is one that answers: executors offer the
 	// catalog's tools to the model, and a caller that read it finds the endpoint there.
@@ -275,6 +287,7 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 	}
 	h.inflight.Add(1)
 	h.mu.Unlock()
+	stopProgress := h.progress(r)
 	queued := false
 	select {
 	case h.slots <- struct{}{}:
@@ -284,6 +297,7 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 			queued = true
 		default:
 			h.inflight.Done()
+			stopProgress()
 			h.respond(reply, t.Name, &protocol.ToolReply{Host: h.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrBusy,
 				Error: fmt.Sprintf("toolhost %s is running %d tools with %d calls waiting; call %s again", h.host, cap(h.slots), cap(h.waiting), t.Name)}})
 			return
@@ -291,18 +305,52 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 	}
 	go func() {
 		defer h.inflight.Done()
+		defer stopProgress() // a path that never answered still stops saying it will
 		if queued {
 			select {
 			case h.slots <- struct{}{}:
 				<-h.waiting
 			case <-h.ctx.Done():
 				<-h.waiting
+				stopProgress()
 				return
 			}
 		}
 		defer func() { <-h.slots }()
-		h.callOnce(t, data, start, func(out protocol.ToolReply) { h.respond(reply, t.Name, &out) })
+		h.callOnce(t, data, start, func(out protocol.ToolReply) {
+			stopProgress()
+			h.respond(reply, t.Name, &out)
+		})
 	}()
+}
+
+// progress says "still running" on reply every protocol.CallProgressEvery until the returned
+// stop is called, when the caller asked for it (HeaderCallProgress): a caller that stops hearing
+// it asks again, and the host that gets the repeat takes the call over from a dead host.
+func (h *handler) progress(r micro.Request) (stop func()) {
+	reply := r.Reply()
+	if reply == "" || r.Headers().Get(protocol.HeaderCallProgress) == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(protocol.CallProgressEvery)
+		defer t.Stop()
+		beat := &nats.Msg{Subject: reply, Header: nats.Header{protocol.HeaderCallProgress: []string{"running"}}}
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = h.nc.PublishMsg(beat)
+			}
+		}
+	}()
+	// Stopping waits for the beat goroutine, so no beat follows the reply.
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-finished }) }
 }
 
 func (h *handler) call(t *tools.Tool, req protocol.ToolRequest, p *tools.Prepared) (res protocol.ToolResult) {
@@ -413,8 +461,9 @@ func (h *handler) admit(req protocol.ToolRequest) (context.Context, func(), *pro
 // sandboxOf maps tools.sandbox of the config onto the runner's sandbox.
 func sandboxOf(c config.ToolSandbox) tools.Sandbox {
 	return tools.Sandbox{
-		Limits:     tools.Limits{CPUSeconds: c.CPUSeconds, AddressSpaceMB: c.AddressSpaceMB, OpenFiles: c.OpenFiles, Processes: c.Processes},
+		Limits:     tools.Limits{CPUSeconds: c.CPUSeconds, AddressSpaceMB: c.AddressSpaceMB, OpenFiles: c.OpenFiles, Processes: c.Processes, ShmMB: c.ShmMB},
 		RunAs:      c.RunAs,
+		UIDs:       c.UIDs,
 		Cgroup:     c.Cgroup,
 		Start:      c.Start,
 		Trampoline: c.Trampoline,

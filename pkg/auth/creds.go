@@ -15,10 +15,12 @@ import (
 // Credentials are nkeys: each identity holds an ed25519 seed and the server holds only the
 // public keys. A connection proves its identity by signing the server's nonce, so nothing that
 // could be replayed ever crosses the wire (unlike a password), the server's configuration holds
-// no secret, and the files are the ones the nats CLI and nsc already know.
+// no secret, and the files are the ones the nats CLI, nats-py and nsc already know: a file holds
+// the seed alone, on one line, as `nk -gen user` writes it (nats-py reads nothing else).
 
-// identityHeader is the first line of a credentials file skein writes; it names the identity so
-// a process knows which inbox prefix its permissions allow.
+// identityHeader is the first line of the credentials files older versions wrote (three comment
+// lines above the seed). Such files are still read; the identity they name wins over the name
+// of the file.
 const identityHeader = "# skein identity: "
 
 // File is the credentials file of id in dir.
@@ -67,8 +69,9 @@ func generate(path string, id Identity) (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	body := fmt.Sprintf("%s%s\n# public key: %s\n# Keep this file private. A process uses it with --creds FILE, $SKEIN_CREDS or mesh.creds_file.\n%s\n",
-		identityHeader, id, pk, seed)
+	// The seed alone: the identity is the file's name (<identity>.nk), so nothing else is needed
+	// and every NATS client reads the file as it is.
+	body := string(seed) + "\n"
 	// O_EXCL: two meshes starting on one home must not write two different keys for one identity.
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -89,7 +92,8 @@ func generate(path string, id Identity) (*Key, error) {
 
 // Key is what a credentials file holds, without the seed.
 type Key struct {
-	// Identity is the skein identity the file names ("" for a file skein did not write).
+	// Identity is the skein identity of the file: the one an older file's header names, else
+	// the one its name is (<identity>.nk); "" when neither says.
 	Identity Identity
 	Public   string
 	Path     string
@@ -97,8 +101,9 @@ type Key struct {
 	JWT bool
 }
 
-// Load reads a credentials file: an nkey seed file (what skein writes, `nk -gen user`) or a NATS
-// user .creds file (JWT and seed, from nsc). It refuses a file others can read.
+// Load reads a credentials file: an nkey seed file (what skein writes, `nk -gen user`; older
+// skein files with comment lines above the seed too) or a NATS user .creds file (JWT and seed,
+// from nsc). It refuses a file others can read.
 func Load(path string) (*Key, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -119,6 +124,9 @@ func Load(path string) (*Key, error) {
 			break
 		}
 	}
+	if k.Identity == "" {
+		k.Identity = identityOfFile(path)
+	}
 	kp, err := nkeys.ParseDecoratedNKey(data)
 	if err != nil {
 		return nil, fmt.Errorf("credentials file %s: no nkey seed in it: %w", path, err)
@@ -128,6 +136,15 @@ func Load(path string) (*Key, error) {
 		return nil, fmt.Errorf("credentials file %s: %w", path, err)
 	}
 	return k, nil
+}
+
+// identityOfFile is the identity a credentials file's name is (<identity>.nk), or "".
+func identityOfFile(path string) Identity {
+	name, ok := strings.CutSuffix(filepath.Base(path), ".nk")
+	if id := Identity(name); ok && id.Valid() {
+		return id
+	}
+	return ""
 }
 
 // Source is where a process looks for its credentials, first match wins.

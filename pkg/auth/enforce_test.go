@@ -335,3 +335,73 @@ func TestMatrixIsEnforced(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRepliesOutliveTheResponseGrant checks on a real server that every server of the matrix
+// answers each of its callers, the admin included, without its one-reply grant
+// (allow_responses), which lasts only auth.ResponseTTL: a second answer to the same request, which
+// the spent grant does not carry, reaches the caller too. So does an answer sent after the grant
+// expired (a long tool, an agent called as a tool, a memory migration).
+func TestRepliesOutliveTheResponseGrant(t *testing.T) {
+	m := startMesh(t)
+	conns := map[auth.Identity]*conn{}
+	dial := func(id auth.Identity) *conn {
+		if conns[id] == nil {
+			conns[id] = m.dial(t, id)
+		}
+		return conns[id]
+	}
+	for _, r := range auth.Matrix {
+		if r.Kind != auth.KindSubject {
+			continue
+		}
+		for server, a := range r.Grants {
+			if a&auth.Serve == 0 {
+				continue
+			}
+			subject := concrete(r.Subject(m.names))
+			srv := dial(server)
+			sub, err := srv.NC.Subscribe(subject, func(msg *nats.Msg) {
+				_ = msg.Respond([]byte("first"))
+				_ = msg.Respond([]byte("second"))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.NC.Flush(); err != nil { // the server knows of the subscription
+				t.Fatal(err)
+			}
+			callers := []auth.Identity{auth.Admin}
+			for c, ca := range r.Grants {
+				if ca&auth.Call != 0 {
+					callers = append(callers, c)
+				}
+			}
+			for _, caller := range callers {
+				c := dial(caller)
+				inbox := c.NC.NewInbox()
+				answers, err := c.NC.SubscribeSync(inbox)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.NC.PublishRequest(subject, inbox, []byte("ping")); err != nil {
+					t.Fatal(err)
+				}
+				for _, want := range []string{"first", "second"} {
+					if msg, err := answers.NextMsg(10 * time.Second); err != nil {
+						t.Errorf("%s serving %s: %s's %s answer: %v", server, subject, caller, want, err)
+					} else if string(msg.Data) != want {
+						t.Errorf("%s serving %s: %s got %q, want %q", server, subject, caller, msg.Data, want)
+					}
+				}
+				_ = answers.Unsubscribe()
+			}
+			_ = sub.Unsubscribe()
+			if err := srv.NC.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if last := srv.NC.LastError(); errors.Is(last, nats.ErrPermissionViolation) {
+				t.Errorf("%s serving %s: %v", server, subject, last)
+			}
+		}
+	}
+}

@@ -139,6 +139,9 @@ var Matrix = []Row{
 	memRow(protocol.MemMigrate, "re-embed memory (admin only)"),
 	// The HTTP API (and so the console) retires or evicts single entries behind its bearer token.
 	memRow(protocol.MemRetire, "retire or evict one entry", Gateway),
+	// The process that runs the embedded server (as admin) says whether JetStream can write.
+	{Kind: KindSubject, Base: "storage", Subject: protocol.Names.Storage, Doc: "whether the mesh's store can write (embedded server)",
+		Grants: map[Identity]Access{Planner: Call, Executor: Call, Toolhost: Call, Memoryd: Call, Miner: Call, Gateway: Call, Client: Call}},
 	{Kind: KindSubject, Base: "dlq-advisories", Subject: protocol.Names.MaxDeliveriesAdvisory, Doc: "JetStream max-deliveries advisories (feed the DLQ)",
 		Grants: map[Identity]Access{Gateway: Subscribe}},
 	{Kind: KindSubject, Base: "term-advisories", Subject: protocol.Names.MsgTerminatedAdvisory, Doc: "JetStream terminated-message advisories (feed the DLQ)",
@@ -190,6 +193,7 @@ var Matrix = []Row{
 var Durables = []Durable{
 	{Stream: protocol.StreamTasks, Name: protocol.ConsumerPlanner, Owner: Planner},
 	{Stream: protocol.StreamResults, Name: protocol.ConsumerPlannerResults, Owner: Planner},
+	{Stream: protocol.StreamDLQ, Name: protocol.ConsumerPlannerDead, Owner: Planner},
 	{Stream: protocol.StreamWork, Name: "*", Owner: Executor},
 	{Stream: protocol.StreamTrace, Name: protocol.ConsumerMiner, Owner: Miner},
 	{Stream: protocol.StreamTrace, Name: protocol.ConsumerMirror, Owner: Gateway},
@@ -207,9 +211,15 @@ func memRow(op, doc string, callers ...Identity) Row {
 // waits for them (see Resources).
 func Provisions(id Identity) bool { return id == Admin || id == Gateway }
 
-// ResponseTTL bounds how long a served request may wait for its one reply: an agent called as a
-// tool may run for a long time.
-const ResponseTTL = 6 * time.Hour
+// ResponseTTL bounds the server's one-reply grant (allow_responses) of an identity that serves
+// requests. The server keeps an entry per request delivered with a reply subject the identity may
+// not publish to otherwise (every message of a consumer it reads, a watch included, carries one),
+// for this long unless it is answered: a per-request map that grows with the load for as long as
+// this lasts. The mesh's own replies do not need the grant: a server may always publish into its
+// callers' inboxes, the admin's included (see For), however long the work takes, so the grant is
+// left to requests from outside the matrix (a `$SRV` discovery ping answers at once) and lasts
+// seconds.
+const ResponseTTL = 10 * time.Second
 
 // InboxPrefix is the reply-subject prefix of an identity, so no identity reads another's replies.
 func InboxPrefix(id Identity) string { return "_INBOX." + string(id) }
@@ -272,10 +282,13 @@ func For(id Identity, n protocol.Names) Perms {
 				sub[s] = true
 				sub["$SRV.>"] = true
 				p.Responses = true
-				// The server's response grant lives on the node that delivered the request: a
-				// server that reconnects to another node (its node died) while it works could not
-				// answer. It may therefore always reply into its callers' inboxes, which it could
-				// answer anyway; it never reads them.
+				// The server's response grant lives on the node that delivered the request, and
+				// only for ResponseTTL: a server that reconnects to another node (its node died)
+				// while it works, or works longer than that (an agent called as a tool), could not
+				// answer. It may therefore always reply into its callers' inboxes, the admin's
+				// included (the admin may call anything), which it could answer anyway; it never
+				// reads them.
+				pub[InboxPrefix(Admin)+".>"] = true
 				for c, ca := range r.Grants {
 					if ca&Call != 0 && c != id {
 						pub[InboxPrefix(c)+".>"] = true

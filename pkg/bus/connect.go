@@ -11,12 +11,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/redact"
 )
 
@@ -33,6 +35,49 @@ type Conn struct {
 	dialObjects func(context.Context) (*Conn, error)
 	objMu       sync.Mutex
 	objects     *Conn
+
+	// storage is the last answer of Storage, from storageAt.
+	storageMu sync.Mutex
+	storage   protocol.StorageReply
+	storageAt time.Time
+	// lost is closed when the server closed the connection for good (nats.go reconnects after a
+	// network failure, but not after the server refused what it sent, e.g. a line over its
+	// max_control_line); lostErr says why. closing marks a Close of ours, which is no loss.
+	lost     chan struct{}
+	lostOnce sync.Once
+	lostErr  error
+	closing  atomic.Bool
+}
+
+// Lost is closed when the connection is closed for good by anything but Close: the role using
+// it cannot serve any more and should stop, so that its supervisor starts it again (a role
+// binary exits non-zero: service.Main; `skein up` stops the mesh).
+func (c *Conn) Lost() <-chan struct{} { return c.lost }
+
+// LostErr says why the connection was lost (nil while it is not).
+func (c *Conn) LostErr() error {
+	select {
+	case <-c.lost:
+		return c.lostErr
+	default:
+		return nil
+	}
+}
+
+// closed is the connection's closed handler.
+func (c *Conn) closed(name string, nc *nats.Conn) {
+	if c.closing.Load() {
+		return
+	}
+	c.lostOnce.Do(func() {
+		c.lostErr = nc.LastError()
+		if c.lostErr == nil {
+			c.lostErr = errors.New("closed by the server")
+		}
+		slog.Error("NATS closed this connection and it will not be reconnected; whatever uses it must restart",
+			"connection", name, "err", c.lostErr)
+		close(c.lost)
+	})
 }
 
 // ObjectStores is the JetStream context to open object stores through. It is JS, except on a
@@ -46,6 +91,9 @@ func (c *Conn) ObjectStores(ctx context.Context) (jetstream.JetStream, error) {
 	}
 	c.objMu.Lock()
 	defer c.objMu.Unlock()
+	if c.objects != nil && c.objects.NC.IsClosed() {
+		c.objects = nil // lost (see Lost): dial it again
+	}
 	if c.objects == nil {
 		o, err := c.dialObjects(ctx)
 		if err != nil {
@@ -61,6 +109,7 @@ func (c *Conn) Close() {
 	if c == nil || c.NC == nil {
 		return
 	}
+	c.closing.Store(true)
 	c.objMu.Lock()
 	if c.objects != nil {
 		c.objects.Close()
@@ -99,11 +148,13 @@ func connect(ctx context.Context, url, name string, maxWait time.Duration, do di
 	if err != nil {
 		return nil, err
 	}
+	c := &Conn{lost: make(chan struct{})}
 	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ErrorHandler(errorHandler(name, id)),
+		nats.ClosedHandler(func(nc *nats.Conn) { c.closed(name, nc) }),
 	}, extra...)
 	withCreds := append(slices.Clone(opts), credOpts...)
 	b := backoff.NewExponentialBackOff()
@@ -151,7 +202,7 @@ func connect(ctx context.Context, url, name string, maxWait time.Duration, do di
 		nc.Close()
 		return nil, fmt.Errorf("jetstream on %s: %w", redact.URL(url), err)
 	}
-	c := &Conn{NC: nc, JS: js}
+	c.NC, c.JS = nc, guardedJS{js}
 	if do.inProcess != nil {
 		overSocket := do
 		overSocket.inProcess = nil

@@ -36,7 +36,9 @@ const (
 
 // StartDLQ copies every message that exhausts a consumer's deliveries, or that a consumer
 // terminates, on one of the mesh's streams into the DLQ stream (subject names.DLQ(stream)), with headers naming its origin, until
-// the returned stop is called. It subscribes in a queue group, so several gateways copy each dead
+// the returned stop is called. The mesh's own consumers leave max_deliver unlimited (their
+// worker counts deliveries and writes the dead letter itself, see ConsumerSpec.MaxDeliveries), so
+// the max-deliveries advisory comes from consumers an operator added. It subscribes in a queue group, so several gateways copy each dead
 // letter once.
 func StartDLQ(c *Conn, names protocol.Names, log *slog.Logger) (stop func() error, err error) {
 	ctx := context.Background()

@@ -17,6 +17,7 @@ type Option func(*dialOptions)
 
 type dialOptions struct {
 	creds        string
+	identity     auth.Identity
 	tls          TLSFiles
 	asyncTimeout time.Duration
 	inProcess    nats.InProcessConnProvider
@@ -36,6 +37,10 @@ func WithAsyncPublishTimeout(d time.Duration) Option {
 // WithCreds connects with the credentials file at path (an nkey seed file as skein writes it, or
 // a NATS user .creds file). An empty path connects without credentials.
 func WithCreds(path string) Option { return func(o *dialOptions) { o.creds = path } }
+
+// WithIdentity is the identity the credentials are for when their file does not say (a seed
+// file under a name other than <identity>.nk): replies then come on its inbox prefix.
+func WithIdentity(id auth.Identity) Option { return func(o *dialOptions) { o.identity = id } }
 
 // WithInProcess connects to a server running in this process through memory instead of a
 // socket: the services `skein up` runs beside its embedded server. The connection still
@@ -75,8 +80,10 @@ func (o dialOptions) natsOptions() (creds, opts []nats.Option, id auth.Identity,
 			}
 			creds = append(creds, opt)
 		}
-		if k.Identity != "" {
-			id = k.Identity
+		if id = k.Identity; id == "" && !k.JWT {
+			id = o.identity
+		}
+		if id != "" {
 			// Replies come back on the identity's own inbox prefix, the only one it may read.
 			creds = append(creds, nats.CustomInboxPrefix(auth.InboxPrefix(id)))
 		}

@@ -352,19 +352,33 @@ type ConsumerSpec struct {
 	// Workers is the default size of a process's worker pool for it. A process pulls only as
 	// many messages as it has free workers, so every message it holds is heartbeated.
 	Workers int
+	// MaxDeliveries is how many deliveries a message that keeps failing gets before its worker
+	// moves it to the DLQ. The worker counts them, not the server (Config.MaxDeliver is
+	// unlimited): a server that stops delivering a message once its count is reached would
+	// drop it if its last delivery could not be dead-lettered (a full disk, a process killed
+	// meanwhile); the worker instead dead-letters it on its next delivery.
+	MaxDeliveries int
 }
+
+// unlimited is a consumer's MaxDeliver: the server never gives up on a message (see
+// ConsumerSpec.MaxDeliveries).
+const unlimited = -1
 
 // Consumer kinds (the executor's consumer is one per agent).
 const (
 	KindPlannerTasks   = protocol.ConsumerPlanner
 	KindPlannerResults = protocol.ConsumerPlannerResults
+	KindPlannerDead    = protocol.ConsumerPlannerDead
 	KindMiner          = protocol.ConsumerMiner
 	KindMirror         = protocol.ConsumerMirror
 	KindExecutor       = "executor"
 )
 
-// DefaultAckWait is a consumer's AckWait when mesh.ack_wait is unset.
-const DefaultAckWait = 10 * time.Second
+// DefaultAckWait is a consumer's AckWait when mesh.ack_wait is unset. A process killed while it
+// handles a message has it delivered again within AckWait of its last heartbeat (every third of
+// it), so within 3 s of the kill; a heartbeat may be 2 s late (a loaded machine, a reconnect)
+// before a live process's message is delivered a second time.
+const DefaultAckWait = 3 * time.Second
 
 // Consumers returns the settings of one kind of consumer (agent names the executor's). ackWait
 // is mesh.ack_wait (0: DefaultAckWait); it is short so a crashed process's work comes back in
@@ -376,41 +390,52 @@ func Consumers(n protocol.Names, kind, agent string, ackWait time.Duration) (Con
 	}
 	switch kind {
 	case KindPlannerTasks:
-		return ConsumerSpec{Stream: n.Stream(protocol.StreamTasks), Workers: 8, Config: jetstream.ConsumerConfig{
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamTasks), Workers: 8, MaxDeliveries: 10, Config: jetstream.ConsumerConfig{
 			Durable: protocol.ConsumerPlanner, FilterSubject: n.TaskAll(), Description: "planner: new sessions",
-			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10, MaxAckPending: 1000,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: unlimited, MaxAckPending: 1000,
 		}}, nil
 	case KindPlannerResults:
-		return ConsumerSpec{Stream: n.Stream(protocol.StreamResults), Workers: 8, Config: jetstream.ConsumerConfig{
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamResults), Workers: 8, MaxDeliveries: 10, Config: jetstream.ConsumerConfig{
 			Durable: protocol.ConsumerPlannerResults, FilterSubject: n.ResultAll(), Description: "planner: step results",
-			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10, MaxAckPending: 1000,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: unlimited, MaxAckPending: 1000,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}}, nil
+	case KindPlannerDead:
+		// Every dead letter of a task, a step or a result, old ones included: a session whose
+		// message is in the DLQ moves no more unless the planner ends it (planner/dead.go).
+		// The worker's own dead letters for this consumer go to the DLQ's subject, not read here.
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamDLQ), Workers: 2, MaxDeliveries: 10, Config: jetstream.ConsumerConfig{
+			Durable: protocol.ConsumerPlannerDead, Description: "planner: sessions whose work was dead-lettered",
+			FilterSubjects: []string{n.DLQ(n.Stream(protocol.StreamTasks)), n.DLQ(n.Stream(protocol.StreamWork)), n.DLQ(n.Stream(protocol.StreamResults))},
+			AckPolicy:      jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: unlimited, MaxAckPending: 64,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		}}, nil
 	case KindMiner:
 		// Everything still in the stream is mined once; mining is idempotent, so a first start
 		// on an old stream only costs time. Most trace events are acked at once (only a
 		// session's usage event is mined), so they never keep a worker long.
-		return ConsumerSpec{Stream: n.Stream(protocol.StreamTrace), Workers: 4, Config: jetstream.ConsumerConfig{
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamTrace), Workers: 4, MaxDeliveries: 5, Config: jetstream.ConsumerConfig{
 			Durable: protocol.ConsumerMiner, FilterSubject: n.TraceAll(), Description: "mines finished sessions into guidelines",
-			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5, MaxAckPending: 256,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: unlimited, MaxAckPending: 256,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		}}, nil
 	case KindMirror:
 		// The gateway's copy of the trace into local files: one event at a time keeps each file
 		// in stream order; only events from its first start on (older ones are in the stream).
-		// A write that keeps failing (a full disk) ends in the DLQ, not in a loop.
-		return ConsumerSpec{Stream: n.Stream(protocol.StreamTrace), Workers: 1, Config: jetstream.ConsumerConfig{
+		// A write that keeps failing ends in the DLQ, not in a loop; while the mesh's store is
+		// full (under skein up, the same disk) the worker holds it instead.
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamTrace), Workers: 1, MaxDeliveries: 10, Config: jetstream.ConsumerConfig{
 			Durable: protocol.ConsumerMirror, FilterSubject: n.TraceAll(), Description: "gateway: trace files under the mesh home",
-			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 10, MaxAckPending: 1,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: unlimited, MaxAckPending: 1,
 			DeliverPolicy: jetstream.DeliverNewPolicy,
 		}}, nil
 	case KindExecutor:
-		if err := protocol.CheckToken("agent name", agent); err != nil {
+		if err := protocol.IDAgent.Check(agent); err != nil {
 			return ConsumerSpec{}, err
 		}
-		return ConsumerSpec{Stream: n.Stream(protocol.StreamWork), Workers: 4, Config: jetstream.ConsumerConfig{
+		return ConsumerSpec{Stream: n.Stream(protocol.StreamWork), Workers: 4, MaxDeliveries: 5, Config: jetstream.ConsumerConfig{
 			Durable: n.ExecutorConsumer(agent), FilterSubject: n.Work(agent), Description: "executors of agent " + agent,
-			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5, MaxAckPending: 1000,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: unlimited, MaxAckPending: 1000,
 		}}, nil
 	}
 	return ConsumerSpec{}, fmt.Errorf("no consumer of kind %q", kind)

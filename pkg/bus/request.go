@@ -20,6 +20,9 @@ import (
 // lost, and sending a non-idempotent one again could do its work twice. Any other error is
 // returned at once.
 func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply protocol.Message, perTry time.Duration) error {
+	if err := CheckSubject(subject); err != nil {
+		return fmt.Errorf("request: %w", err)
+	}
 	data, err := protocol.Marshal(req)
 	if err != nil {
 		return err

@@ -152,7 +152,9 @@ type ToolSandbox struct {
 	AddressSpaceMB int    `yaml:"address_space_mb"`
 	OpenFiles      int    `yaml:"open_files"`
 	Processes      int    `yaml:"processes"`
+	ShmMB          int    `yaml:"shm_mb"`
 	RunAs          string `yaml:"run_as"`      // auto | current | a user name or uid
+	UIDs           string `yaml:"uids"`        // first-last: each call's own uid under run_as auto on a root host
 	Cgroup         string `yaml:"cgroup"`      // auto | off
 	Start          string `yaml:"start"`       // auto | trampoline
 	Trampoline     string `yaml:"trampoline"`  // "" = skein-tool-sandbox next to the binary, else the binary itself
@@ -279,10 +281,14 @@ type Mesh struct {
 	// (no executor serves it any more) before a planner ends it failed (a duration, like 5m).
 	QueueTimeout string `yaml:"queue_timeout"`
 	// AckWait is how long a message a role is handling may go without an in-progress heartbeat
-	// before JetStream delivers it again (a duration; empty: 10s). Every consumer uses it.
+	// before JetStream delivers it again (a duration; empty: 3s). Every consumer uses it.
 	AckWait string `yaml:"ack_wait"`
 	// Limits bound every stream and bucket; what is left empty keeps its default.
 	Limits MeshLimits `yaml:"limits"`
+	// StorageReserve is, for the embedded server, the free space (bytes) of its store's disk
+	// under which new sessions are refused (storage_full), so those already accepted have room
+	// to finish; 0: 2% of the disk, between 8 MiB and 1 GiB.
+	StorageReserve int64 `yaml:"storage_reserve"`
 }
 
 // TLS is `mesh.tls:`: CA verifies the server (and, on the embedded server, client

@@ -3,6 +3,7 @@ package config_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -180,6 +181,7 @@ func TestDeployManifestsAreConsistent(t *testing.T) {
 	if servers == 0 {
 		t.Error("k8s/skein.yaml serves no HTTP API (no container runs with --http)")
 	}
+	checkK8sRoles(t, filepath.Join(dir, "k8s", "skein.yaml"), deployments)
 	for _, d := range deployments {
 		for _, v := range d.Spec.Template.Spec.Volumes {
 			cm, ok := configMaps[v.ConfigMap.Name]
@@ -216,7 +218,20 @@ type k8sDeployment struct {
 			Spec struct {
 				Containers []struct {
 					Command []string `yaml:"command"`
-					Env     []struct {
+					Ports   []struct {
+						Name          string `yaml:"name"`
+						ContainerPort int    `yaml:"containerPort"`
+					} `yaml:"ports"`
+					ReadinessProbe k8sProbe `yaml:"readinessProbe"`
+					LivenessProbe  k8sProbe `yaml:"livenessProbe"`
+					Resources      struct {
+						Requests map[string]string `yaml:"requests"`
+						Limits   map[string]string `yaml:"limits"`
+					} `yaml:"resources"`
+					EnvFrom []struct {
+						SecretRef struct{ Name string } `yaml:"secretRef"`
+					} `yaml:"envFrom"`
+					Env []struct {
 						Name      string `yaml:"name"`
 						Value     string `yaml:"value"`
 						ValueFrom struct {
@@ -229,10 +244,120 @@ type k8sDeployment struct {
 				} `yaml:"containers"`
 				Volumes []struct {
 					ConfigMap struct{ Name string } `yaml:"configMap"`
+					Secret    struct {
+						SecretName string `yaml:"secretName"`
+						Items      []struct {
+							Key string `yaml:"key"`
+						} `yaml:"items"`
+					} `yaml:"secret"`
 				} `yaml:"volumes"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
 	} `yaml:"spec"`
+}
+
+type k8sProbe struct {
+	HTTPGet struct {
+		Path string `yaml:"path"`
+		Port any    `yaml:"port"` // a number or a port's name
+	} `yaml:"httpGet"`
+}
+
+// checkK8sRoles: every role runs with its health listener, probed on it (readiness on /readyz,
+// liveness on /livez), with CPU and memory requested and limited; it mounts only its own
+// credentials file; and the manifest's comments show how each Secret it uses is made, the
+// credentials Secret from the roles' files alone (never the folder, which holds admin.nk).
+func checkK8sRoles(t *testing.T, path string, deployments []k8sDeployment) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var comments strings.Builder
+	for _, line := range strings.Split(string(raw), "\n") {
+		if c, ok := strings.CutPrefix(strings.TrimSpace(line), "#"); ok {
+			comments.WriteString(strings.TrimSuffix(strings.TrimSpace(c), "\\") + " ")
+		}
+	}
+	made := map[string][]string{} // Secret → its kubectl create secret arguments
+	for _, cmd := range strings.Split(comments.String(), "kubectl create secret generic ")[1:] {
+		words := strings.Fields(cmd)
+		var args []string
+		for _, w := range words[1:] {
+			if !strings.HasPrefix(w, "--") {
+				break
+			}
+			args = append(args, w)
+		}
+		made[words[0]] = args
+	}
+	secretShown := func(d, name string) {
+		if _, ok := made[name]; !ok {
+			t.Errorf("Deployment %s uses Secret %s, which the manifest's comments never say how to make (kubectl create secret generic %s ...)", d, name, name)
+		}
+	}
+	roleFiles := map[string]bool{}
+	for _, d := range deployments {
+		name := d.Metadata.Name
+		role := strings.TrimPrefix(name, "skein-")
+		spec := d.Spec.Template.Spec
+		for _, c := range spec.Containers {
+			port := ""
+			if i := slices.Index(c.Command, "--health"); i >= 0 && i+1 < len(c.Command) {
+				_, port, _ = strings.Cut(c.Command[i+1], ":")
+			} else {
+				t.Errorf("Deployment %s: no --health ADDR in %v: its probes would have nothing to ask", name, c.Command)
+			}
+			for probe, want := range map[*k8sProbe]string{&c.ReadinessProbe: "/readyz", &c.LivenessProbe: "/livez"} {
+				if probe.HTTPGet.Path != want {
+					t.Errorf("Deployment %s: a probe asks %q, want %s", name, probe.HTTPGet.Path, want)
+				}
+				got := fmt.Sprint(probe.HTTPGet.Port)
+				for _, p := range c.Ports {
+					if p.Name == got {
+						got = fmt.Sprint(p.ContainerPort)
+					}
+				}
+				if got != port {
+					t.Errorf("Deployment %s: the %s probe asks port %v, but --health listens on %s", name, want, probe.HTTPGet.Port, port)
+				}
+			}
+			for _, res := range []string{"cpu", "memory"} {
+				if c.Resources.Requests[res] == "" || c.Resources.Limits[res] == "" {
+					t.Errorf("Deployment %s: %s request or limit missing (%+v)", name, res, c.Resources)
+				}
+			}
+			for _, e := range c.EnvFrom {
+				if e.SecretRef.Name != "" {
+					secretShown(name, e.SecretRef.Name)
+				}
+			}
+			for _, e := range c.Env {
+				if ref := e.ValueFrom.SecretKeyRef.Name; ref != "" {
+					secretShown(name, ref)
+				}
+			}
+		}
+		for _, v := range spec.Volumes {
+			if v.Secret.SecretName == "" {
+				continue
+			}
+			secretShown(name, v.Secret.SecretName)
+			if len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != role+".nk" {
+				t.Errorf("Deployment %s mounts %+v of Secret %s; want only %s.nk", name, v.Secret.Items, v.Secret.SecretName, role)
+			}
+			roleFiles["--from-file=creds/"+role+".nk"] = true
+		}
+	}
+	for _, arg := range made["skein-creds"] {
+		if !roleFiles[arg] {
+			t.Errorf("the skein-creds Secret is made with %s, which no role mounts (the admin's or client's file, or the whole folder?)", arg)
+		}
+		delete(roleFiles, arg)
+	}
+	for arg := range roleFiles {
+		t.Errorf("the skein-creds Secret is not made with %s, which a role mounts", arg)
+	}
 }
 
 // imageTools is where the image (deploy/docker/Dockerfile) puts examples/tools.
@@ -245,8 +370,12 @@ func checkAgent(t *testing.T, where string, data []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(docker), "/src/examples/tools "+imageTools) {
-		t.Fatalf("the Dockerfile no longer copies examples/tools to %s; update this test", imageTools)
+	stage, err := os.ReadFile(filepath.Join(root, "deploy", "docker", "build-stage.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(docker), "COPY --from=build /stage/ /") || !strings.Contains(string(stage), `cp -R examples/tools "$dest`+imageTools+`"`) {
+		t.Fatalf("the image no longer holds examples/tools at %s (Dockerfile, build-stage.sh); update this test", imageTools)
 	}
 	// The folders the image ships are checked where they come from.
 	data = bytes.ReplaceAll(data, []byte(imageTools), []byte(filepath.Join(root, "examples", "tools")))

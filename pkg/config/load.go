@@ -264,7 +264,7 @@ func (c *Config) Validate() Errors {
 	bad := func(key, format string, a ...any) {
 		errs = append(errs, &Error{File: c.Path, Key: key, Msg: fmt.Sprintf(format, a...)})
 	}
-	if err := protocol.CheckToken("agent.name", c.Agent.Name); err != nil {
+	if err := protocol.IDAgent.Check(c.Agent.Name); err != nil {
 		bad("agent.name", "%v", err)
 	}
 	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 1000 {
@@ -303,13 +303,13 @@ func (c *Config) Validate() Errors {
 		}
 	}
 	for i, n := range c.Tools.Enabled {
-		if err := protocol.CheckToken("tool name", n); err != nil {
+		if err := protocol.IDTool.Check(n); err != nil {
 			bad(fmt.Sprintf("tools.enabled[%d]", i), "%v", err)
 		}
 	}
 	for i, n := range c.Tools.Agents {
 		key := fmt.Sprintf("tools.agents[%d]", i)
-		if err := protocol.CheckToken("agent name", n); err != nil {
+		if err := protocol.IDAgent.Check(n); err != nil {
 			bad(key, "%v", err)
 		} else if n == c.Agent.Name {
 			// An agent offered to itself would recurse until max_depth stops it.
@@ -340,7 +340,7 @@ func (c *Config) Validate() Errors {
 		bad("tools.retrieval.top_k", "must be between 1 and 200, got %d", c.Tools.Retrieval.TopK)
 	}
 	for i, n := range c.Tools.Retrieval.AlwaysInclude {
-		if err := protocol.CheckToken("tool name", n); err != nil {
+		if err := protocol.IDTool.Check(n); err != nil {
 			bad(fmt.Sprintf("tools.retrieval.always_include[%d]", i), "%v", err)
 		}
 	}
@@ -360,7 +360,7 @@ func (c *Config) Validate() Errors {
 		bad("gateway.http_token", "is %d characters; use at least 16 random ones (or leave it out: one is generated under $SKEIN_HOME)", len(t))
 	}
 	sb := c.Tools.Sandbox
-	for key, v := range map[string]int{"cpu_s": sb.CPUSeconds, "address_space_mb": sb.AddressSpaceMB, "open_files": sb.OpenFiles, "processes": sb.Processes} {
+	for key, v := range map[string]int{"cpu_s": sb.CPUSeconds, "address_space_mb": sb.AddressSpaceMB, "open_files": sb.OpenFiles, "processes": sb.Processes, "shm_mb": sb.ShmMB} {
 		if v < 0 {
 			bad("tools.sandbox."+key, "must not be negative (0 = default), got %d", v)
 		}
@@ -374,6 +374,11 @@ func (c *Config) Validate() Errors {
 	case "", "auto", "trampoline":
 	default:
 		bad("tools.sandbox.start", "must be auto or trampoline, got %q", sb.Start)
+	}
+	if sb.UIDs != "" {
+		if _, _, err := tools.ParseUIDRange(sb.UIDs); err != nil {
+			bad("tools.sandbox.uids", "%v", err)
+		}
 	}
 	if sb.RunAs != "" && strings.TrimSpace(sb.RunAs) != sb.RunAs {
 		bad("tools.sandbox.run_as", "has surrounding spaces: %q", sb.RunAs)
@@ -397,7 +402,7 @@ func (c *Config) Validate() Errors {
 		bad("memory.guideline_max_tokens", "must be at least 5, got %d", c.Memory.GuidelineMaxTokens)
 	}
 	if c.Memory.Namespace != "" {
-		if err := protocol.CheckToken("memory.namespace", c.Memory.Namespace); err != nil {
+		if err := protocol.IDAgent.Check(c.Memory.Namespace); err != nil {
 			bad("memory.namespace", "%v", err)
 		}
 	}
@@ -484,8 +489,11 @@ func (c *Config) Validate() Errors {
 	if c.Mesh.Limits.BucketMaxBytes < 0 {
 		bad("mesh.limits.bucket_max_bytes", "must not be negative (0 keeps the default)")
 	}
+	if c.Mesh.StorageReserve < 0 {
+		bad("mesh.storage_reserve", "must not be negative (0 keeps the default)")
+	}
 	if c.Mesh.Namespace != "" {
-		if err := protocol.CheckToken("mesh.namespace", c.Mesh.Namespace); err != nil {
+		if err := protocol.IDNamespace.Check(c.Mesh.Namespace); err != nil {
 			bad("mesh.namespace", "%v", err)
 		}
 	}

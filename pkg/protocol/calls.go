@@ -45,8 +45,8 @@ const (
 // ToolCallRecord is what the toolhost keeps in BucketToolCalls under a call id.
 type ToolCallRecord struct {
 	Header
-	CallID string `msgpack:"call_id" json:"call_id"`
-	Tool   string `msgpack:"tool" json:"tool"`
+	CallID string `msgpack:"call_id" json:"call_id" id:"call"`
+	Tool   string `msgpack:"tool" json:"tool" id:"tool"`
 	// ArgsHash tells a repeat of the call from a different call that reuses the id (a model
 	// that asks for something else on a redelivered step).
 	ArgsHash string    `msgpack:"args_hash" json:"args_hash"`

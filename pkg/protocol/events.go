@@ -45,11 +45,11 @@ func (t EventType) Terminal() bool { return t == EvFinal || t == EvIncomplete ||
 // every reader simple; each event type fills the fields it needs.
 type Event struct {
 	Header
-	SessionID string    `msgpack:"session_id" json:"session_id"`
+	SessionID string    `msgpack:"session_id" json:"session_id" id:"session"`
 	Type      EventType `msgpack:"type" json:"type"`
 	Time      time.Time `msgpack:"time" json:"time"`
-	Agent     string    `msgpack:"agent,omitempty" json:"agent,omitempty"`
-	StepID    string    `msgpack:"step_id,omitempty" json:"step_id,omitempty"`
+	Agent     string    `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
+	StepID    string    `msgpack:"step_id,omitempty" json:"step_id,omitempty" id:"step"`
 	Role      string    `msgpack:"role,omitempty" json:"role,omitempty"`
 	Source    string    `msgpack:"source,omitempty" json:"source,omitempty"` // process that wrote it
 
@@ -69,7 +69,7 @@ type Event struct {
 
 	// Tool calls. Result is always the raw normalized JSON result, whatever format the model saw.
 	Tool   string          `msgpack:"tool,omitempty" json:"tool,omitempty"`
-	CallID string          `msgpack:"call_id,omitempty" json:"call_id,omitempty"`
+	CallID string          `msgpack:"call_id,omitempty" json:"call_id,omitempty" id:"call"`
 	Args   json.RawMessage `msgpack:"args,omitempty" json:"args,omitempty"`
 	Result *ToolResult     `msgpack:"result,omitempty" json:"result,omitempty"`
 

@@ -19,12 +19,12 @@ type CancelMark struct {
 // true and Outcome is how it ended; nothing is changed.
 type CancelReply struct {
 	Header
-	SessionID string  `msgpack:"session_id" json:"session_id"`
+	SessionID string  `msgpack:"session_id" json:"session_id" id:"session"`
 	Status    string  `msgpack:"status" json:"status"` // cancelling | already_cancelled | already_finished
 	Outcome   Outcome `msgpack:"outcome,omitempty" json:"outcome,omitempty"`
 	NoOp      bool    `msgpack:"no_op,omitempty" json:"no_op,omitempty"`
 	// Children are the child sessions cancelled with it, down the lineage.
-	Children []string `msgpack:"children,omitempty" json:"children,omitempty"`
+	Children []string `msgpack:"children,omitempty" json:"children,omitempty" id:"session"`
 	Error    string   `msgpack:"error,omitempty" json:"error,omitempty"`
 }
 
@@ -39,7 +39,7 @@ const (
 // process working for it (executors, toolhosts, planners) stops at once.
 type CancelNotice struct {
 	Header
-	SessionID string `msgpack:"session_id" json:"session_id"`
+	SessionID string `msgpack:"session_id" json:"session_id" id:"session"`
 	By        string `msgpack:"by" json:"by"`
 	Reason    string `msgpack:"reason,omitempty" json:"reason,omitempty"`
 }

@@ -6,8 +6,8 @@ package protocol
 // TaskBody is the body of POST /v1/tasks.
 type TaskBody struct {
 	Task      string  `json:"task"`
-	Agent     string  `json:"agent,omitempty"`
-	SessionID string  `json:"session_id,omitempty"`
+	Agent     string  `json:"agent,omitempty" id:"agent"`
+	SessionID string  `json:"session_id,omitempty" id:"session"`
 	Budget    *Budget `json:"budget,omitempty"`
 }
 

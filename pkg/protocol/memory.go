@@ -29,8 +29,8 @@ const (
 // skill, whose body is in Case or Skill. Text is what is embedded and searched: a guideline's
 // rule, a case's task intent, a skill's name and purpose.
 type MemoryEntry struct {
-	ID    string `msgpack:"id" json:"id"`
-	Agent string `msgpack:"agent" json:"agent"`
+	ID    string `msgpack:"id" json:"id" id:"memory"`
+	Agent string `msgpack:"agent" json:"agent" id:"agent"`
 	// Kind is KindCase or KindSkill ("" and KindGuideline: a guideline).
 	Kind     string   `msgpack:"kind,omitempty" json:"kind,omitempty"`
 	Text     string   `msgpack:"text" json:"text"`
@@ -39,7 +39,7 @@ type MemoryEntry struct {
 	Tools    []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	// Sessions are the most recent distinct sessions that gave evidence (at most
 	// MaxEvidenceSessions); SessionCount is how many there were in all.
-	Sessions     []string  `msgpack:"sessions" json:"sessions"`
+	Sessions     []string  `msgpack:"sessions" json:"sessions" id:"session"`
 	SessionCount int       `msgpack:"session_count,omitempty" json:"session_count,omitempty"`
 	Hits         int       `msgpack:"hits" json:"hits"`
 	Helpful      int       `msgpack:"helpful" json:"helpful"`
@@ -49,13 +49,13 @@ type MemoryEntry struct {
 	Source       string    `msgpack:"source" json:"source"`
 	// SourceAgent and SourceSession say where an entry written from inside a session came
 	// from: the sub-agent and its session for source subagent, the session for remembered.
-	SourceAgent   string       `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
-	SourceSession string       `msgpack:"source_session,omitempty" json:"source_session,omitempty"`
+	SourceAgent   string       `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
+	SourceSession string       `msgpack:"source_session,omitempty" json:"source_session,omitempty" id:"session"`
 	Status        MemoryStatus `msgpack:"status" json:"status"`
-	SupersededBy  string       `msgpack:"superseded_by,omitempty" json:"superseded_by,omitempty"`
+	SupersededBy  string       `msgpack:"superseded_by,omitempty" json:"superseded_by,omitempty" id:"memory"`
 	// Supersedes lists the entries this one replaced, oldest first (at most MaxHistory): with
 	// SupersededBy the two ends of every replacement, both entries kept.
-	Supersedes []string `msgpack:"supersedes,omitempty" json:"supersedes,omitempty"`
+	Supersedes []string `msgpack:"supersedes,omitempty" json:"supersedes,omitempty" id:"memory"`
 	// Mined records (session, candidate key) pairs already counted, so re-mining is idempotent.
 	Mined []string `msgpack:"mined,omitempty" json:"mined,omitempty"`
 	// Marks are the feedback of the entry's last sessions (at most MaxMarks): the window over
@@ -125,7 +125,7 @@ type CaseBody struct {
 	// conversation are several episodes).
 	Episode string `msgpack:"episode,omitempty" json:"episode,omitempty"`
 	// Skill is the skill this case supports or weakened ("" none).
-	Skill string `msgpack:"skill,omitempty" json:"skill,omitempty"`
+	Skill string `msgpack:"skill,omitempty" json:"skill,omitempty" id:"memory"`
 	// Extractor says how it was distilled: "model", or "template" (no model, or the model's
 	// answer was refused: Refused says why).
 	Extractor string `msgpack:"extractor,omitempty" json:"extractor,omitempty"`
@@ -165,7 +165,7 @@ type SkillBody struct {
 	Support float64 `msgpack:"support" json:"support"`
 	Against float64 `msgpack:"against" json:"against"`
 	// Cases are the supporting and weakening cases, newest last (at most MaxSkillCases).
-	Cases []string `msgpack:"cases" json:"cases"`
+	Cases []string `msgpack:"cases" json:"cases" id:"memory"`
 	// Signature is the tool sequence the procedure follows, for matching new cases.
 	Signature []string `msgpack:"signature" json:"signature"`
 	Writer    string   `msgpack:"writer,omitempty" json:"writer,omitempty"` // "model" or "template"
@@ -242,8 +242,8 @@ func (e MemoryEntry) DistinctSessions() int { return max(e.SessionCount, len(e.S
 
 // MemoryEviction is one entry removed (or, in a dry run, that would be).
 type MemoryEviction struct {
-	ID      string       `msgpack:"id" json:"id"`
-	Agent   string       `msgpack:"agent" json:"agent"`
+	ID      string       `msgpack:"id" json:"id" id:"memory"`
+	Agent   string       `msgpack:"agent" json:"agent" id:"agent"`
 	Kind    string       `msgpack:"kind,omitempty" json:"kind,omitempty"`
 	Tier    Tier         `msgpack:"tier" json:"tier"`
 	Status  MemoryStatus `msgpack:"status" json:"status"`
@@ -258,7 +258,7 @@ type MemoryEviction struct {
 // MemoryInspectRequest asks for counts per tier and the entries nearest a query.
 type MemoryInspectRequest struct {
 	Header
-	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	// Kind narrows the hits to one kind ("": every kind).
 	Kind  string `msgpack:"kind,omitempty" json:"kind,omitempty"`
 	Query string `msgpack:"query,omitempty" json:"query,omitempty"`
@@ -268,7 +268,7 @@ type MemoryInspectRequest struct {
 
 // MemoryCount is the number of entries of one agent in one tier and status.
 type MemoryCount struct {
-	Agent  string       `msgpack:"agent" json:"agent"`
+	Agent  string       `msgpack:"agent" json:"agent" id:"agent"`
 	Kind   string       `msgpack:"kind,omitempty" json:"kind,omitempty"` // "" is a guideline
 	Tier   Tier         `msgpack:"tier" json:"tier"`
 	Status MemoryStatus `msgpack:"status" json:"status"`
@@ -298,7 +298,7 @@ type MemoryInspectReply struct {
 // MemoryListRequest pages through entries (status "" means active, "*" every status).
 type MemoryListRequest struct {
 	Header
-	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	// Kind is KindGuideline, KindCase, KindSkill or "*" for every kind ("": guidelines, as
 	// before kinds existed).
 	Kind   string       `msgpack:"kind,omitempty" json:"kind,omitempty"`
@@ -319,7 +319,7 @@ type MemoryListReply struct {
 // MemoryGetRequest asks for one entry.
 type MemoryGetRequest struct {
 	Header
-	ID string `msgpack:"id" json:"id"`
+	ID string `msgpack:"id" json:"id" id:"memory"`
 }
 
 // MemoryGetReply carries the entry (embedding stripped), or Error.
@@ -349,7 +349,7 @@ type MemoryImportReply struct {
 // MemoryEvictRequest runs the capacity policy now (agent "" = every agent).
 type MemoryEvictRequest struct {
 	Header
-	Agent  string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Agent  string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	DryRun bool   `msgpack:"dry_run,omitempty" json:"dry_run,omitempty"`
 }
 
@@ -366,7 +366,7 @@ type MemoryEvictReply struct {
 // never retrieved again) or, with Evict, deleted from the store.
 type MemoryRetireRequest struct {
 	Header
-	ID     string `msgpack:"id" json:"id"`
+	ID     string `msgpack:"id" json:"id" id:"memory"`
 	Evict  bool   `msgpack:"evict,omitempty" json:"evict,omitempty"`
 	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
 	By     string `msgpack:"by,omitempty" json:"by,omitempty"` // who asked, for memoryd's log
@@ -375,7 +375,7 @@ type MemoryRetireRequest struct {
 // MemoryRetireReply says what became of the entry: Status retired, or Evicted.
 type MemoryRetireReply struct {
 	Header
-	ID      string       `msgpack:"id" json:"id"`
+	ID      string       `msgpack:"id" json:"id" id:"memory"`
 	Status  MemoryStatus `msgpack:"status,omitempty" json:"status,omitempty"`
 	Evicted bool         `msgpack:"evicted" json:"evicted"`
 	Error   string       `msgpack:"error,omitempty" json:"error,omitempty"`
@@ -409,6 +409,9 @@ type MemoryHealthReply struct {
 	Dim     int    `msgpack:"dim" json:"dim"`
 	Entries int    `msgpack:"entries" json:"entries"`
 	Error   string `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Storage is the mesh's store as memoryd sees it (StorageReply.State): while it is not ok,
+	// learning (ingest, remember) fails or waits; retrieval goes on. Empty when nobody reports it.
+	Storage StorageState `msgpack:"storage,omitempty" json:"storage,omitempty"`
 }
 
 // MemoryEmbedRequest asks for vectors of texts with memoryd's model.
@@ -452,10 +455,10 @@ type RememberNote struct {
 // SessionID is then the sub-agent's session).
 type RememberRequest struct {
 	Header
-	Agent       string         `msgpack:"agent" json:"agent"`
-	SessionID   string         `msgpack:"session_id" json:"session_id"`
+	Agent       string         `msgpack:"agent" json:"agent" id:"agent"`
+	SessionID   string         `msgpack:"session_id" json:"session_id" id:"session"`
 	Source      string         `msgpack:"source" json:"source"`
-	SourceAgent string         `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
+	SourceAgent string         `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
 	Notes       []RememberNote `msgpack:"notes" json:"notes"`
 }
 

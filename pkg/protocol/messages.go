@@ -64,14 +64,14 @@ const (
 // SubmitRequest asks the gateway to start a session.
 type SubmitRequest struct {
 	Header
-	SessionID string `msgpack:"session_id,omitempty" json:"session_id,omitempty"`
+	SessionID string `msgpack:"session_id,omitempty" json:"session_id,omitempty" id:"session"`
 	// Agent "" is the gateway's default agent (agent.name of its config).
-	Agent  string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Agent  string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	Task   string `msgpack:"task" json:"task"`
 	Caller string `msgpack:"caller,omitempty" json:"caller,omitempty"`
 	// Parent and Depth link a sub-agent session to the session whose tool call started it, so
 	// agent-as-tool chains can be bounded.
-	Parent string `msgpack:"parent,omitempty" json:"parent,omitempty"`
+	Parent string `msgpack:"parent,omitempty" json:"parent,omitempty" id:"session"`
 	Depth  int    `msgpack:"depth,omitempty" json:"depth,omitempty"`
 	// Budget limits this task; the agent's agent.budget applies too and the tighter value wins.
 	Budget *Budget `msgpack:"budget,omitempty" json:"budget,omitempty"`
@@ -80,18 +80,20 @@ type SubmitRequest struct {
 // SubmitReply answers a SubmitRequest.
 type SubmitReply struct {
 	Header
-	SessionID string `msgpack:"session_id" json:"session_id"`
+	SessionID string `msgpack:"session_id" json:"session_id" id:"session"`
 	Duplicate bool   `msgpack:"duplicate,omitempty" json:"duplicate,omitempty"`
 	Error     string `msgpack:"error,omitempty" json:"error,omitempty"`
 	// Code classifies Error: ErrCodeRejected (the task itself is refused; sending it again
-	// will not help) or ErrCodeTransient (the mesh could not take it now; try again).
+	// will not help), CodeBadRequest or CodeTooLarge (an id is malformed or too long, see ID),
+	// ErrCodeTransient (the mesh could not take it now; try again) or CodeStorageFull (the
+	// mesh's store cannot take it now; try again once space is freed).
 	Code string `msgpack:"code,omitempty" json:"code,omitempty"`
 }
 
 // CancelRequest asks the gateway to cancel a session.
 type CancelRequest struct {
 	Header
-	SessionID string `msgpack:"session_id" json:"session_id"`
+	SessionID string `msgpack:"session_id" json:"session_id" id:"session"`
 	Reason    string `msgpack:"reason,omitempty" json:"reason,omitempty"`
 	// By names who cancels (a user, "http", a parent session); it is written to the trace.
 	By string `msgpack:"by,omitempty" json:"by,omitempty"`
@@ -100,22 +102,22 @@ type CancelRequest struct {
 // Task is what the gateway publishes to TASKS for a planner.
 type Task struct {
 	Header
-	SessionID   string    `msgpack:"session_id" json:"session_id"`
-	Agent       string    `msgpack:"agent" json:"agent"`
+	SessionID   string    `msgpack:"session_id" json:"session_id" id:"session"`
+	Agent       string    `msgpack:"agent" json:"agent" id:"agent"`
 	Task        string    `msgpack:"task" json:"task"`
 	SubmittedAt time.Time `msgpack:"submitted_at" json:"submitted_at"`
-	Parent      string    `msgpack:"parent,omitempty" json:"parent,omitempty"`
+	Parent      string    `msgpack:"parent,omitempty" json:"parent,omitempty" id:"session"`
 	Depth       int       `msgpack:"depth,omitempty" json:"depth,omitempty"`
 	// Previous is the conversation turn this task continues ("" for a new conversation).
-	Previous string `msgpack:"previous,omitempty" json:"previous,omitempty"`
+	Previous string `msgpack:"previous,omitempty" json:"previous,omitempty" id:"session"`
 }
 
 // Step is one unit of work a planner publishes to WORK for an executor.
 type Step struct {
 	Header
-	SessionID string `msgpack:"session_id" json:"session_id"`
-	StepID    string `msgpack:"step_id" json:"step_id"`
-	Agent     string `msgpack:"agent" json:"agent"`
+	SessionID string `msgpack:"session_id" json:"session_id" id:"session"`
+	StepID    string `msgpack:"step_id" json:"step_id" id:"step"`
+	Agent     string `msgpack:"agent" json:"agent" id:"agent"`
 	// Task is always the session's original task, so a step never loses the user's intent.
 	Task string `msgpack:"task" json:"task"`
 	// Instruction is this step's part of the plan ("" for a single-step plan).
@@ -124,20 +126,20 @@ type Step struct {
 	Context []StepOutput `msgpack:"context,omitempty" json:"context,omitempty"`
 	Depth   int          `msgpack:"depth,omitempty" json:"depth,omitempty"`
 	// Previous is the session whose transcript this step continues (a conversation's turn).
-	Previous string `msgpack:"previous,omitempty" json:"previous,omitempty"`
+	Previous string `msgpack:"previous,omitempty" json:"previous,omitempty" id:"session"`
 }
 
 // StepOutput is a finished step's answer handed to its dependents.
 type StepOutput struct {
-	StepID string `msgpack:"step_id" json:"step_id"`
+	StepID string `msgpack:"step_id" json:"step_id" id:"step"`
 	Text   string `msgpack:"text" json:"text"`
 }
 
 // StepResult is what an executor publishes to RESULTS when a step ends.
 type StepResult struct {
 	Header
-	SessionID string  `msgpack:"session_id" json:"session_id"`
-	StepID    string  `msgpack:"step_id" json:"step_id"`
+	SessionID string  `msgpack:"session_id" json:"session_id" id:"session"`
+	StepID    string  `msgpack:"step_id" json:"step_id" id:"step"`
 	Outcome   Outcome `msgpack:"outcome" json:"outcome"`
 	FinalText string  `msgpack:"final_text,omitempty" json:"final_text,omitempty"`
 	Reason    string  `msgpack:"reason,omitempty" json:"reason,omitempty"`
@@ -148,9 +150,9 @@ type StepResult struct {
 
 // PlanStep is one entry of a session's plan.
 type PlanStep struct {
-	StepID      string   `msgpack:"step_id" json:"step_id"`
+	StepID      string   `msgpack:"step_id" json:"step_id" id:"step"`
 	Instruction string   `msgpack:"instruction,omitempty" json:"instruction,omitempty"`
-	DependsOn   []string `msgpack:"depends_on,omitempty" json:"depends_on,omitempty"`
+	DependsOn   []string `msgpack:"depends_on,omitempty" json:"depends_on,omitempty" id:"step"`
 	Status      string   `msgpack:"status" json:"status"` // pending, published, done
 	Outcome     Outcome  `msgpack:"outcome,omitempty" json:"outcome,omitempty"`
 	FinalText   string   `msgpack:"final_text,omitempty" json:"final_text,omitempty"`
@@ -166,8 +168,8 @@ const (
 // Session is the state of one session, kept in the sessions KV so any planner can take it over.
 type Session struct {
 	Header
-	SessionID string        `msgpack:"session_id" json:"session_id"`
-	Agent     string        `msgpack:"agent" json:"agent"`
+	SessionID string        `msgpack:"session_id" json:"session_id" id:"session"`
+	Agent     string        `msgpack:"agent" json:"agent" id:"agent"`
 	Task      string        `msgpack:"task" json:"task"`
 	Status    SessionStatus `msgpack:"status" json:"status"`
 	Outcome   Outcome       `msgpack:"outcome,omitempty" json:"outcome,omitempty"`
@@ -175,12 +177,12 @@ type Session struct {
 	Reason    string        `msgpack:"reason,omitempty" json:"reason,omitempty"`
 	Plan      []PlanStep    `msgpack:"plan,omitempty" json:"plan,omitempty"`
 	Planner   string        `msgpack:"planner,omitempty" json:"planner,omitempty"`
-	Parent    string        `msgpack:"parent,omitempty" json:"parent,omitempty"`
+	Parent    string        `msgpack:"parent,omitempty" json:"parent,omitempty" id:"session"`
 	Depth     int           `msgpack:"depth,omitempty" json:"depth,omitempty"`
 	// Root is the root session of this session's tree ("" for a root itself).
-	Root string `msgpack:"root,omitempty" json:"root,omitempty"`
+	Root string `msgpack:"root,omitempty" json:"root,omitempty" id:"session"`
 	// Children are the child agent sessions this session started, in order.
-	Children []string `msgpack:"children,omitempty" json:"children,omitempty"`
+	Children []string `msgpack:"children,omitempty" json:"children,omitempty" id:"session"`
 	// Cancel is set once the session is cancelled and never cleared.
 	Cancel *CancelMark `msgpack:"cancel,omitempty" json:"cancel,omitempty"`
 	// Budget is the session's effective budget; Deadline is its absolute end (zero: none),
@@ -190,10 +192,10 @@ type Session struct {
 	// A conversation is a chain of sessions, one per turn: Conversation is its first session
 	// ("" for that first one), Previous the turn this one continues, whose transcript it reads.
 	// The first session counts the turns and names the latest.
-	Conversation string    `msgpack:"conversation,omitempty" json:"conversation,omitempty"`
-	Previous     string    `msgpack:"previous,omitempty" json:"previous,omitempty"`
+	Conversation string    `msgpack:"conversation,omitempty" json:"conversation,omitempty" id:"session"`
+	Previous     string    `msgpack:"previous,omitempty" json:"previous,omitempty" id:"session"`
 	TurnCount    int       `msgpack:"turn_count,omitempty" json:"turn_count,omitempty"`
-	LastTurn     string    `msgpack:"last_turn,omitempty" json:"last_turn,omitempty"`
+	LastTurn     string    `msgpack:"last_turn,omitempty" json:"last_turn,omitempty" id:"session"`
 	Created      time.Time `msgpack:"created" json:"created"`
 	Updated      time.Time `msgpack:"updated" json:"updated"`
 }
@@ -232,11 +234,11 @@ type UsageReport struct {
 // ToolSpec is what a model is shown of a tool; toolhost publishes it to the tools KV.
 type ToolSpec struct {
 	Header
-	Name        string          `msgpack:"name" json:"name"`
+	Name        string          `msgpack:"name" json:"name" id:"tool"`
 	Description string          `msgpack:"description" json:"description"`
 	InputSchema json.RawMessage `msgpack:"input_schema" json:"input_schema"`
 	// Agent is set when the tool is another agent answering on the tool subject.
-	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	// TimeoutS is the tool's own limit (0: the host's tools.timeout_s), so callers wait long enough.
 	TimeoutS float64 `msgpack:"timeout_s,omitempty" json:"timeout_s,omitempty"`
 }
@@ -265,19 +267,30 @@ func Builtin(name string) bool {
 // ToolRequest calls a tool on Names.Tool(name).
 type ToolRequest struct {
 	Header
-	SessionID string          `msgpack:"session_id,omitempty" json:"session_id,omitempty"`
-	StepID    string          `msgpack:"step_id,omitempty" json:"step_id,omitempty"`
-	CallID    string          `msgpack:"call_id,omitempty" json:"call_id,omitempty"`
-	Tool      string          `msgpack:"tool" json:"tool"`
+	SessionID string          `msgpack:"session_id,omitempty" json:"session_id,omitempty" id:"session"`
+	StepID    string          `msgpack:"step_id,omitempty" json:"step_id,omitempty" id:"step"`
+	CallID    string          `msgpack:"call_id,omitempty" json:"call_id,omitempty" id:"call"`
+	Tool      string          `msgpack:"tool" json:"tool" id:"tool"`
 	Args      json.RawMessage `msgpack:"args" json:"args"`
 	Depth     int             `msgpack:"depth,omitempty" json:"depth,omitempty"`
 	// Agent is the memory of the calling agent (memory.namespace, else its name): a sub-agent
 	// that shares its findings writes them there.
-	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty"`
+	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	// DeadlineMS is when the caller stops waiting (Unix milliseconds, 0: unknown). A toolhost
 	// never starts a call whose deadline has passed: nobody would read its answer.
 	DeadlineMS int64 `msgpack:"deadline_ms,omitempty" json:"deadline_ms,omitempty"`
 }
+
+// A tool request with the HeaderCallProgress header asks the toolhost that holds the call to say
+// so while it does: an empty message with the header (value "running") on the request's reply
+// subject every CallProgressEvery, until the reply. A caller that hears nothing for CallSilence
+// asks again with the same call id: the host has died (or is cut off), and the toolhost that gets
+// the repeat waits for the dead host's lease to lapse, then runs the call.
+const (
+	HeaderCallProgress = "Skein-Call-Progress"
+	CallProgressEvery  = 500 * time.Millisecond
+	CallSilence        = 2 * time.Second
+)
 
 // ToolResult is the one normalized shape of every tool outcome: {ok, error?, result?, stderr?, truncated?}.
 type ToolResult struct {
@@ -342,7 +355,7 @@ const (
 
 // Guideline is a memory entry as it is handed to a prompt.
 type Guideline struct {
-	ID       string   `msgpack:"id" json:"id"`
+	ID       string   `msgpack:"id" json:"id" id:"memory"`
 	Text     string   `msgpack:"text" json:"text"`
 	Tier     Tier     `msgpack:"tier" json:"tier"`
 	Polarity Polarity `msgpack:"polarity" json:"polarity"`
@@ -354,18 +367,18 @@ type Guideline struct {
 	// Source, SourceAgent and SourceSession say where the guideline came from (see
 	// MemoryEntry); the prompt shows it.
 	Source        string `msgpack:"source,omitempty" json:"source,omitempty"`
-	SourceAgent   string `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
-	SourceSession string `msgpack:"source_session,omitempty" json:"source_session,omitempty"`
+	SourceAgent   string `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
+	SourceSession string `msgpack:"source_session,omitempty" json:"source_session,omitempty" id:"session"`
 }
 
 // RetrieveRequest asks memoryd for the guidelines that fit a task.
 type RetrieveRequest struct {
 	Header
-	Agent     string   `msgpack:"agent" json:"agent"`
+	Agent     string   `msgpack:"agent" json:"agent" id:"agent"`
 	Task      string   `msgpack:"task" json:"task"`
-	Tools     []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	Tools     []string `msgpack:"tools,omitempty" json:"tools,omitempty" id:"tool"`
 	TopK      int      `msgpack:"top_k,omitempty" json:"top_k,omitempty"`
-	SessionID string   `msgpack:"session_id,omitempty" json:"session_id,omitempty"`
+	SessionID string   `msgpack:"session_id,omitempty" json:"session_id,omitempty" id:"session"`
 	// Cases is how many worked examples (successful cases like the task) to return at most, and
 	// Skills how many mature skills; 0 asks for none. ExampleBudget bounds the tokens of both
 	// as the prompt renders them (0: memoryd's memory.example_budget).
@@ -386,7 +399,7 @@ type RetrieveReply struct {
 // Recalled is a case or a skill chosen for a task: the prompt shows a case as a worked example
 // and a skill as a short procedure, both fenced as reference data.
 type Recalled struct {
-	ID    string   `msgpack:"id" json:"id"`
+	ID    string   `msgpack:"id" json:"id" id:"memory"`
 	Kind  string   `msgpack:"kind" json:"kind"`
 	Tools []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	Score float64  `msgpack:"score" json:"score"`
@@ -394,8 +407,8 @@ type Recalled struct {
 	// Tokens is what it costs in the prompt.
 	Tokens        int        `msgpack:"tokens,omitempty" json:"tokens,omitempty"`
 	Source        string     `msgpack:"source,omitempty" json:"source,omitempty"`
-	SourceAgent   string     `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
-	SourceSession string     `msgpack:"source_session,omitempty" json:"source_session,omitempty"`
+	SourceAgent   string     `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
+	SourceSession string     `msgpack:"source_session,omitempty" json:"source_session,omitempty" id:"session"`
 	Case          *CaseBody  `msgpack:"case,omitempty" json:"case,omitempty"`
 	Skill         *SkillBody `msgpack:"skill,omitempty" json:"skill,omitempty"`
 }
@@ -407,9 +420,9 @@ type CaseCandidate struct {
 	Tools []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
 	// Sessions are the sessions the episode spans, oldest first (a conversation's turns), when
 	// more than the request's own.
-	Sessions    []string `msgpack:"sessions,omitempty" json:"sessions,omitempty"`
+	Sessions    []string `msgpack:"sessions,omitempty" json:"sessions,omitempty" id:"session"`
 	Source      string   `msgpack:"source,omitempty" json:"source,omitempty"`
-	SourceAgent string   `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
+	SourceAgent string   `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
 	Case        CaseBody `msgpack:"case" json:"case"`
 }
 
@@ -423,14 +436,14 @@ type Candidate struct {
 	Key    string `msgpack:"key" json:"key"`
 	Source string `msgpack:"source,omitempty" json:"source,omitempty"`
 	// SourceAgent is the sub-agent a subagent candidate came from.
-	SourceAgent string `msgpack:"source_agent,omitempty" json:"source_agent,omitempty"`
+	SourceAgent string `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
 }
 
 // IngestRequest hands memoryd the candidates mined from one session.
 type IngestRequest struct {
 	Header
-	Agent      string      `msgpack:"agent" json:"agent"`
-	SessionID  string      `msgpack:"session_id" json:"session_id"`
+	Agent      string      `msgpack:"agent" json:"agent" id:"agent"`
+	SessionID  string      `msgpack:"session_id" json:"session_id" id:"session"`
 	Candidates []Candidate `msgpack:"candidates" json:"candidates"`
 	// Cases are the session's distilled episodes (at most MaxCasesPerRequest).
 	Cases []CaseCandidate `msgpack:"cases,omitempty" json:"cases,omitempty"`
@@ -451,7 +464,7 @@ type IngestReply struct {
 // IngestAction is what happened to one candidate (added, merged, promoted, superseded, skipped).
 type IngestAction struct {
 	Key     string `msgpack:"key" json:"key"`
-	EntryID string `msgpack:"entry_id" json:"entry_id"`
+	EntryID string `msgpack:"entry_id" json:"entry_id" id:"memory"`
 	Action  string `msgpack:"action" json:"action"`
 	Detail  string `msgpack:"detail,omitempty" json:"detail,omitempty"`
 }
@@ -459,16 +472,16 @@ type IngestAction struct {
 // FeedbackRequest marks retrieved entries helpful or harmful after a session.
 type FeedbackRequest struct {
 	Header
-	Agent     string   `msgpack:"agent" json:"agent"`
-	SessionID string   `msgpack:"session_id" json:"session_id"`
-	Helpful   []string `msgpack:"helpful,omitempty" json:"helpful,omitempty"`
-	Harmful   []string `msgpack:"harmful,omitempty" json:"harmful,omitempty"`
+	Agent     string   `msgpack:"agent" json:"agent" id:"agent"`
+	SessionID string   `msgpack:"session_id" json:"session_id" id:"session"`
+	Helpful   []string `msgpack:"helpful,omitempty" json:"helpful,omitempty" id:"memory"`
+	Harmful   []string `msgpack:"harmful,omitempty" json:"harmful,omitempty" id:"memory"`
 	// Followed lists entries the session plainly followed (a stronger signal).
-	Followed []string `msgpack:"followed,omitempty" json:"followed,omitempty"`
+	Followed []string `msgpack:"followed,omitempty" json:"followed,omitempty" id:"memory"`
 	// Echo lists entries retrieved and followed in a session that succeeded, Fizzle entries
 	// retrieved and ignored, or followed into a failure: they move the entries' utility.
-	Echo   []string `msgpack:"echo,omitempty" json:"echo,omitempty"`
-	Fizzle []string `msgpack:"fizzle,omitempty" json:"fizzle,omitempty"`
+	Echo   []string `msgpack:"echo,omitempty" json:"echo,omitempty" id:"memory"`
+	Fizzle []string `msgpack:"fizzle,omitempty" json:"fizzle,omitempty" id:"memory"`
 }
 
 // Ack is the generic reply of operations that return nothing else.
@@ -482,7 +495,7 @@ type Ack struct {
 // tasks and for planners to plan them. Executors serving the agent write it at start.
 type AgentSpec struct {
 	Header
-	Name string `msgpack:"name" json:"name"`
+	Name string `msgpack:"name" json:"name" id:"agent"`
 	// Description and InputSchema are the agent's declaration as a tool: what callers are shown
 	// and what they send (agent.description, agent.input_schema; empty: a generic line and
 	// {"task": string}).
@@ -495,7 +508,7 @@ type AgentSpec struct {
 	MaxDepth    int        `msgpack:"max_depth" json:"max_depth"`
 	PlannerMode string     `msgpack:"planner_mode" json:"planner_mode"`
 	MaxItems    int        `msgpack:"max_items" json:"max_items"`
-	Tools       []string   `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	Tools       []string   `msgpack:"tools,omitempty" json:"tools,omitempty" id:"tool"`
 	// Budget is the agent's agent.budget, applied to every task the agent runs.
 	Budget  *Budget   `msgpack:"budget,omitempty" json:"budget,omitempty"`
 	Updated time.Time `msgpack:"updated" json:"updated"`

@@ -4,8 +4,6 @@
 package protocol
 
 import (
-	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -45,6 +43,9 @@ const (
 const (
 	ConsumerPlanner        = "planner"
 	ConsumerPlannerResults = "planner-results"
+	// ConsumerPlannerDead reads the dead letters of tasks, steps and results: the planner ends
+	// the sessions they belonged to.
+	ConsumerPlannerDead    = "planner-dlq"
 	ConsumerMiner          = "miner"
 	ConsumerMirror         = "trace-mirror"
 	consumerExecutorPrefix = "executor-"
@@ -83,22 +84,6 @@ const (
 	ServiceMemoryd  = "skein-memoryd"
 	ServiceGateway  = "skein-gateway"
 )
-
-var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-
-// ValidToken reports whether s can stand as one subject token (agent, tool and session names).
-func ValidToken(s string) bool { return tokenRE.MatchString(s) }
-
-// CheckToken returns an error naming what is wrong with a subject token.
-func CheckToken(kind, s string) error {
-	if s == "" {
-		return fmt.Errorf("%s is empty", kind)
-	}
-	if !ValidToken(s) {
-		return fmt.Errorf("%s %q may hold only letters, digits, '-' and '_'", kind, s)
-	}
-	return nil
-}
 
 // Names derives every subject and resource name of one mesh from its namespace.
 type Names struct {
@@ -160,6 +145,11 @@ func (n Names) Tool(name string) string { return n.subj("tool", name) }
 
 // Memory is the micro endpoint subject of one memoryd operation.
 func (n Names) Memory(op string) string { return n.subj("memory", op) }
+
+// Storage is the request/reply subject on which the process that runs the mesh's embedded server
+// says whether JetStream can write (StorageRequest, StorageReply). A mesh on a NATS server of its
+// own has nobody answering it: the server's monitoring (/healthz) says the same there.
+func (n Names) Storage() string { return n.subj("mesh", "storage") }
 
 // DLQ is the subject dead letters are republished to.
 func (n Names) DLQ(stream string) string { return n.subj("dlq", strings.ToLower(stream)) }

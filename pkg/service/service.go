@@ -30,6 +30,9 @@ type Deps struct {
 	Config *config.Config
 	Logger *slog.Logger
 	Home   string
+	// Ready is for the role to close once it takes work (its consumers or endpoints in place):
+	// the health listener (--health) reports ready from then on.
+	Ready chan<- struct{}
 }
 
 // Home returns $SKEIN_HOME, or ./.skein.
@@ -131,6 +134,7 @@ func Main(role string, fn func(Deps) error) int {
 	creds := flag.String("creds", "", "NATS credentials file (default $SKEIN_CREDS, mesh.creds_file, then $SKEIN_HOME/creds/"+role+".nk)")
 	cfgPath := flag.String("config", "", "agent.yaml (default ./agent.yaml if present)")
 	pprofAddr := flag.String("pprof", "", "serve runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (default off)")
+	healthAddr := flag.String("health", "", "serve "+HealthLivePath+" and "+HealthReadyPath+" (the NATS connection and whether this role takes work) on this address, e.g. 0.0.0.0:8081 for an orchestrator's probes (default off)")
 	flag.Parse()
 	log := Logger(role)
 	cfg, err := LoadConfig(*cfgPath)
@@ -150,6 +154,15 @@ func Main(role string, fn func(Deps) error) int {
 			return 2
 		}
 	}
+	// The health listener is up before the connection, so a probe tells "still connecting" from
+	// "not running".
+	health := NewHealth(role)
+	if *healthAddr != "" {
+		if _, err := ServeHealth(ctx, *healthAddr, health, log); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
 	url := NATSURL(*natsURL, cfg)
 	if url == "" {
 		url = bus.DefaultURL
@@ -160,18 +173,53 @@ func Main(role string, fn func(Deps) error) int {
 		return 1
 	}
 	defer conn.Close()
+	health.SetConn(conn.NC)
 	names := protocol.NewNames(cfg.Mesh.Namespace)
 	if err := Prepare(ctx, auth.Identity(role), conn, names, cfg, log); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	log.Info("started", "nats", redact.URL(url), "namespace", names.NS, "agent", cfg.Agent.Name)
-	err = fn(Deps{Ctx: ctx, Conn: conn, Names: names, Config: cfg, Logger: log, Home: Home()})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("stopped", "err", err)
-		return 1
+	ready := make(chan struct{})
+	go func() {
+		select {
+		case <-ready:
+			health.SetReady()
+		case <-ctx.Done():
+		}
+	}()
+	return run(ctx, conn, log, func(ctx context.Context) error {
+		return fn(Deps{Ctx: ctx, Conn: conn, Names: names, Config: cfg, Logger: log, Home: Home(), Ready: ready})
+	})
+}
+
+// run runs a role until it returns or its connection is lost. A role whose connection the server
+// closed for good cannot serve and never will: it is stopped (given ShutdownGrace and a little
+// more to return) and the process exits with protocol.ExitUnavailable, so its supervisor starts
+// it again, rather than staying up half dead.
+func run(ctx context.Context, conn *bus.Conn, log *slog.Logger, fn func(context.Context) error) int {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("stopped", "err", err)
+			return 1
+		}
+		return 0
+	case <-conn.Lost():
 	}
-	return 0
+	log.Error("stopping: the NATS server closed this role's connection and it is not reconnected; exiting so the supervisor restarts the role",
+		"err", conn.LostErr(), "exit", protocol.ExitUnavailable)
+	stop()
+	select {
+	case <-done:
+	case <-time.After(ShutdownGrace + 2*time.Second):
+		log.Warn("the role did not stop in time; exiting anyway")
+	}
+	return protocol.ExitUnavailable
 }
 
 // ConnectOptions are the credentials and TLS identity id connects with: --creds (credsFlag), then
@@ -183,7 +231,7 @@ func ConnectOptions(id auth.Identity, credsFlag string, cfg *config.Config) []bu
 	if cfg != nil {
 		src.Config, t = cfg.Mesh.CredsFile, cfg.Mesh.TLS
 	}
-	return []bus.Option{bus.WithCreds(auth.Resolve(id, src)), bus.WithTLS(bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key})}
+	return []bus.Option{bus.WithCreds(auth.Resolve(id, src)), bus.WithIdentity(id), bus.WithTLS(bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key})}
 }
 
 // Prepare makes sure the streams and buckets id uses exist before it starts: the admin and the

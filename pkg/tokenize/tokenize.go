@@ -4,6 +4,13 @@
 // The counts are exact for OpenAI's o200k models and a close estimate for other providers;
 // the scripted model, the context budget and the miner use them so that token figures mean
 // something offline.
+//
+// Work is linear in the text: it is cut into segments (segment.go) before BPE, because BPE and
+// the pre-tokenizer's backtracking are quadratic in the length of one run of text with no break
+// (60 KB of one letter took 40 s of CPU; cut, it takes milliseconds). A cut falls where the
+// o200k pre-tokenizer would split anyway, so counts stay exact, except inside a run of more than
+// maxRun bytes with no such place (one letter, space or symbol repeated, a CJK run, a long
+// hash-like word): there a cut may add or save about one token per maxRun bytes.
 package tokenize
 
 import (
@@ -57,8 +64,17 @@ func Count(s string) int {
 	if n, ok := memo.get(k); ok {
 		return n
 	}
-	n := len(encoder().EncodeOrdinary(s))
+	n := count(s)
 	memo.put(k, n)
+	return n
+}
+
+func count(s string) int {
+	e := encoder()
+	n := 0
+	for seg := range segments(s) {
+		n += len(e.EncodeOrdinary(seg))
+	}
 	return n
 }
 
@@ -117,13 +133,20 @@ func (m *countMemo) putLocked(k memoKey, n int) {
 // Truncate returns s cut to at most maxTokens tokens. The cut falls on a word boundary (the
 // end of the last whole word that fits) so no word is split; if the first word alone is over
 // the limit it is cut at the token boundary instead. The second result reports whether s was
-// shortened. maxTokens <= 0 yields "".
+// shortened. maxTokens <= 0 yields "". Only the head of s that is kept is tokenized (plus at
+// most one segment), so cutting a megabyte to a few tokens costs what the few tokens do.
 func Truncate(s string, maxTokens int) (string, bool) {
 	if maxTokens <= 0 {
 		return "", s != ""
 	}
 	e := encoder()
-	toks := e.EncodeOrdinary(s)
+	var toks []int
+	for seg := range segments(s) {
+		toks = append(toks, e.EncodeOrdinary(seg)...)
+		if len(toks) > maxTokens {
+			break
+		}
+	}
 	if len(toks) <= maxTokens {
 		return s, false
 	}

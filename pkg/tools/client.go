@@ -16,14 +16,13 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-// errBusy marks a busy refusal for the retry loop.
-var errBusy = errors.New("toolhost busy")
-
 // DefaultCallTimeout bounds a Call given no timeout.
 const DefaultCallTimeout = 60 * time.Second
 
-// RetryEvery is how long Call waits for the reply to a call with an id before asking again.
-var RetryEvery = 15 * time.Second
+// MaxSilence is the longest Call waits, hearing nothing, before it asks again for a call with an
+// id: the wait starts at protocol.CallSilence and doubles after each silent repeat, because a
+// toolhost that does not send progress (an older one) answers only at the end.
+var MaxSilence = 15 * time.Second
 
 // UnavailableAfter is how long Call keeps retrying while no toolhost serves the tool (they may
 // still be starting) before it answers with kind unavailable.
@@ -34,16 +33,20 @@ const UnavailableAfter = 10 * time.Second
 // reply) comes back as a reply with OK false and a Kind; the error is non-nil only when ctx
 // ends or req cannot be encoded.
 //
-// Only what started nothing, or what the toolhost runs at most once, is retried: "no responders"
-// (for up to UnavailableAfter), a toolhost's busy refusal (for up to timeout), and a request
-// with a call id that timed out (the toolhost answers a repeat from its record). A request
-// without a call id that reached a toolhost and timed out is never sent again, because a tool
-// may not be idempotent; that is also why this does not use bus.Request.
+// Every request of the call goes out with one reply subject, which Call listens on until the
+// end, and asks for progress (protocol.HeaderCallProgress): the toolhost holding the call says
+// so every protocol.CallProgressEvery. Only what started nothing, or what the toolhost runs at
+// most once, is sent again: after "no responders" (for up to UnavailableAfter), after a
+// toolhost's busy refusal (for up to timeout), and, for a request with a call id, after
+// protocol.CallSilence without a word: the toolhost holding it has died, and the one that gets
+// the repeat takes the call over once the dead host's lease lapses (or answers from the record).
+// A request without a call id that reached a toolhost is never sent again, because a tool may
+// not be idempotent; that is also why this does not use bus.Request.
 func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol.ToolRequest, timeout time.Duration) (protocol.ToolReply, error) {
 	if timeout <= 0 {
 		timeout = DefaultCallTimeout
 	}
-	if err := protocol.CheckToken("tool name", req.Tool); err != nil {
+	if err := protocol.IDTool.Check(req.Tool); err != nil {
 		return failedReply(protocol.ToolErrUnknown, err.Error()), nil
 	}
 	data, err := protocol.Marshal(&req)
@@ -55,85 +58,112 @@ func Call(ctx context.Context, nc *nats.Conn, names protocol.Names, req protocol
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	// A call with an id is safe to send again: the toolhost answers a repeat from its record,
-	// or joins the run in flight, or takes the call over once the host running it has died.
-	// So it is asked again every RetryEvery while no reply comes, which is how a call whose
-	// toolhost died finishes instead of waiting out its whole timeout.
-	perTry := timeout
-	if req.CallID != "" {
-		perTry = min(timeout, RetryEvery)
-	}
-	var msg *nats.Msg
-	var reply protocol.ToolReply
-	var decodeErr, last error
-	var busy *protocol.ToolReply
-	for {
-		b := backoff.NewExponentialBackOff()
-		b.InitialInterval = 50 * time.Millisecond
-		b.MaxInterval = time.Second
-		b.MaxElapsedTime = timeout
-		err = backoff.Retry(func() error {
-			tctx, tcancel := context.WithTimeout(cctx, perTry)
-			defer tcancel()
-			m, err := nc.RequestWithContext(tctx, subject, data)
-			if err != nil && cctx.Err() != nil && errors.Is(last, nats.ErrNoResponders) {
-				// Time ran out while nobody served the tool: that stays "unavailable".
-				return backoff.Permanent(err)
-			}
-			last, busy = err, nil
-			switch {
-			case err == nil:
-				// A toolhost with every slot and queue place taken started nothing: ask again
-				// (the queue group may pick another toolhost), for as long as the timeout allows.
-				var r protocol.ToolReply
-				derr := protocol.Unmarshal(m.Data, &r)
-				if derr == nil && !r.OK && r.Kind == protocol.ToolErrBusy {
-					busy = &r
-					return errBusy
-				}
-				msg, reply, decodeErr = m, r, derr
-				return nil
-			case errors.Is(err, nats.ErrNoResponders):
-				if time.Since(start) >= UnavailableAfter {
-					return backoff.Permanent(err)
-				}
-				return err
-			}
-			return backoff.Permanent(err)
-		}, backoff.WithContext(b, cctx))
-		timedOut := errors.Is(last, context.DeadlineExceeded) || errors.Is(last, nats.ErrTimeout)
-		if err == nil || req.CallID == "" || cctx.Err() != nil || !timedOut {
-			break
-		}
-	}
-
+	sub, err := nc.SubscribeSync(nc.NewInbox())
 	if err != nil {
-		if ctx.Err() != nil {
-			return protocol.ToolReply{}, fmt.Errorf("call tool %s: %w", req.Tool, context.Cause(ctx))
+		return failedReply(protocol.ToolErrUnavailable, fmt.Sprintf("call tool %q: listen for its reply: %v", req.Tool, err)), nil
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	msg := &nats.Msg{Subject: subject, Reply: sub.Subject, Data: data,
+		Header: nats.Header{protocol.HeaderCallProgress: []string{"1"}}}
+	retry := backoff.NewExponentialBackOff()
+	retry.InitialInterval, retry.MaxInterval, retry.MaxElapsedTime = 50*time.Millisecond, time.Second, 0
+	// pause waits before a request is sent again after a refusal; false when time is up.
+	pause := func() bool {
+		select {
+		case <-time.After(retry.NextBackOff()):
+			return true
+		case <-cctx.Done():
+			return false
 		}
-		waited := time.Since(start).Round(time.Millisecond)
-		switch {
-		case busy != nil:
-			return failedReply(protocol.ToolErrBusy, fmt.Sprintf("every toolhost serving %q stayed busy for %s: %s", req.Tool, waited, busy.Error)), nil
-		case errors.Is(last, nats.ErrNoResponders):
-			return failedReply(protocol.ToolErrUnavailable, fmt.Sprintf("no toolhost serves tool %q (nothing answered on %s for %s)", req.Tool, subject, waited)), nil
-		case errors.Is(last, context.DeadlineExceeded), errors.Is(last, nats.ErrTimeout):
-			return failedReply(protocol.ToolErrTimeout, fmt.Sprintf("no reply from tool %q within %s", req.Tool, timeout)), nil
-		}
-		return failedReply(protocol.ToolErrUnavailable, fmt.Sprintf("call tool %q: %v", req.Tool, last)), nil
 	}
 
-	if derr := decodeErr; derr != nil {
-		desc := msg.Header.Get("Nats-Service-Error")
-		if desc == "" {
-			desc = derr.Error()
+	var (
+		noResponders time.Time // since when nothing has served the tool; zero while something does
+		busy         *protocol.ToolReply
+		sendErr      error
+	)
+	silence := protocol.CallSilence
+	send := func() {
+		if sendErr = nc.PublishMsg(msg); sendErr != nil && cctx.Err() == nil {
+			_ = pause() // a connection that is reconnecting: the next silence or retry sends again
 		}
-		return failedReply(protocol.ToolErrUnavailable, fmt.Sprintf("toolhost reply for %q is unusable: %s", req.Tool, desc)), nil
 	}
-	if reply.LatencyMS == 0 {
-		reply.LatencyMS = time.Since(start).Milliseconds()
+	send()
+	for {
+		wctx, wcancel := context.WithTimeout(cctx, silence)
+		m, err := sub.NextMsgWithContext(wctx)
+		wcancel()
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			if noResponders.IsZero() {
+				noResponders = time.Now()
+			}
+			busy = nil
+			if time.Since(noResponders) >= UnavailableAfter || !pause() {
+				return finalFailure(ctx, req, subject, start, timeout, busy, true, nil)
+			}
+			send()
+			continue
+		case err == nil && len(m.Data) == 0 && m.Header.Get(protocol.HeaderCallProgress) != "":
+			noResponders, silence = time.Time{}, protocol.CallSilence // the call is held and alive
+			continue
+		case err == nil:
+			noResponders = time.Time{}
+			var r protocol.ToolReply
+			if derr := protocol.Unmarshal(m.Data, &r); derr != nil {
+				desc := m.Header.Get("Nats-Service-Error")
+				if desc == "" {
+					desc = derr.Error()
+				}
+				return failedReply(protocol.ToolErrUnavailable, fmt.Sprintf("toolhost reply for %q is unusable: %s", req.Tool, desc)), nil
+			}
+			if !r.OK && r.Kind == protocol.ToolErrBusy {
+				// Every slot and queue place taken, nothing started: ask again (the queue group
+				// may pick another toolhost), for as long as the timeout allows.
+				busy = &r
+				if !pause() {
+					return finalFailure(ctx, req, subject, start, timeout, busy, false, nil)
+				}
+				send()
+				continue
+			}
+			if r.LatencyMS == 0 {
+				r.LatencyMS = time.Since(start).Milliseconds()
+			}
+			return r, nil
+		case cctx.Err() != nil:
+			return finalFailure(ctx, req, subject, start, timeout, busy, !noResponders.IsZero(), sendErr)
+		case errors.Is(err, context.DeadlineExceeded):
+			// Silence. A call with an id is asked for again (its toolhost is gone; a repeat is
+			// answered from the record, joins the run, or takes it over); one without is waited for.
+			if req.CallID != "" {
+				send()
+				silence = min(2*silence, MaxSilence)
+			}
+			continue
+		default:
+			return failedReply(protocol.ToolErrUnavailable, fmt.Sprintf("call tool %q: %v", req.Tool, err)), nil
+		}
 	}
-	return reply, nil
+}
+
+// finalFailure is the reply of a call that got no usable answer in time, or the caller's error
+// when ctx ended.
+func finalFailure(ctx context.Context, req protocol.ToolRequest, subject string, start time.Time, timeout time.Duration,
+	busy *protocol.ToolReply, noResponders bool, sendErr error) (protocol.ToolReply, error) {
+	if ctx.Err() != nil {
+		return protocol.ToolReply{}, fmt.Errorf("call tool %s: %w", req.Tool, context.Cause(ctx))
+	}
+	waited := time.Since(start).Round(time.Millisecond)
+	switch {
+	case noResponders:
+		return failedReply(protocol.ToolErrUnavailable, fmt.Sprintf("no toolhost serves tool %q (nothing answered on %s for %s)", req.Tool, subject, waited)), nil
+	case busy != nil:
+		return failedReply(protocol.ToolErrBusy, fmt.Sprintf("every toolhost serving %q stayed busy for %s: %s", req.Tool, waited, busy.Error)), nil
+	case sendErr != nil:
+		return failedReply(protocol.ToolErrUnavailable, fmt.Sprintf("call tool %q: %v", req.Tool, sendErr)), nil
+	}
+	return failedReply(protocol.ToolErrTimeout, fmt.Sprintf("no reply from tool %q within %s", req.Tool, timeout)), nil
 }
 
 // UnknownTool is the reply for a tool the model asked for that is not offered, naming the tools
@@ -189,7 +219,7 @@ func Catalog(ctx context.Context, js jetstream.JetStream, names protocol.Names, 
 			continue
 		}
 		seen[key] = true
-		if !protocol.ValidToken(key) {
+		if !protocol.IDTool.Valid(key) {
 			missing = append(missing, key)
 			continue
 		}

@@ -126,7 +126,7 @@ func LoadFile(path string) (*Tool, error) {
 	bad := func(field, format string, a ...any) {
 		errs = append(errs, &FieldError{File: path, Field: field, Msg: fmt.Sprintf(format, a...)})
 	}
-	if err := protocol.CheckToken("tool name", m.Name); err != nil {
+	if err := protocol.IDTool.Check(m.Name); err != nil {
 		bad("name", "%v", err)
 	} else if protocol.Builtin(m.Name) {
 		bad("name", "%q is a built-in tool of the executor; choose another name", m.Name)

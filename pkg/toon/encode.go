@@ -10,7 +10,7 @@ import (
 
 // Encode renders v as a TOON document (spec §5–§12). The output has LF
 // line endings and no trailing newline.
-func Encode(v any, opts EncodeOptions) ([]byte, error) {
+func Encode(v any, opts EncodeOptions) (out []byte, err error) {
 	o, err := opts.norm()
 	if err != nil {
 		return nil, err
@@ -20,9 +20,24 @@ func Encode(v any, opts EncodeOptions) ([]byte, error) {
 		return nil, err
 	}
 	e := &encoder{opts: o, delim: byte(o.Delimiter)}
+	defer func() {
+		// The encoder unwinds with tooLarge from as deep as it got (see startLine).
+		if r := recover(); r != nil {
+			if _, ok := r.(tooLarge); !ok {
+				panic(r)
+			}
+			out, err = nil, ErrTooLarge
+		}
+	}()
 	e.root(val)
+	if o.MaxBytes > 0 && len(e.buf) > o.MaxBytes {
+		return nil, ErrTooLarge
+	}
 	return e.buf, nil
 }
+
+// tooLarge is the panic value that unwinds an encoder past MaxBytes.
+type tooLarge struct{}
 
 // EncodeTo is Encode writing to w.
 func EncodeTo(w io.Writer, v any, opts EncodeOptions) error {
@@ -150,7 +165,12 @@ func isPrimitive(v any) bool {
 	return false
 }
 
+// startLine is where a document grows by more than its values, so it is where MaxBytes is
+// checked: every line starts here, and a value's own text is bounded by the input.
 func (e *encoder) startLine(depth int) {
+	if e.opts.MaxBytes > 0 && len(e.buf)+1+depth*e.opts.IndentSize > e.opts.MaxBytes {
+		panic(tooLarge{})
+	}
 	if e.lines > 0 {
 		e.buf = append(e.buf, '\n')
 	}

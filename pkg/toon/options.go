@@ -1,6 +1,9 @@
 package toon
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Delimiter separates inline array values and tabular cells.
 type Delimiter byte
@@ -43,7 +46,15 @@ type EncodeOptions struct {
 	IndentSize int
 	// Delimiter is the document delimiter; 0 means Comma.
 	Delimiter Delimiter
+	// MaxBytes bounds the document: encoding stops with ErrTooLarge as soon as it would grow
+	// past it, so a caller pays for at most MaxBytes of output. Indentation makes a document's
+	// size grow with its depth times its values (a few kilobytes of nested arrays are
+	// megabytes of TOON). 0 means no bound.
+	MaxBytes int
 }
+
+// ErrTooLarge is Encode's error when the document would exceed EncodeOptions.MaxBytes.
+var ErrTooLarge = errors.New("toon: encode: document larger than MaxBytes")
 
 // DecodeOptions are the decoder options of spec §13 plus safety limits.
 type DecodeOptions struct {
@@ -72,6 +83,9 @@ func (o EncodeOptions) norm() (EncodeOptions, error) {
 	}
 	if o.IndentSize < 0 || o.IndentSize > 64 {
 		return o, fmt.Errorf("toon: indent size %d out of range 1..64", o.IndentSize)
+	}
+	if o.MaxBytes < 0 {
+		return o, fmt.Errorf("toon: MaxBytes %d is negative", o.MaxBytes)
 	}
 	if o.Delimiter == 0 {
 		o.Delimiter = Comma

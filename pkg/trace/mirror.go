@@ -101,7 +101,7 @@ func (m *Mirror) acked(msg jetstream.Msg) {
 }
 
 func (m *Mirror) write(ev protocol.Event) error {
-	if !protocol.ValidToken(ev.SessionID) {
+	if !protocol.IDSession.Valid(ev.SessionID) {
 		return nil // never let a session id name a path outside home
 	}
 	line, err := json.Marshal(ev)

@@ -15,6 +15,9 @@ import (
 // Follow delivers a session's events in order from its first one, until fn returns false or ctx
 // ends. It uses an ordered consumer, deleted when Follow returns.
 func Follow(ctx context.Context, js jetstream.JetStream, names protocol.Names, session string, fn func(protocol.Event) bool) error {
+	if err := protocol.IDSession.Check(session); err != nil {
+		return fmt.Errorf("follow trace: %w", err)
+	}
 	s, err := js.Stream(ctx, names.Stream(protocol.StreamTrace))
 	if err != nil {
 		return fmt.Errorf("trace stream: %w", err)
@@ -73,6 +76,9 @@ func deleteOrdered(ctx context.Context, s jetstream.Stream, c jetstream.Consumer
 // Read returns a session's events stored so far (it does not wait for more). It leaves nothing
 // behind on the server (see bus.ReadStream), so a role may call it once per session forever.
 func Read(ctx context.Context, js jetstream.JetStream, names protocol.Names, session string) ([]protocol.Event, error) {
+	if err := protocol.IDSession.Check(session); err != nil {
+		return nil, fmt.Errorf("read trace: %w", err)
+	}
 	var out []protocol.Event
 	err := bus.ReadStream(ctx, js, names.Stream(protocol.StreamTrace), names.Trace(session), bus.ReadFrom{}, func(m *jetstream.RawStreamMsg) bool {
 		var ev protocol.Event

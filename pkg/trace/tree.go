@@ -72,8 +72,8 @@ func Tree(ctx context.Context, js jetstream.JetStream, names protocol.Names, roo
 			}
 		}
 		for _, c := range kids {
-			if seen[c] || len(seen) >= maxTreeNodes {
-				continue
+			if seen[c] || len(seen) >= maxTreeNodes || !protocol.IDSession.Valid(c) {
+				continue // a child named in a tool's result may be anything
 			}
 			child, err := build(c)
 			if err != nil {

@@ -29,7 +29,7 @@ func newCancelCmd() *cobra.Command {
 			"queued steps never start and child agent sessions are cancelled too; the session ends with\n" +
 			"outcome cancelled and its trace names who cancelled it. Cancelling a session that has ended\n" +
 			"changes nothing and says so (exit status 0).",
-		Args: cobra.ExactArgs(1),
+		Args: idArg(protocol.IDSession),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withBus(cmd, func(env meshEnv) error {
 				rep, err := cancelSession(cmd.Context(), env.conn, env.names, args[0], cliUser(), reason)

@@ -35,6 +35,12 @@ func newChatCmd() *cobra.Command {
 			"clients do not stream tokens). " + chatHelp + ". Ctrl-C cancels the running turn; a second Ctrl-C leaves.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkID(protocol.IDSession, conversation); err != nil {
+				return err
+			}
+			if err := checkID(protocol.IDAgent, agent); err != nil {
+				return err
+			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return &exitError{code: 2, msg: err.Error()}

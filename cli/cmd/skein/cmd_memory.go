@@ -314,7 +314,7 @@ func newMemoryCmd() *cobra.Command {
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	show := &cobra.Command{
-		Use: "show ID", Short: "Print one entry as JSON", Args: cobra.ExactArgs(1),
+		Use: "show ID", Short: "Print one entry as JSON", Args: idArg(protocol.IDMemory),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withMesh(cmd, func(env meshEnv) error {
 				c, err := memReady(cmd, env)
@@ -560,7 +560,7 @@ func newIngestTracesCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ingest-traces SESSION",
 		Short: "Re-mine one session's trace into memory (idempotent)",
-		Args:  cobra.ExactArgs(1),
+		Args:  idArg(protocol.IDSession),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withMesh(cmd, func(env meshEnv) error {
 				if _, err := memReady(cmd, env); err != nil {

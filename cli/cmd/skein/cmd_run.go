@@ -57,6 +57,12 @@ func newRunCmd() *cobra.Command {
 			"Exit status is 0 only for the outcomes success and success_with_recovery.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkID(protocol.IDSession, sessionID); err != nil {
+				return err
+			}
+			if err := checkID(protocol.IDAgent, agent); err != nil {
+				return err
+			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return &exitError{code: 2, msg: err.Error()}
@@ -127,7 +133,7 @@ func newRunCmd() *cobra.Command {
 				return &exitError{code: exitTransient, msg: fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err)}
 			}
 			if rep.Error != "" {
-				if rep.Code == protocol.ErrCodeTransient {
+				if protocol.Code(rep.Code).Retryable() { // transient, storage_full
 					return &exitError{code: exitTransient, msg: "skein: " + rep.Error + " (try again)"}
 				}
 				return &exitError{code: 2, msg: "skein: " + rep.Error}

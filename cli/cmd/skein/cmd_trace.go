@@ -55,7 +55,7 @@ func newTraceCmd() *cobra.Command {
 
 	var asJSON bool
 	show := &cobra.Command{
-		Use: "show SESSION", Short: "Print a session's trace", Args: cobra.ExactArgs(1),
+		Use: "show SESSION", Short: "Print a session's trace", Args: idArg(protocol.IDSession),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withBus(cmd, func(env meshEnv) error {
 				events, err := trace.Read(cmd.Context(), env.conn.JS, env.names, args[0])
@@ -76,7 +76,7 @@ func newTraceCmd() *cobra.Command {
 
 	var follow bool
 	tail := &cobra.Command{
-		Use: "tail SESSION", Short: "Follow a session's trace until it ends (or forever with -f)", Args: cobra.ExactArgs(1),
+		Use: "tail SESSION", Short: "Follow a session's trace until it ends (or forever with -f)", Args: idArg(protocol.IDSession),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withBus(cmd, func(env meshEnv) error {
 				if err := sessionKnown(cmd.Context(), env, args[0]); err != nil {
@@ -93,7 +93,7 @@ func newTraceCmd() *cobra.Command {
 	tail.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
 	var treeJSON bool
 	tree := &cobra.Command{
-		Use: "tree SESSION", Short: "Show a session with its steps and child agent sessions, as a tree", Args: cobra.ExactArgs(1),
+		Use: "tree SESSION", Short: "Show a session with its steps and child agent sessions, as a tree", Args: idArg(protocol.IDSession),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withBus(cmd, func(env meshEnv) error {
 				n, err := sessionTree(cmd.Context(), env.conn, env.names, args[0])
@@ -161,8 +161,8 @@ func clipTask(s string) string {
 // sessionKnown refuses to follow a session the mesh has never heard of: neither the sessions
 // bucket nor the trace stream knows it, so following would wait forever in silence.
 func sessionKnown(ctx context.Context, env meshEnv, id string) error {
-	if err := protocol.CheckToken("session id", id); err != nil {
-		return &exitError{code: 2, msg: "skein: " + err.Error()}
+	if err := checkID(protocol.IDSession, id); err != nil {
+		return err
 	}
 	if kv, err := bus.KV(ctx, env.conn.JS, env.names, protocol.BucketSessions); err == nil {
 		if _, err := kv.Get(ctx, id); err == nil {

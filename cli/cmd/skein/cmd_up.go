@@ -12,6 +12,7 @@ import (
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/service"
 )
@@ -58,8 +59,16 @@ func newUpCmd() *cobra.Command {
 					fmt.Fprintf(cmd.OutOrStdout(), "console: %s\n", consoleURL(httpAddr, tok))
 				}
 			}
-			<-ctx.Done()
-			return nil
+			select {
+			case <-ctx.Done():
+				return nil
+			case l := <-mesh.lost:
+				// Re-making one role's connection in place would leave its subscriptions, consumers
+				// and service endpoints behind; a clean stop and a restart by whatever supervises
+				// `skein up` brings every role back.
+				return &exitError{code: protocol.ExitUnavailable, msg: fmt.Sprintf(
+					"skein up: the NATS server closed the %s's connection (%v) and it is not reconnected; the mesh stops so it can be started again", l.role, l.err)}
+			}
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "address the embedded NATS server listens on")

@@ -102,14 +102,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	browser := chromium(t)
 	needMiniLM(t)
 	root := devtest.RepoRoot(t)
-	sum := filepath.Join(root, "examples", "tools", "sum", "sum")
-	if _, err := os.Stat(sum); err != nil {
-		cmd := exec.Command("go", "build", "-o", "sum", ".")
-		cmd.Dir, cmd.Env = filepath.Dir(sum), append(os.Environ(), "GOWORK=off")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build sum: %v\n%s", err, out)
-		}
-	}
+	buildSum(t, root)
 	dir := t.TempDir()
 	script := filepath.Join(dir, "script.yaml")
 	if err := os.WriteFile(script, []byte(consoleScript), 0o644); err != nil {

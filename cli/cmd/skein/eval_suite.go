@@ -24,6 +24,9 @@ const (
 	maxEvalRounds = 50
 )
 
+// evalTaskID is what a task's id may be: it names the task in tables and reports.
+var evalTaskID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,48}$`)
+
 // evalSuite is a folder of tasks with a check each (docs/eval.md):
 //
 //	SUITE/suite.yaml   name, description, config (the agent's config, default agent.yaml)
@@ -119,7 +122,7 @@ func loadSuite(dir string) (*evalSuite, error) {
 func (t *evalTask) validate() error {
 	t.Task = strings.TrimSpace(t.Task)
 	switch {
-	case !protocol.ValidToken(t.ID) || len(t.ID) > 48:
+	case !evalTaskID.MatchString(t.ID):
 		return fmt.Errorf("id %q must be a short token (letters, digits, '-', '_')", t.ID)
 	case t.Task == "":
 		return errors.New("task is empty")
@@ -138,8 +141,8 @@ func (t *evalTask) validate() error {
 		t.Check.re = re
 	}
 	if t.Check.Tool != "" {
-		if err := protocol.CheckToken("check.tool", t.Check.Tool); err != nil {
-			return err
+		if err := protocol.IDTool.Check(t.Check.Tool); err != nil {
+			return fmt.Errorf("check.tool: %w", err)
 		}
 		if _, err := json.Marshal(t.Check.Args); err != nil {
 			return fmt.Errorf("check.args: %w", err)

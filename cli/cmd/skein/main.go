@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skein-mesh/skein/pkg/harden"
+	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/service"
 )
 
@@ -53,8 +54,34 @@ func main() {
 			os.Exit(ee.code)
 		}
 		fmt.Fprintln(os.Stderr, "skein:", err)
+		if c := protocol.CodeOf(err); c != protocol.CodeInternal {
+			os.Exit(c.ExitStatus()) // an error on the wire says what it is: its code's status
+		}
 		os.Exit(1)
 	}
+}
+
+// idArg takes exactly one argument, an identifier of kind k: a malformed or too long one is
+// refused before anything is dialled or started for it (it would end up in a subject or a key),
+// with its code's exit status.
+func idArg(k protocol.ID) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+			return err
+		}
+		return checkID(k, args[0])
+	}
+}
+
+// checkID refuses s unless it is an identifier of kind k ("" passes: a flag left unset).
+func checkID(k protocol.ID, s string) error {
+	if s == "" {
+		return nil
+	}
+	if err := k.Check(s); err != nil {
+		return &exitError{code: protocol.CodeOf(err).ExitStatus(), msg: "skein: " + err.Error()}
+	}
+	return nil
 }
 
 // extraCommands lets each area's command file register its commands without touching main.

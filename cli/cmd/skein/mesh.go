@@ -102,6 +102,15 @@ type embeddedMesh struct {
 	// admin provisions the mesh and asks memoryd what it holds (memoryd's own identity may
 	// serve memory subjects but not call them).
 	admin *bus.Conn
+	// lost receives the first connection the server closed for good (see bus.Conn.Lost): the
+	// role on it cannot serve any more, and `skein up` stops the mesh rather than run half dead.
+	lost chan lostConn
+}
+
+// lostConn is a role whose connection was closed for good, and why.
+type lostConn struct {
+	role string
+	err  error
 }
 
 // identityOf maps the in-process services' connection names to the identity each connects as.
@@ -163,8 +172,9 @@ func (l lazyEmbedder) Dim() int      { return minilm.Dim }
 func (l lazyEmbedder) Model() string { return minilm.ModelID }
 func (l lazyEmbedder) Close() error  { return nil } // the mesh closes the real one in stop
 
-// startServer starts the embedded NATS server with the mesh provisioned, and no services.
-func startServer(ctx context.Context, cfg *config.Config, home, listen string) (*embeddedMesh, error) {
+// startServer starts the embedded NATS server with the mesh provisioned and its store watched
+// (embedded.StorageWatch), and no services. The server's own warnings and errors go to log.
+func startServer(ctx context.Context, cfg *config.Config, home, listen string, log *slog.Logger) (*embeddedMesh, error) {
 	lock, err := lockHome(home)
 	if err != nil {
 		return nil, err
@@ -173,25 +183,31 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string) (
 	var srv *embedded.Server
 	labeled("nats-server", func() {
 		srv, err = embedded.Start(embedded.Options{StoreDir: filepath.Join(home, "nats"), Listen: listen,
-			CredsDir: auth.Dir(home), Names: protocol.NewNames(cfg.Mesh.Namespace), TLS: bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key}})
+			CredsDir: auth.Dir(home), Names: protocol.NewNames(cfg.Mesh.Namespace), TLS: bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key},
+			Logger: log})
 	})
 	if err != nil {
 		lock.release()
 		return nil, err
 	}
 	lock.setURL(srv.URL())
-	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t}
+	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t, lost: make(chan lostConn, 1)}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c, err := m.conn(string(auth.Admin))
 	if err != nil {
 		m.stop()
 		return nil, err
 	}
-	if err := bus.Provision(m.ctx, c.JS, protocol.NewNames(cfg.Mesh.Namespace), service.Limits(cfg)); err != nil {
+	names := protocol.NewNames(cfg.Mesh.Namespace)
+	if err := bus.Provision(m.ctx, c.JS, names, service.Limits(cfg)); err != nil {
 		m.stop()
 		return nil, err
 	}
 	m.admin = c
+	if _, err := srv.WatchStorage(m.ctx, c.NC, names, embedded.StorageOptions{Reserve: cfg.Mesh.StorageReserve, Logger: log.With("role", "storage")}); err != nil {
+		m.stop()
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -218,6 +234,16 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 	})
 	if err == nil {
 		m.conns = append(m.conns, c)
+		go func() {
+			select {
+			case <-c.Lost():
+				select {
+				case m.lost <- lostConn{role: role, err: c.LostErr()}:
+				default: // one is enough to stop the mesh
+				}
+			case <-m.ctx.Done():
+			}
+		}()
 	}
 	return c, err
 }
@@ -247,7 +273,7 @@ func startEmbedded(ctx context.Context, cfg *config.Config, others []*config.Con
 			emb.begin() // an HTTP embedder is cheap to open, and memoryd needs it at once
 		}
 	}
-	m, err := startServer(ctx, cfg, home, listen)
+	m, err := startServer(ctx, cfg, home, listen, log)
 	if err != nil {
 		if emb != nil && emb.began.Load() {
 			if e, _ := emb.wait(); e != nil {
@@ -506,7 +532,7 @@ func dialMeshFull(cmd *cobra.Command, cfg *config.Config, services bool) (*bus.C
 	if services {
 		mesh, err = startEmbedded(ctx, cfg, others, service.Home(), "127.0.0.1:0", meshLogger(), "")
 	} else {
-		mesh, err = startServer(ctx, cfg, service.Home(), "127.0.0.1:0")
+		mesh, err = startServer(ctx, cfg, service.Home(), "127.0.0.1:0", meshLogger())
 	}
 	if err != nil {
 		return nil, names, nil, nil, err

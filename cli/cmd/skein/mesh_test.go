@@ -34,14 +34,7 @@ rules:
 func leakMesh(t *testing.T) (*embeddedMesh, *bus.Conn, protocol.Names) {
 	t.Helper()
 	root := devtest.RepoRoot(t)
-	sum := filepath.Join(root, "examples", "tools", "sum", "sum")
-	if _, err := os.Stat(sum); err != nil {
-		cmd := exec.Command("go", "build", "-o", "sum", ".")
-		cmd.Dir, cmd.Env = filepath.Dir(sum), append(os.Environ(), "GOWORK=off")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build sum: %v\n%s", err, out)
-		}
-	}
+	buildSum(t, root)
 	dir := t.TempDir()
 	script := filepath.Join(dir, "script.yaml")
 	if err := os.WriteFile(script, []byte(leakScript), 0o644); err != nil {
@@ -62,6 +55,20 @@ func leakMesh(t *testing.T) (*embeddedMesh, *bus.Conn, protocol.Names) {
 		t.Fatal(err)
 	}
 	return m, c, protocol.NewNames(cfg.Mesh.Namespace)
+}
+
+// buildSum builds the example sum tool (a Go program) when its binary is missing.
+func buildSum(t *testing.T, root string) {
+	t.Helper()
+	sum := filepath.Join(root, "examples", "tools", "sum", "sum")
+	if _, err := os.Stat(sum); err == nil {
+		return
+	}
+	cmd := exec.Command("go", "build", "-o", "sum", ".")
+	cmd.Dir, cmd.Env = filepath.Dir(sum), append(os.Environ(), "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build sum: %v\n%s", err, out)
+	}
 }
 
 // runSession submits a task and follows it until the miner's usage event (the session's last).

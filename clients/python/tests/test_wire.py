@@ -57,6 +57,26 @@ class CredsTest(unittest.TestCase):
             with self.assertRaisesRegex(creds.CredentialsError, "chmod 600"):
                 creds.load(path)
 
+    def test_identity_of_a_seed_file(self):
+        # skein writes the seed alone (nats-py's nkeys_seed= reads nothing else); the identity is
+        # the file's name, else the one the caller connects as. An older file's header wins.
+        seed = "SU" + "A" * 56
+        with tempfile.TemporaryDirectory() as d:
+            def write(name, body):
+                p = os.path.join(d, name)
+                with open(p, "w") as f:
+                    f.write(body)
+                os.chmod(p, 0o600)
+                return p
+
+            for name, body, want in (
+                ("admin.nk", seed + "\n", "admin"),
+                ("laptop.key", seed + "\n", "client"),
+                ("other.nk", "# skein identity: executor\n# public key: U...\n# Keep this file private.\n%s\n" % seed, "executor"),
+            ):
+                c = creds.load(write(name, body))
+                self.assertEqual((c.identity, c.seed, c.inbox_prefix), (want, seed, "_INBOX." + want), name)
+
 
 if __name__ == "__main__":
     unittest.main()

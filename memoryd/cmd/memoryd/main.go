@@ -13,6 +13,6 @@ import (
 func main() {
 	_ = harden.Process() // provider keys and credentials live in this process: see pkg/harden
 	os.Exit(service.Main("memoryd", func(d service.Deps) error {
-		return memoryd.Run(d.Ctx, memoryd.Deps{Conn: d.Conn, Names: d.Names, Config: d.Config, Logger: d.Logger, Home: d.Home})
+		return memoryd.Run(d.Ctx, memoryd.Deps{Conn: d.Conn, Names: d.Names, Config: d.Config, Logger: d.Logger, Home: d.Home, Ready: d.Ready})
 	}))
 }

@@ -12,6 +12,6 @@ import (
 func main() {
 	_ = harden.Process() // provider keys and credentials live in this process: see pkg/harden
 	os.Exit(service.Main("miner", func(d service.Deps) error {
-		return miner.Run(d.Ctx, miner.Deps{Conn: d.Conn, Names: d.Names, Config: d.Config, Logger: d.Logger, Home: d.Home})
+		return miner.Run(d.Ctx, miner.Deps{Conn: d.Conn, Names: d.Names, Config: d.Config, Logger: d.Logger, Home: d.Home, Ready: d.Ready})
 	}))
 }

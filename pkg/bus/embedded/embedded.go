@@ -5,7 +5,9 @@ package embedded
 
 import (
 	"cmp"
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,8 +29,10 @@ type Options struct {
 	Listen string
 	// Name identifies the server in logs and cluster views.
 	Name string
-	// Logs enables the server's own log lines on stderr.
-	Logs bool
+	// Logger receives the server's own log lines: warnings and errors (a store that meets "no
+	// space left on device") at Warn and Error, its notices (start-up, streams restored) at
+	// Debug. nil: warnings and errors go to slog.Default().
+	Logger *slog.Logger
 	// CredsDir holds one credentials file per identity (created on first start, see auth.Ensure);
 	// the server admits only those identities, each with its row of the permission matrix.
 	// Empty means no authentication (tests of code that does not care).
@@ -52,6 +56,9 @@ const DefaultMaxStore int64 = 1 << 40
 // Server is a running in-process server.
 type Server struct {
 	Server *server.Server
+	// dir is the JetStream store directory; opts what the server was started with.
+	dir  string
+	opts *server.Options
 }
 
 // URL is the client URL of the server.
@@ -127,15 +134,13 @@ func Start(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	if o.Logs {
-		s.ConfigureLogger()
-	}
+	s.SetLoggerV2(newServerLog(o.Logger), false, false, false)
 	go s.Start()
 	if !s.ReadyForConnections(15 * time.Second) {
 		s.Shutdown()
 		return nil, fmt.Errorf("embedded nats: not ready on %s:%d within 15s (is the port taken? try --listen 127.0.0.1:0)", host, port)
 	}
-	return &Server{Server: s}, nil
+	return &Server{Server: s, dir: dir, opts: opts}, nil
 }
 
 // Users renders the permission matrix (pkg/auth) into the server's nkey users: each identity's
@@ -163,3 +168,48 @@ func permissions(p auth.Perms) *server.Permissions {
 	}
 	return sp
 }
+
+// restartJetStream stops and starts JetStream in this server, as the server's own configuration
+// reload does: every stream and consumer is loaded again from the store, without the write
+// errors a full disk left (see StorageWatch). Connections stay up; JetStream requests made
+// during the restart fail and are retried by their callers.
+func (e *Server) restartJetStream() error {
+	if err := e.Server.ShutdownJetStream(); err != nil {
+		return fmt.Errorf("stop JetStream: %w", err)
+	}
+	o := e.opts
+	if err := e.Server.EnableJetStream(&server.JetStreamConfig{StoreDir: o.StoreDir, MaxStore: o.JetStreamMaxStore,
+		MaxMemory: o.JetStreamMaxMemory, SyncInterval: o.SyncInterval, SyncAlways: o.SyncAlways, Strict: !o.NoJetStreamStrict}); err != nil {
+		return fmt.Errorf("start JetStream: %w", err)
+	}
+	return nil
+}
+
+// serverLog passes the server's log lines to a slog logger, so its warnings and errors (a full
+// disk, a stream that cannot write) are in the process's log with the roles' lines. Its notices
+// (the start-up banner, a line per stream restored) are Debug: the roles say what started.
+type serverLog struct {
+	l   *slog.Logger
+	min slog.Level
+}
+
+func newServerLog(l *slog.Logger) serverLog {
+	if l == nil {
+		return serverLog{l: slog.Default(), min: slog.LevelWarn}
+	}
+	return serverLog{l: l.With("role", "nats-server"), min: slog.LevelDebug}
+}
+
+func (s serverLog) log(level slog.Level, format string, v []any) {
+	if level < s.min || !s.l.Enabled(context.Background(), level) {
+		return
+	}
+	s.l.Log(context.Background(), level, fmt.Sprintf(format, v...))
+}
+
+func (s serverLog) Noticef(format string, v ...any) { s.log(slog.LevelDebug, format, v) }
+func (s serverLog) Warnf(format string, v ...any)   { s.log(slog.LevelWarn, format, v) }
+func (s serverLog) Errorf(format string, v ...any)  { s.log(slog.LevelError, format, v) }
+func (s serverLog) Fatalf(format string, v ...any)  { s.log(slog.LevelError, format, v) }
+func (s serverLog) Debugf(format string, v ...any)  { s.log(slog.LevelDebug, format, v) }
+func (s serverLog) Tracef(format string, v ...any)  { s.log(slog.LevelDebug, format, v) }

@@ -1,7 +1,8 @@
 // Package worker is the one JetStream consumer loop of the mesh. A role hands it a handler; the
 // worker owns the rest: a bounded pool, pulling only while a worker is free, in-progress
-// heartbeats while a message is handled, ack, nak with backoff, term, and the DLQ for every
-// message that cannot be decoded, is terminated, or runs out of deliveries.
+// heartbeats while a message is handled, ack, nak with backoff, term, the DLQ for every message
+// that cannot be decoded, is terminated, or runs out of deliveries, and holding messages while
+// the mesh's store is full. No message is terminated before its dead letter is stored.
 package worker
 
 import (
@@ -20,7 +21,9 @@ import (
 )
 
 // Handler handles one message. nil acks it; an error made with Permanent terminates it into
-// the DLQ; any other error naks it for a later delivery (until MaxDeliver, then the DLQ).
+// the DLQ; an error that comes from a full store holds the message until the store writes again
+// and runs it again; any other error naks it for a later delivery (until the consumer's
+// MaxDeliveries, then the DLQ).
 type Handler func(ctx context.Context, m jetstream.Msg) error
 
 type permanentError struct{ err error }
@@ -267,12 +270,10 @@ func (s *slot) done() {
 }
 
 func (w *Worker) handle(hctx, runCtx context.Context, m jetstream.Msg) {
-	if w.opts.Timeout > 0 {
-		var cancel context.CancelFunc
-		hctx, cancel = context.WithTimeout(hctx, w.opts.Timeout)
-		defer cancel()
-	}
+	// The heartbeat lasts until the message is settled: through the handler, a wait for
+	// storage and the writing of its dead letter.
 	beat, stopBeat := context.WithCancel(hctx)
+	defer stopBeat()
 	go func() {
 		t := time.NewTicker(max(w.spec.Config.AckWait/3, 100*time.Millisecond))
 		defer t.Stop()
@@ -285,10 +286,79 @@ func (w *Worker) handle(hctx, runCtx context.Context, m jetstream.Msg) {
 			}
 		}
 	}()
-	err := w.call(hctx, m)
-	stopBeat()
-	w.settle(runCtx, m, err)
+	log := w.opts.Logger.With("subject", m.Subject())
+	delivered := uint64(1)
+	if meta, err := m.Metadata(); err == nil {
+		delivered = meta.NumDelivered
+	}
+	if md := w.spec.MaxDeliveries; md > 0 && delivered > uint64(md) {
+		// An earlier delivery was its last and could not be dead-lettered (the process stopped
+		// first, or the DLQ could not be written): do it now, without running it again.
+		w.dead(runCtx, m, fmt.Sprintf("delivered %d times, more than the %d allowed; its last failure was not recorded", delivered, md), log)
+		return
+	}
+	var err error
+	var retry backoff.BackOff // while held: how long until the next try
+	for {
+		// A message is not started while the store cannot write: it is held until it can.
+		if w.storageFull(runCtx, false) && !w.hold(runCtx, &retry, errStorageFull, log) {
+			err = fmt.Errorf("stopped while waiting for the store: %w", context.Cause(runCtx))
+			break
+		}
+		err = w.attempt(hctx, m)
+		if err == nil || IsPermanent(err) || runCtx.Err() != nil {
+			break
+		}
+		if !bus.IsStorageFull(err) && !errors.Is(err, errStorageFull) && !w.storageFull(runCtx, true) {
+			break
+		}
+		// The failure came from the store: it is no fault of the message and must not use up
+		// its deliveries. Hold the message (heartbeated) until the store takes writes again.
+		if !w.hold(runCtx, &retry, err, log) {
+			break
+		}
+	}
+	w.settle(runCtx, m, err, delivered, log)
 }
+
+// errStorageFull is the cause an attempt is cut short with when the store stops writing.
+var errStorageFull = errors.New("the mesh's store cannot write")
+
+// attempt runs the handler once, within Options.Timeout. Should the mesh report its store full
+// meanwhile (bus.Conn.Storage), the attempt is cut short: a write onto a full disk gets no
+// answer from the server and would hold the handler until its deadline.
+func (w *Worker) attempt(hctx context.Context, m jetstream.Msg) error {
+	ctx, cancel := context.WithCancelCause(hctx)
+	defer cancel(nil)
+	if w.opts.Timeout > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, w.opts.Timeout)
+		defer stop()
+	}
+	go func() {
+		t := time.NewTicker(storageLook)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if w.storageFull(ctx, false) {
+					cancel(errStorageFull)
+					return
+				}
+			}
+		}
+	}()
+	err := w.call(ctx, m)
+	if err != nil && errors.Is(context.Cause(ctx), errStorageFull) {
+		err = fmt.Errorf("%w: %w", errStorageFull, err)
+	}
+	return err
+}
+
+// storageLook is how often a running attempt, or a held message, looks at the store's state.
+const storageLook = time.Second
 
 // call runs the handler, turning a panic into a permanent error so one bad message cannot take
 // the process down.
@@ -301,8 +371,40 @@ func (w *Worker) call(ctx context.Context, m jetstream.Msg) (err error) {
 	return w.fn(ctx, m)
 }
 
-func (w *Worker) settle(runCtx context.Context, m jetstream.Msg, err error) {
-	log := w.opts.Logger.With("subject", m.Subject())
+// storageFull reports whether the mesh says its store cannot write (bus.Conn.Storage; a mesh
+// whose server is not embedded says nothing, and the server's error codes speak instead).
+func (w *Worker) storageFull(ctx context.Context, fresh bool) bool {
+	return w.c.Storage(ctx, w.names, fresh).State == protocol.StorageFull
+}
+
+// hold keeps a message until the store can write again, and reports whether to run it again
+// (false: the worker stops meanwhile). While the mesh says its store is full it looks again
+// every storageLook; a refusal by a stream's own limit (the store as a whole writes) clears when
+// the stream drains, which no state reports: that message is tried again after a wait that grows
+// to storageRetryMax. *retry is the wait, kept across the holds of one message.
+func (w *Worker) hold(runCtx context.Context, retry *backoff.BackOff, err error, log *slog.Logger) bool {
+	if *retry == nil {
+		log.Warn("store full: holding the message until it can be written", "err", err)
+		b := backoff.NewExponentialBackOff()
+		b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 200*time.Millisecond, storageRetryMax, 0
+		*retry = b
+	}
+	for {
+		select {
+		case <-runCtx.Done():
+			return false
+		case <-time.After((*retry).NextBackOff()):
+		}
+		if !w.storageFull(runCtx, false) {
+			return true
+		}
+	}
+}
+
+// storageRetryMax bounds the wait between two tries of a message a stream's limit refused.
+const storageRetryMax = 5 * time.Second
+
+func (w *Worker) settle(runCtx context.Context, m jetstream.Msg, err error, delivered uint64, log *slog.Logger) {
 	switch {
 	case err == nil:
 		if aerr := m.Ack(); aerr != nil {
@@ -313,19 +415,15 @@ func (w *Worker) settle(runCtx context.Context, m jetstream.Msg, err error) {
 		}
 		return
 	case IsPermanent(err):
-		w.dead(m, err.Error(), log)
+		w.dead(runCtx, m, err.Error(), log)
 		return
 	case runCtx.Err() != nil:
 		// Stopping: hand the message to another process now instead of after AckWait.
 		_ = m.Nak()
 		return
 	}
-	delivered := uint64(1)
-	if meta, merr := m.Metadata(); merr == nil {
-		delivered = meta.NumDelivered
-	}
-	if md := w.spec.Config.MaxDeliver; md > 0 && delivered >= uint64(md) {
-		w.dead(m, fmt.Sprintf("failed on all %d deliveries; last error: %v", delivered, err), log)
+	if md := w.spec.MaxDeliveries; md > 0 && delivered >= uint64(md) {
+		w.dead(runCtx, m, fmt.Sprintf("failed on all %d deliveries; last error: %v", delivered, err), log)
 		return
 	}
 	delay := w.opts.NakDelay
@@ -337,18 +435,33 @@ func (w *Worker) settle(runCtx context.Context, m jetstream.Msg, err error) {
 	_ = m.NakWithDelay(delay)
 }
 
-// dead records the message in the DLQ, then terminates it. When the DLQ cannot be written the
-// message is nakked instead, so it is not lost.
-func (w *Worker) dead(m jetstream.Msg, reason string, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := bus.DeadLetter(ctx, w.c.JS, w.names, m, reason); err != nil {
-		log.Error("message not dead-lettered; will retry it", "reason", reason, "err", err)
-		_ = m.NakWithDelay(w.opts.MaxNakDelay)
-		return
+// dead records the message in the DLQ, then terminates it: a message leaves its stream only once
+// its dead letter is stored. While the DLQ cannot be written (a full disk) the worker keeps the
+// message, heartbeated, and writes again with a growing wait; if it stops meanwhile, it naks the
+// message, which comes back (the server sets no delivery limit): past MaxDeliveries it is then
+// dead-lettered without running.
+func (w *Worker) dead(runCtx context.Context, m jetstream.Msg, reason string, log *slog.Logger) {
+	wait := backoff.NewExponentialBackOff()
+	wait.InitialInterval, wait.MaxInterval, wait.MaxElapsedTime = 500*time.Millisecond, w.opts.MaxNakDelay, 0
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), 10*time.Second)
+		err := bus.DeadLetter(ctx, w.c.JS, w.names, m, reason)
+		cancel()
+		if err == nil {
+			log.Error("message moved to the DLQ", "reason", reason)
+			_ = m.TermWithReason(clip(reason, 200))
+			return
+		}
+		if try == 1 {
+			log.Error("message not dead-lettered yet; holding it and writing again", "reason", reason, "err", err)
+		}
+		select {
+		case <-runCtx.Done():
+			_ = m.Nak()
+			return
+		case <-time.After(wait.NextBackOff()):
+		}
 	}
-	log.Error("message moved to the DLQ", "reason", reason)
-	_ = m.TermWithReason(clip(reason, 200))
 }
 
 func clip(s string, n int) string {

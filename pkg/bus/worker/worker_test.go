@@ -27,7 +27,7 @@ func spec(t *testing.T, m *bustest.Mesh, maxDeliver int) bus.ConsumerSpec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Config.MaxDeliver = maxDeliver
+	s.MaxDeliveries = maxDeliver
 	return s
 }
 

@@ -11,11 +11,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/skein-mesh/skein/pkg/devenv"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
 )
@@ -247,14 +246,6 @@ var (
 	}()
 )
 
-// cpuTime is this process's user+system CPU time: on a shared machine it is a steadier cost
-// than wall time, and comparable with Python's time.process_time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func benchEmbed(b *testing.B, e *minilm.Embedder, texts []string) {
 	ctx := context.Background()
 	// Three calls first, as scripts/ortbench.py makes: the first run of a shape plans its memory.
@@ -263,13 +254,13 @@ func benchEmbed(b *testing.B, e *minilm.Embedder, texts []string) {
 			b.Fatal(err)
 		}
 	}
-	c0 := cpuTime()
+	c0 := devtest.CPUTime()
 	for b.Loop() {
 		if _, err := e.Embed(ctx, texts); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(cpuTime()-c0)/1e6/float64(b.N), "cpu-ms/op")
+	devtest.ReportCPU(b, c0)
 	b.ReportMetric(float64(b.N*len(texts))/b.Elapsed().Seconds(), "texts/s")
 }
 
@@ -301,7 +292,7 @@ func open1(tb testing.TB) *minilm.Embedder {
 // BenchmarkTokenize: the tokenizer's share of an Embed call (32 texts per op).
 func BenchmarkTokenize(b *testing.B) {
 	e := open(b)
-	c0 := cpuTime()
+	c0 := devtest.CPUTime()
 	for b.Loop() {
 		for _, t := range benchB32 {
 			if _, err := e.Tokenize(t); err != nil {
@@ -309,5 +300,5 @@ func BenchmarkTokenize(b *testing.B) {
 			}
 		}
 	}
-	b.ReportMetric(float64(cpuTime()-c0)/1e6/float64(b.N), "cpu-ms/op")
+	devtest.ReportCPU(b, c0)
 }

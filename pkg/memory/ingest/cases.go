@@ -57,7 +57,7 @@ func CheckCase(c protocol.CaseCandidate) error {
 		return fmt.Errorf("case spans %d sessions, at most %d", len(c.Sessions), protocol.MaxEvidenceSessions)
 	}
 	for i, s := range b.Approach {
-		if !protocol.ValidToken(s.Tool) {
+		if !protocol.IDTool.Valid(s.Tool) {
 			return fmt.Errorf("case step %d: tool %q is not a tool name", i+1, s.Tool)
 		}
 		if len(s.Args) > protocol.MaxCaseStepChars || len(s.Error) > protocol.MaxCaseStepChars || len(s.Note) > protocol.MaxCaseStepChars {
@@ -65,7 +65,7 @@ func CheckCase(c protocol.CaseCandidate) error {
 		}
 	}
 	for _, s := range c.Sessions {
-		if !protocol.ValidToken(s) {
+		if !protocol.IDSession.Valid(s) {
 			return fmt.Errorf("case session %q is not a session id", s)
 		}
 	}

@@ -199,7 +199,7 @@ func (e *Engine) Options() Options { return e.opt }
 // Ingest applies every candidate of one session. A failing candidate is reported in its
 // action and does not stop the others; the error is the first failure.
 func (e *Engine) Ingest(ctx context.Context, req protocol.IngestRequest) ([]protocol.IngestAction, error) {
-	if err := protocol.CheckToken("agent", req.Agent); err != nil {
+	if err := protocol.IDAgent.Check(req.Agent); err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	if req.SessionID == "" {

@@ -359,8 +359,10 @@ func (s *Store) Get(ctx context.Context, id string) (memory.Entry, error) {
 	return e, nil
 }
 
+// validKey reports whether id can be a key of the bucket; the length bound keeps a key's
+// subject within what the server accepts (protocol.MaxMemoryID).
 func validKey(id string) bool {
-	if id == "" || id == metaKey {
+	if id == "" || id == metaKey || len(id) > protocol.MaxMemoryID {
 		return false
 	}
 	for _, r := range id {

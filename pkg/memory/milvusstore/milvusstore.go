@@ -293,7 +293,7 @@ func (s *Store) ensureCollection(ctx context.Context, dim int) error {
 	}
 	if !ok {
 		schema := entity.NewSchema().WithName(name).WithDescription("skein memory entries (every kind, both tiers)").
-			WithField(entity.NewField().WithName(fID).WithDataType(entity.FieldTypeVarChar).WithMaxLength(128).WithIsPrimaryKey(true)).
+			WithField(entity.NewField().WithName(fID).WithDataType(entity.FieldTypeVarChar).WithMaxLength(protocol.MaxMemoryID).WithIsPrimaryKey(true)).
 			WithField(entity.NewField().WithName(fAgent).WithDataType(entity.FieldTypeVarChar).WithMaxLength(256)).
 			WithField(entity.NewField().WithName(fKind).WithDataType(entity.FieldTypeVarChar).WithMaxLength(16)).
 			WithField(entity.NewField().WithName(fTier).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
@@ -534,7 +534,7 @@ func (s *Store) query(ctx context.Context, parts []string, ex, idPrefix string, 
 const idAlphabet = "0123456789abcdefABCDEFghijklmnopqrstuvwxyzGHIJKLMNOPQRSTUVWXYZ-_="
 
 func validID(id string) bool {
-	if id == "" || len(id) > 128 {
+	if id == "" || len(id) > protocol.MaxMemoryID {
 		return false
 	}
 	for _, r := range id {

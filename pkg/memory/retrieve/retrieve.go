@@ -103,7 +103,7 @@ func (r *Retriever) Retrieve(ctx context.Context, req protocol.RetrieveRequest) 
 // Answer answers one request whole: the guidelines, and the worked examples and procedures it
 // asks for (chosen with eo), the task embedded once.
 func (r *Retriever) Answer(ctx context.Context, req protocol.RetrieveRequest, eo ExampleOptions) (*protocol.RetrieveReply, error) {
-	if err := protocol.CheckToken("agent", req.Agent); err != nil {
+	if err := protocol.IDAgent.Check(req.Agent); err != nil {
 		return nil, fmt.Errorf("retrieve: %w", err)
 	}
 	vecs, err := r.emb.Embed(ctx, []string{req.Task})
@@ -404,7 +404,7 @@ func line(g protocol.Guideline) string {
 func Origin(g protocol.Guideline) string {
 	// Agent and session ids are tokens (letters, digits, '-', '_'); anything else is dropped
 	// rather than let into the prompt.
-	agent, session := tokenOrEmpty(g.SourceAgent), tokenOrEmpty(g.SourceSession)
+	agent, session := validOrEmpty(protocol.IDAgent, g.SourceAgent), validOrEmpty(protocol.IDSession, g.SourceSession)
 	switch {
 	case g.Source == protocol.SourceSubagent && agent != "" && session != "":
 		return "found by sub-agent " + agent + " in session " + session
@@ -420,8 +420,8 @@ func Origin(g protocol.Guideline) string {
 	return "learned from a success"
 }
 
-func tokenOrEmpty(s string) string {
-	if !protocol.ValidToken(s) {
+func validOrEmpty(k protocol.ID, s string) string {
+	if !k.Valid(s) {
 		return ""
 	}
 	return s

@@ -69,6 +69,8 @@ func Channels() []Channel {
 			Doc: "One usage event per finished session (and one per mining), for mesh-wide accounting."},
 		{ID: "tool", Address: n.Tool("{tool}"), Params: []string{"tool"}, Kind: Service, Message: protocol.ToolRequest{}, Reply: protocol.ToolReply{},
 			Doc: "Call a tool, or an agent as a tool."},
+		{ID: "storage", Address: n.Storage(), Kind: Service, Message: protocol.StorageRequest{}, Reply: protocol.StorageReply{},
+			Doc: "Whether the mesh's store can write: ok, low (free space under mesh.storage_reserve: new sessions are refused) or full (JetStream cannot write: work in flight waits). Answered by the process that runs the embedded server; nobody answers on a mesh whose NATS server is its own (its /healthz says the same)."},
 		mem(protocol.MemRetrieve, "Guidelines that fit a task, strategic first.", protocol.RetrieveRequest{}, protocol.RetrieveReply{}),
 		mem(protocol.MemIngest, "Add guidelines mined from a session.", protocol.IngestRequest{}, protocol.IngestReply{}),
 		mem(protocol.MemRemember, "Notes written in a session (remember) and a sub-agent's findings for its caller's memory.", protocol.RememberRequest{}, protocol.RememberReply{}),
@@ -91,6 +93,12 @@ func Channels() []Channel {
 	}
 }
 
+// paramKinds are the identifier kinds of the channels' parameters.
+var paramKinds = map[string]protocol.ID{
+	"session_id": protocol.IDSession, "agent": protocol.IDAgent, "tool": protocol.IDTool,
+	"call_id": protocol.IDCall, "step_key": protocol.IDStepKey,
+}
+
 // Encoding rules every reader needs, stated once in the document (docs/contract.md explains).
 const encodingDoc = "Messages are msgpack maps whose keys are the JSON property names of the schemas, unless a request " +
 	"says Content-Type: application/json (the submit and cancel subjects take JSON and answer in it). " +
@@ -98,7 +106,7 @@ const encodingDoc = "Messages are msgpack maps whose keys are the JSON property 
 	"value always holds JSON text (tool arguments and results, input schemas): decode it as JSON. " +
 	"Every message carries \"v\": 1, the schema version; a reader refuses any other. " +
 	"A service refuses a request with the NATS micro headers Nats-Service-Error (why) and " +
-	"Nats-Service-Error-Code (400 unreadable, 404 no such session, 415 unknown Content-Type, 422 refused as it is, " +
+	"Nats-Service-Error-Code (400 unreadable or a malformed id, 404 no such session, 413 an id over its maxLength, 415 unknown Content-Type, 422 refused as it is, " +
 	"500, 503 try again), and, on submit and cancel, the reply with error and code in its body too."
 
 // AsyncAPI returns the AsyncAPI 3.0 document of the NATS contract, indented, as kept in
@@ -137,7 +145,13 @@ func AsyncAPI() ([]byte, error) {
 		if len(c.Params) > 0 {
 			ps := map[string]any{}
 			for _, p := range c.Params {
-				ps[p] = map[string]any{"description": "one subject token: letters, digits, '-' and '_'"}
+				k, ok := paramKinds[p]
+				if !ok {
+					return nil, fmt.Errorf("asyncapi: channel %s: parameter %s has no identifier kind", c.ID, p)
+				}
+				// AsyncAPI 3 parameters carry no schema: the kind's bounds go in an extension.
+				ps[p] = map[string]any{"description": k.Doc(),
+					"x-skein": map[string]any{"maxLength": k.Max, "pattern": k.Pattern()}}
 			}
 			ch["parameters"] = ps
 		}

@@ -147,6 +147,13 @@ func TestMessagesRoundTripThroughTheDocument(t *testing.T) {
 	if doc.ValidateJSON("SubmitRequest", []byte(`{"v":1,"task":"x","agnet":"y"}`)) == nil {
 		t.Error("an unknown field passed the document")
 	}
+	// Identifiers are bounded as the doors bound them.
+	if doc.ValidateJSON("SubmitRequest", []byte(`{"v":1,"task":"x","session_id":"`+strings.Repeat("a", protocol.MaxSessionID+1)+`"}`)) == nil {
+		t.Error("a session id over its maxLength passed the document")
+	}
+	if doc.ValidateJSON("MemoryGetRequest", []byte(`{"v":1,"id":"a.b"}`)) == nil {
+		t.Error("a memory entry id outside its pattern passed the document")
+	}
 }
 
 func contains(xs []string, x string) bool {

@@ -51,6 +51,7 @@ func Schemas(values ...any) (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
 	for name, d := range defs {
 		if t, ok := types[name]; ok {
+			identifiers(t, d)
 			nullable(t, d)
 		}
 		if v, ok := d.Properties.Get("v"); ok && v != nil {
@@ -63,6 +64,37 @@ func Schemas(values ...any) (map[string]json.RawMessage, error) {
 		out[name] = bytes.ReplaceAll(b, []byte(`"#/$defs/`), []byte(`"`+SchemaRef))
 	}
 	return out, nil
+}
+
+// identifiers bounds the properties that hold identifiers (fields tagged `id:"<kind>"`, see
+// protocol.ID): their pattern and maxLength are the kind's, as every door checks them.
+func identifiers(t reflect.Type, s *jsonschema.Schema) {
+	if t.Kind() != reflect.Struct || s.Properties == nil {
+		return
+	}
+	for _, f := range reflect.VisibleFields(t) {
+		kind, ok := protocol.IDOfKind(f.Tag.Get("id"))
+		if !ok || !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		p, ok := s.Properties.Get(name)
+		if !ok || p == nil {
+			continue
+		}
+		if p.Type == "array" && p.Items != nil {
+			p = p.Items
+		}
+		if p.Type != "string" {
+			panic(fmt.Sprintf("contract: %s.%s is tagged id:%q but is no string or list of strings", t, f.Name, kind.Kind))
+		}
+		// An absent id is written as "" where Go has no omitempty (a refusal's session_id).
+		limit := uint64(kind.Max)
+		p.MaxLength, p.Pattern = &limit, "^("+strings.TrimSuffix(strings.TrimPrefix(kind.Pattern(), "^"), "$")+")?$"
+	}
 }
 
 // nullable lets the properties Go may write as null be null: encoding/json writes a nil slice,

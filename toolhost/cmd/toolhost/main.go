@@ -17,6 +17,6 @@ func main() {
 	queue := flag.Int("queue", 0, "calls that may wait for a slot before more are refused as busy (default toolhost.queue, else as many as --concurrency; -1: none)")
 	os.Exit(service.Main("toolhost", func(d service.Deps) error {
 		return toolhost.Run(d.Ctx, toolhost.Deps{Conn: d.Conn, Names: d.Names, Config: d.Config, Logger: d.Logger,
-			Home: d.Home, HostID: *hostID, Concurrency: *conc, Queue: *queue})
+			Home: d.Home, HostID: *hostID, Concurrency: *conc, Queue: *queue, Ready: d.Ready})
 	}))
 }

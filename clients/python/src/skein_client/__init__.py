@@ -7,6 +7,7 @@ from .client import (
     RunResult,
     SkeinError,
     Unavailable,
+    Unreachable,
     new_session_id,
 )
 from .creds import CredentialsError
@@ -20,6 +21,7 @@ __all__ = [
     "SkeinError",
     "Rejected",
     "Unavailable",
+    "Unreachable",
     "CredentialsError",
     "new_session_id",
 ]

@@ -9,11 +9,13 @@ import json
 import sys
 from typing import Any, Dict, List, Optional
 
-from .client import Client, Rejected, SkeinError, Unavailable
+from .client import Client, Rejected, SkeinError, Unavailable, Unreachable
 from .creds import CredentialsError
 from .wire import go_json
 
-EXIT_TRANSIENT = 75  # as the skein CLI: try again
+# Exit statuses, as pkg/protocol's table gives them to the skein CLI.
+EXIT_UNAVAILABLE = 69  # no mesh, or no service the command needs, answers
+EXIT_TRANSIENT = 75  # the mesh could not take it now: try again
 
 BUDGET_INTS = ("max_input_tokens", "max_output_tokens", "max_turns", "max_tool_calls", "max_depth", "max_fanout")
 BUDGET_FLOATS = ("max_usd", "deadline_s")
@@ -53,7 +55,7 @@ def _parse_since(s: Optional[str]) -> Optional[_dt.timedelta]:
 
 
 async def _main(a: argparse.Namespace) -> int:
-    c = await Client.connect(a.nats, creds=a.creds, namespace=a.namespace)
+    c = await Client.connect(a.nats, creds=a.creds, namespace=a.namespace, connect_timeout=a.connect_timeout)
     try:
         if a.cmd in ("submit", "run"):
             budget = parse_budget(a.budget)
@@ -104,6 +106,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--nats", help="NATS URL (default $SKEIN_NATS_URL)")
     p.add_argument("--creds", help="credentials file (default $SKEIN_CREDS, then $SKEIN_HOME/creds/client.nk)")
     p.add_argument("--namespace", help="mesh namespace (default skein)")
+    p.add_argument("--connect-timeout", type=float, metavar="SECONDS",
+                   help="give up connecting after this long (default $SKEIN_CONNECT_TIMEOUT, else 5)")
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("submit", "run"):
         s = sub.add_parser(name, help="submit a task, wait for it and print the result as `skein run --json` does")
@@ -151,6 +155,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Rejected as e:
         print("skein_client: %s" % e, file=sys.stderr)
         return 2
+    except Unreachable as e:
+        print("skein_client: %s" % e, file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except Unavailable as e:
         print("skein_client: %s (try again)" % e, file=sys.stderr)
         return EXIT_TRANSIENT

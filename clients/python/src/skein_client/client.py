@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import datetime as _dt
+import logging
 import os
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional
+from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional, Set
 
 import nats
 import nats.errors
@@ -20,7 +23,16 @@ from nats.aio.client import Client as NATS
 from . import creds as _creds
 from . import wire
 
+log = logging.getLogger("skein_client")
+
 DEFAULT_NAMESPACE = "skein"
+# How long connect waits for a first connection unless told (connect_timeout=,
+# $SKEIN_CONNECT_TIMEOUT, --connect-timeout): the skein CLI gives up after about as long.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+# Once connected, a lost connection is retried this often for this many times (two minutes:
+# a server restart or a rolling update of the NATS cluster) before operations fail.
+RECONNECT_WAIT_S = 1
+RECONNECT_ATTEMPTS = 120
 SUCCESS_OUTCOMES = frozenset({"success", "success_with_recovery"})
 TERMINAL_EVENTS = frozenset({"final", "incomplete", "failed"})
 
@@ -42,6 +54,11 @@ class Rejected(SkeinError):
 
 class Unavailable(SkeinError):
     """The mesh could not serve the request now; the same request may succeed later."""
+
+
+class Unreachable(Unavailable):
+    """No NATS server of the mesh, or no service a request needs (the gateway, memoryd), answers:
+    start the mesh or point the client at it."""
 
 
 @dataclass
@@ -109,13 +126,22 @@ class Client:
         creds: Optional[str] = None,
         namespace: Optional[str] = None,
         name: str = "skein-python",
-        connect_timeout: float = 5.0,
+        connect_timeout: Optional[float] = None,
     ) -> "Client":
-        """Connects to the mesh at url (default $SKEIN_NATS_URL) with the credentials found as the
-        CLI finds them: creds, $SKEIN_CREDS, $SKEIN_CREDS_DIR/client.nk, $SKEIN_HOME/creds/client.nk."""
+        """Connects to the mesh at url (default $SKEIN_NATS_URL; several servers separated by
+        commas) with the credentials found as the CLI finds them: creds, $SKEIN_CREDS,
+        $SKEIN_CREDS_DIR/client.nk, $SKEIN_HOME/creds/client.nk.
+
+        It tries for connect_timeout seconds (default $SKEIN_CONNECT_TIMEOUT, else 5) and then
+        raises Unreachable; credentials the server refuses raise SkeinError at once. Once
+        connected, a lost connection is retried for about two minutes."""
         url = url or os.environ.get("SKEIN_NATS_URL")
         if not url:
             raise SkeinError("no NATS URL: pass url=, --nats, or set $SKEIN_NATS_URL (skein up prints it)")
+        timeout = connect_timeout if connect_timeout is not None else _env_timeout()
+        if not timeout > 0:
+            raise SkeinError("connect timeout %r: want a number of seconds above 0" % timeout)
+        servers = [u.strip() for u in url.split(",") if u.strip()]
         opts: Dict[str, Any] = {}
         path = _creds.resolve(creds)
         if path:
@@ -125,22 +151,7 @@ class Client:
             else:
                 opts["nkeys_seed_str"] = c.seed
             opts["inbox_prefix"] = c.inbox_prefix
-        errors: List[str] = []
-
-        async def on_error(e: Exception) -> None:
-            errors.append(str(e))
-
-        try:
-            nc = await nats.connect(
-                servers=[url], name=name, connect_timeout=connect_timeout, allow_reconnect=False, error_cb=on_error, **opts
-            )
-        except Exception as e:  # nats-py raises several types for one cause
-            why = "; ".join(errors) or str(e) or type(e).__name__
-            if "authorization" in why.lower():
-                raise SkeinError("%s refused these credentials (%s): pass --creds FILE or set $SKEIN_CREDS; "
-                                 "skein up writes $SKEIN_HOME/creds/client.nk" % (url, path or "none found")) from e
-            raise Unavailable("cannot connect to %s: %s" % (url, why)) from e
-        return cls(nc, namespace or DEFAULT_NAMESPACE)
+        return cls(await _dial(servers, name, timeout, path, opts), namespace or DEFAULT_NAMESPACE)
 
     async def close(self) -> None:
         await self.nc.drain()
@@ -171,7 +182,7 @@ class Client:
         try:
             msg = await self.nc.request(subject, wire.encode_json(body), timeout=timeout, headers={wire.CONTENT_TYPE: wire.JSON})
         except nats.errors.NoRespondersError as e:
-            raise Unavailable("no gateway answers on %s (is the mesh up?)" % subject) from e
+            raise Unreachable("no gateway answers on %s (is the mesh up?)" % subject) from e
         except nats.errors.TimeoutError as e:
             raise Unavailable("the gateway did not answer on %s within %.0fs" % (subject, timeout)) from e
         headers = msg.headers or {}
@@ -189,7 +200,7 @@ class Client:
         try:
             msg = await self.nc.request(subject, wire.encode(body), timeout=timeout)
         except nats.errors.NoRespondersError as e:
-            raise Unavailable("nothing answers on %s (is memoryd running?)" % subject) from e
+            raise Unreachable("nothing answers on %s (is memoryd running?)" % subject) from e
         except nats.errors.TimeoutError as e:
             raise Unavailable("no answer on %s within %.0fs" % (subject, timeout)) from e
         headers = msg.headers or {}
@@ -382,6 +393,74 @@ class Client:
         """One entry."""
         rep = await self._request_msgpack(self.subject("memory", "get"), {"id": entry_id}, timeout)
         return rep.get("entry") or {}
+
+
+def _env_timeout() -> float:
+    raw = os.environ.get("SKEIN_CONNECT_TIMEOUT", "")
+    if not raw:
+        return DEFAULT_CONNECT_TIMEOUT
+    try:
+        v = float(raw)
+    except ValueError:
+        v = -1.0
+    if not v > 0:
+        raise SkeinError("$SKEIN_CONNECT_TIMEOUT=%r: want a number of seconds above 0" % raw)
+    return v
+
+
+def _is_refusal(e: BaseException) -> bool:
+    return isinstance(e, nats.errors.AuthorizationError) or "authorization" in str(e).lower()
+
+
+async def _dial(servers: List[str], name: str, timeout: float, creds_path: Optional[str], opts: Dict[str, Any]) -> NATS:
+    """A connection to one of servers, made within timeout seconds. nats-py retries a first
+    connection as often as a lost one (61 tries 2 s apart by default, even without reconnects),
+    so the wait is bounded here, and a refusal of the credentials ends it at once."""
+    where = ", ".join(servers)
+    loop = asyncio.get_running_loop()
+    refused: "asyncio.Future[BaseException]" = loop.create_future()
+    recent: "collections.deque[str]" = collections.deque(maxlen=3)  # bounded: errors repeat every try
+    connected = False
+
+    async def on_error(e: Exception) -> None:
+        if not connected:
+            recent.append(str(e) or type(e).__name__)
+            if _is_refusal(e) and not refused.done():
+                refused.set_result(e)
+            return
+        if isinstance(e, nats.errors.Error) and "permissions violation" in str(e).lower():
+            log.warning("NATS refused an operation: the identity's permissions do not allow it (%s)", e)
+        else:
+            log.debug("NATS: %s", e)
+
+    async def on_disconnected() -> None:
+        if connected and not nc.is_closed:  # not the client's own close
+            log.warning("lost the connection to NATS at %s; reconnecting for up to %ds", where, RECONNECT_WAIT_S * RECONNECT_ATTEMPTS)
+
+    async def on_reconnected() -> None:
+        log.info("reconnected to NATS at %s", where)
+
+    nc = NATS()
+    attempt = asyncio.ensure_future(nc.connect(
+        servers=servers, name=name, connect_timeout=max(1, min(2, int(timeout))), error_cb=on_error,
+        disconnected_cb=on_disconnected, reconnected_cb=on_reconnected, allow_reconnect=True,
+        reconnect_time_wait=RECONNECT_WAIT_S, max_reconnect_attempts=RECONNECT_ATTEMPTS, **opts))
+    waiting: "Set[asyncio.Future[Any]]" = {attempt, refused}
+    done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    if attempt in done and attempt.exception() is None:
+        connected = True
+        return nc
+    attempt.cancel()
+    with contextlib.suppress(BaseException):
+        await attempt
+    with contextlib.suppress(Exception):
+        await nc.close()
+    if refused.done():
+        raise SkeinError("NATS at %s refused these credentials (%s): pass --creds FILE or set $SKEIN_CREDS; "
+                         "skein up writes $SKEIN_HOME/creds/client.nk" % (where, creds_path or "none found"))
+    why = "; ".join(dict.fromkeys(recent)) or (str(attempt.exception()) if attempt in done else "no answer")
+    raise Unreachable("no NATS server answered at %s within %gs (%s): start the mesh (skein up) or pass --nats URL / "
+                      "set $SKEIN_NATS_URL; --connect-timeout or $SKEIN_CONNECT_TIMEOUT waits longer" % (where, timeout, why))
 
 
 def _sanitize(s: str) -> str:

@@ -8,7 +8,12 @@ import stat
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+# The first of the comment lines older skein versions wrote above the seed; such files still
+# load, and the identity the line names wins over the file's name.
 IDENTITY_HEADER = "# skein identity: "
+# The mesh's identities (docs/security.md): a credentials file named <identity>.nk is that
+# identity's.
+IDENTITIES = ("planner", "executor", "toolhost", "memoryd", "miner", "gateway", "client", "admin")
 _SEED = re.compile(r"^\s*(SU[A-Z2-7]{56})\s*$", re.M)
 
 
@@ -19,7 +24,7 @@ class CredentialsError(Exception):
 @dataclass(frozen=True)
 class Credentials:
     path: str
-    identity: str  # the skein identity the file names ("" when it names none)
+    identity: str  # the skein identity of the file ("" for a JWT .creds file that names none)
     seed: Optional[str]  # an nkey seed file's seed (None for a JWT .creds file)
     jwt: bool
 
@@ -47,9 +52,13 @@ def resolve(flag: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
     return None
 
 
-def load(path: str) -> Credentials:
-    """Reads an nkey seed file (what skein writes) or a NATS user .creds file; refuses a file
-    others can read, as the CLI does."""
+def load(path: str, identity: str = "client") -> Credentials:
+    """Reads an nkey seed file (what skein writes: the seed alone, as `nk -gen user` and
+    nats-py's nkeys_seed= want it; older skein files with comment lines too) or a NATS user
+    .creds file; refuses a file others can read, as the CLI does.
+
+    The identity, whose inbox prefix replies come on, is the one an older file's header names,
+    else the file's name (<identity>.nk), else for a seed file the given one."""
     try:
         st = os.stat(path)
         with open(path, encoding="utf-8") as f:
@@ -60,14 +69,18 @@ def load(path: str) -> Credentials:
         raise CredentialsError(
             "credentials file %s is readable by others (mode %04o): run chmod 600 %s" % (path, stat.S_IMODE(st.st_mode), path)
         )
-    identity = ""
+    named = ""
     for line in text.splitlines():
         if line.strip().startswith(IDENTITY_HEADER):
-            identity = line.strip()[len(IDENTITY_HEADER):].strip()
+            named = line.strip()[len(IDENTITY_HEADER):].strip()
             break
+    if not named:
+        stem, ext = os.path.splitext(os.path.basename(path))
+        if ext == ".nk" and stem in IDENTITIES:
+            named = stem
     if "BEGIN NATS USER JWT" in text:
-        return Credentials(path=path, identity=identity, seed=None, jwt=True)
+        return Credentials(path=path, identity=named, seed=None, jwt=True)
     m = _SEED.search(text)
     if not m:
         raise CredentialsError("credentials file %s: no nkey user seed in it" % path)
-    return Credentials(path=path, identity=identity, seed=m.group(1), jwt=False)
+    return Credentials(path=path, identity=named or identity, seed=m.group(1), jwt=False)

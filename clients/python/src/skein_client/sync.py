@@ -17,12 +17,12 @@ class SyncClient:
     close it (or use ``with``) when done."""
 
     def __init__(self, url: Optional[str] = None, *, creds: Optional[str] = None, namespace: Optional[str] = None,
-                 name: str = "skein-python") -> None:
+                 name: str = "skein-python", connect_timeout: Optional[float] = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="skein-client", daemon=True)
         self._thread.start()
         try:
-            self.client = self._call(Client.connect(url, creds=creds, namespace=namespace, name=name))
+            self.client = self._call(Client.connect(url, creds=creds, namespace=namespace, name=name, connect_timeout=connect_timeout))
         except BaseException:
             self._stop()
             raise

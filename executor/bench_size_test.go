@@ -1,0 +1,113 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/llm/scripted"
+	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tokenize"
+	"github.com/skein-mesh/skein/pkg/toon"
+)
+
+// hostileTexts are texts of about n bytes that cost time quadratic in their length in a naive
+// tokenizer or renderer: one run of one character, random code points, deep nesting.
+func hostileTexts(n int) map[string]string {
+	r := rand.New(rand.NewSource(int64(n)))
+	var random strings.Builder
+	for random.Len() < n {
+		if c := rune(r.Intn(0x10FFFF)); utf8.ValidRune(c) {
+			random.WriteRune(c)
+		}
+	}
+	return map[string]string{
+		"one_letter":     strings.Repeat("a", n),
+		"spaces":         "x" + strings.Repeat(" ", n) + "x",
+		"random_Unicode": random.String(),
+		"deep_JSON":      strings.Repeat(`{"a":[`, n/8) + strings.Repeat("]}", n/8),
+	}
+}
+
+var sizes = []int{60_000, 120_000, 240_000}
+
+// BenchmarkStepTaskSize runs one step (scripted model: one turn, no tools) whose task is a
+// hostile text, and reports the CPU the whole process spends on it: executor, trace publishing
+// and the embedded NATS server. Each iteration's task is new, so no count is remembered.
+func BenchmarkStepTaskSize(b *testing.B) {
+	m := bustest.Start(b)
+	cfg := testConfig(b.TempDir())
+	cfg.LLM.ContextWindow = 1_000_000 // every size is run, none refused as over the window
+	s, err := scripted.Parse("bench.yaml", []byte("rules:\n  - reply: {text: done}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	x, err := New(ctx, Deps{Conn: m.Connect(b, "executor"), Names: m.Names, Config: cfg, Logger: quiet(),
+		ID: "executor-under-test", Backend: scripted.FromScript(s), Home: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tokenize.Count("load the vocabulary before the clock starts")
+	i := 0
+	for _, n := range sizes {
+		texts := hostileTexts(n)
+		for _, name := range slices.Sorted(maps.Keys(texts)) {
+			text := texts[name]
+			b.Run(fmt.Sprintf("%s/%dKB", name, n/1000), func(b *testing.B) {
+				c0 := devtest.CPUTime()
+				for b.Loop() {
+					i++
+					st := protocol.Step{SessionID: fmt.Sprintf("s-%d", i), StepID: "step-1", Agent: cfg.Agent.Name,
+						Task: fmt.Sprintf("%d\n", i) + text}
+					if res := x.RunStep(context.Background(), st); res.Outcome != protocol.OutcomeSuccess {
+						b.Fatalf("outcome %s: %s", res.Outcome, res.Reason)
+					}
+				}
+				devtest.ReportCPU(b, c0)
+			})
+		}
+	}
+}
+
+// BenchmarkRenderResult renders a hostile tool result the way render and bound do (the format,
+// its token count, and the head-and-tail view of a result over the default 4000-token cap),
+// without storing it.
+func BenchmarkRenderResult(b *testing.B) {
+	tokenize.Count("load the vocabulary before the clock starts")
+	i := 0
+	for _, n := range sizes {
+		texts := hostileTexts(n)
+		for _, name := range slices.Sorted(maps.Keys(texts)) {
+			text := texts[name]
+			b.Run(fmt.Sprintf("%s/%dKB", name, n/1000), func(b *testing.B) {
+				c0 := devtest.CPUTime()
+				for b.Loop() {
+					i++
+					str, _ := json.Marshal(text)
+					payload := []byte(fmt.Sprintf(`{"n":%d,"text":%s}`, i, str))
+					if name == "deep_JSON" {
+						payload = []byte(fmt.Sprintf(`{"n":%d,"tree":%s}`, i, text))
+					}
+					out := formatPayload(payload, "toon")
+					if tokenize.Count(out) > 4000 {
+						head := toon.NewObject(1)
+						head.Set("bytes", num(len(payload)))
+						headTailView(payload, head, 4000, "toon")
+					}
+				}
+				devtest.ReportCPU(b, c0)
+			})
+		}
+	}
+}
