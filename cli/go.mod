@@ -2,7 +2,10 @@ module github.com/skein-mesh/skein/cli
 
 go 1.26.8
 
-require github.com/skein-mesh/skein/pkg v0.0.0
+require (
+	github.com/skein-mesh/skein/pkg v0.0.0
+	gopkg.in/yaml.v3 v3.0.1
+)
 
 require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.13.0 // indirect
@@ -65,7 +68,6 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 require (
