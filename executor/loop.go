@@ -19,6 +19,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/memory/retrieve"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
@@ -151,35 +152,44 @@ func (r *run) prepare(ctx context.Context) error {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	guides := r.e.retrieve(ctx, r.step, names)
-	r.offerTools(ctx, specs, guides)
-	r.system, r.msgs = buildPrompt(cfg, r.step, guides, r.e.cacheOn())
+	mem := r.e.retrieve(ctx, r.step, names)
+	r.offerTools(ctx, specs, mem.Guidelines)
+	r.system, r.msgs = buildPrompt(cfg, r.step, mem.Guidelines, retrieve.RenderExamples(mem.Cases, mem.Skills), r.e.cacheOn())
 	r.own = messageTokens(r.msgs[0])
 	return r.continueConversation(ctx)
 }
 
 func (e *Executor) cacheOn() bool { return e.d.Config.ForRole(protocol.RoleExecutor).Cache != "off" }
 
-// retrieve asks memoryd for guidelines; without memoryd the step still runs, and the trace says so.
-func (e *Executor) retrieve(ctx context.Context, step protocol.Step, toolNames []string) []protocol.Guideline {
-	if !e.d.Config.Memory.Enabled {
-		return nil
+// retrieve asks memoryd for guidelines, and for the worked examples and the procedure the config
+// asks for; without memoryd the step still runs, and the trace says so.
+func (e *Executor) retrieve(ctx context.Context, step protocol.Step, toolNames []string) protocol.RetrieveReply {
+	m := e.d.Config.Memory
+	if !m.Enabled {
+		return protocol.RetrieveReply{}
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var rep protocol.RetrieveReply
 	req := protocol.RetrieveRequest{Agent: e.d.Config.MemoryAgent(), Task: step.Task + "\n" + step.Instruction, Tools: toolNames,
-		TopK: e.d.Config.Memory.TopK, SessionID: step.SessionID}
+		TopK: m.TopK, SessionID: step.SessionID, ExampleBudget: m.Cases.ExampleBudget}
+	if m.Cases.Enabled {
+		req.Cases = m.Cases.Examples
+	}
+	if m.Skills.Enabled && m.Skills.Show {
+		req.Skills = 1
+	}
 	if err := bus.Request(rctx, e.d.Conn.NC, e.d.Names.Memory(protocol.MemRetrieve), &req, &rep, 2*time.Second); err != nil {
 		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + err.Error()})
-		return nil
+		return protocol.RetrieveReply{}
 	}
 	if err := rep.Err(); err != nil {
 		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + err.Error()})
-		return nil
+		return protocol.RetrieveReply{}
 	}
-	e.emit(step, protocol.Event{Type: protocol.EvRetrieval, Role: protocol.RoleExecutor, Guidelines: rep.Guidelines})
-	return rep.Guidelines
+	e.emit(step, protocol.Event{Type: protocol.EvRetrieval, Role: protocol.RoleExecutor, Guidelines: rep.Guidelines,
+		Recalled: append(slices.Clone(rep.Skills), rep.Cases...)})
+	return rep
 }
 
 func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {

@@ -294,10 +294,30 @@ func tierParam(w http.ResponseWriter, r *http.Request) (protocol.Tier, bool) {
 	}
 }
 
-// httpMemoryList pages through entries: GET /v1/memory?agent=&tier=&status=active|superseded|retired|quarantined|all&offset=&limit=
+// kindParam reads ?kind=guideline|case|skill|all ("" is def: what each endpoint showed before
+// kinds existed).
+func kindParam(w http.ResponseWriter, r *http.Request, def string) (string, bool) {
+	switch k := r.URL.Query().Get("kind"); k {
+	case "":
+		return def, true
+	case "all":
+		return "*", true
+	case protocol.KindGuideline, protocol.KindCase, protocol.KindSkill:
+		return k, true
+	default:
+		httpError(w, protocol.CodeBadRequest, "kind must be guideline, case, skill or all, got "+strconv.Quote(k))
+		return "", false
+	}
+}
+
+// httpMemoryList pages through entries: GET /v1/memory?agent=&kind=&tier=&status=active|superseded|retired|quarantined|all&offset=&limit=
 func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	tier, ok := tierParam(w, r)
+	if !ok {
+		return
+	}
+	kind, ok := kindParam(w, r, protocol.KindGuideline)
 	if !ok {
 		return
 	}
@@ -305,7 +325,7 @@ func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req := protocol.MemoryListRequest{Agent: agent, Tier: tier}
+	req := protocol.MemoryListRequest{Agent: agent, Kind: kind, Tier: tier}
 	switch st := q.Get("status"); st {
 	case "", string(protocol.MemoryActive):
 	case "all":
@@ -343,6 +363,13 @@ func (g *Gateway) httpMemorySearch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	kind, ok := kindParam(w, r, "")
+	if !ok {
+		return
+	}
+	if kind == "*" {
+		kind = ""
+	}
 	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
 	if !ok {
 		return
@@ -351,7 +378,7 @@ func (g *Gateway) httpMemorySearch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req := protocol.MemoryInspectRequest{Agent: agent, Query: text, Tier: tier}
+	req := protocol.MemoryInspectRequest{Agent: agent, Kind: kind, Query: text, Tier: tier}
 	if v := q.Get("top_k"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 || n > 100 {

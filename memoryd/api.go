@@ -44,6 +44,16 @@ func (c Client) Retrieve(ctx context.Context, req protocol.RetrieveRequest) ([]p
 	return rep.Guidelines, replyErr(protocol.MemRetrieve, &rep)
 }
 
+// RetrieveReply returns the whole answer: guidelines, and the worked examples and skills req
+// asks for.
+func (c Client) RetrieveReply(ctx context.Context, req protocol.RetrieveRequest) (*protocol.RetrieveReply, error) {
+	var rep protocol.RetrieveReply
+	if err := c.call(ctx, protocol.MemRetrieve, &req, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, replyErr(protocol.MemRetrieve, &rep)
+}
+
 func (c Client) Ingest(ctx context.Context, req protocol.IngestRequest) ([]protocol.IngestAction, error) {
 	var rep protocol.IngestReply
 	if err := c.call(ctx, protocol.MemIngest, &req, &rep); err != nil {

@@ -62,6 +62,7 @@ type server struct {
 	tools  *catalogue
 	ret    *retrieve.Retriever
 	retOpt retrieve.Options
+	exOpt  retrieve.ExampleOptions
 	sem    chan struct{}
 	wg     sync.WaitGroup
 
@@ -125,6 +126,9 @@ func Run(ctx context.Context, d Deps) error {
 		}
 		s.store, s.stale = st, stale
 		closers = append(closers, st.Close)
+		if r, ok := st.(interface{ Rebuilt() bool }); ok && r.Rebuilt() {
+			s.log.Info("milvus collection predated entry kinds: rebuilt with a kind field and refilled from the records")
+		}
 		if stale != "" {
 			s.log.Warn("memory store needs migration; retrieval and ingest are off until `skein memory migrate`", "detail", stale)
 		}
@@ -150,6 +154,7 @@ func Run(ctx context.Context, d Deps) error {
 			if gateJudge == nil {
 				gateJudge = gate.ModelJudge{Backend: m, Model: d.Config.Miner.LLM.Model}
 			}
+			opt.Skills.Writer = skillWriter(m, d.Config.Miner.LLM.Model, s.log)
 		}
 	}
 	if gateJudge == nil {
@@ -163,6 +168,7 @@ func Run(ctx context.Context, d Deps) error {
 	go tokenize.Count("warm up")
 	s.eng = ingest.New(s.store, s.emb, opt)
 	s.retOpt = retrieve.OptionsFrom(d.Config.Memory)
+	s.exOpt = retrieve.ExampleOptionsFrom(d.Config.Memory)
 	s.ret = retrieve.New(s.store, s.emb, s.retOpt)
 
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
@@ -289,11 +295,14 @@ func (s *server) retrieve(ctx context.Context, data []byte, rep *protocol.Retrie
 	if l, ok := s.store.(interface{ Len() int }); ok && l.Len() == 0 {
 		return nil
 	}
-	gs, err := s.ret.Retrieve(ctx, req)
+	ans, err := s.ret.Answer(ctx, req, s.exOpt)
 	if err != nil {
 		return err
 	}
-	rep.Guidelines = gs
+	*rep = *ans
+	if rep.Guidelines == nil {
+		rep.Guidelines = []protocol.Guideline{}
+	}
 	return nil
 }
 
@@ -339,13 +348,17 @@ func (s *server) inspect(ctx context.Context, data []byte, rep *protocol.MemoryI
 	if len(req.Query) > protocol.MaxQueryBytes {
 		return protocol.Errorf(protocol.CodeTooLarge, "query is %d bytes long; at most %d", len(req.Query), protocol.MaxQueryBytes)
 	}
-	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Status: memory.StatusAny})
+	kind := req.Kind
+	if kind == "" {
+		kind = memory.KindAny
+	}
+	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Kind: memory.KindAny, Status: memory.StatusAny})
 	if err != nil {
 		return err
 	}
 	counts := map[protocol.MemoryCount]int{}
 	for _, e := range all {
-		counts[protocol.MemoryCount{Agent: e.Agent, Tier: e.Tier, Status: e.Status}]++
+		counts[protocol.MemoryCount{Agent: e.Agent, Kind: e.Kind, Tier: e.Tier, Status: e.Status}]++
 	}
 	for c, n := range counts {
 		c.N = n
@@ -355,6 +368,9 @@ func (s *server) inspect(ctx context.Context, data []byte, rep *protocol.MemoryI
 		a, b := rep.Counts[i], rep.Counts[j]
 		if a.Agent != b.Agent {
 			return a.Agent < b.Agent
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
 		}
 		if a.Tier != b.Tier {
 			return a.Tier < b.Tier
@@ -368,8 +384,9 @@ func (s *server) inspect(ctx context.Context, data []byte, rep *protocol.MemoryI
 	if req.Query == "" {
 		// Without a query, the most used entries are the interesting ones.
 		var sel []memory.Entry
+		f := memory.Filter{Kind: kind}
 		for _, e := range all {
-			if e.Status == memory.StatusActive && (req.Tier == "" || e.Tier == req.Tier) {
+			if e.Status == memory.StatusActive && (req.Tier == "" || e.Tier == req.Tier) && f.MatchKind(e.KindOf()) {
 				sel = append(sel, e)
 			}
 		}
@@ -396,7 +413,7 @@ func (s *server) inspect(ctx context.Context, data []byte, rep *protocol.MemoryI
 	}
 	// Ranked as retrieval ranks (similarity nudged by feedback) over the same candidate pool
 	// retrieval searches, so what is listed first is what a task like the query would see first.
-	hits, err := s.store.Search(ctx, vecs[0], k*4, memory.Filter{Agent: req.Agent, Tier: req.Tier})
+	hits, err := s.store.Search(ctx, vecs[0], k*4, memory.Filter{Agent: req.Agent, Kind: kind, Tier: req.Tier})
 	if err != nil {
 		return err
 	}
@@ -407,7 +424,7 @@ func (s *server) inspect(ctx context.Context, data []byte, rep *protocol.MemoryI
 	named := retrieve.NamedTools(req.Query, tools)
 	for _, h := range hits {
 		rep.Hits = append(rep.Hits, protocol.MemoryScored{Entry: strip(h.Entry), Score: retrieve.Rank(h.Score, h.Entry),
-			Similarity: h.Score, Why: retrieve.Why(h.Entry, h.Score, named, s.retOpt)})
+			Similarity: h.Score, Why: retrieve.WhyAny(h.Entry, h.Score, named, s.retOpt, s.exOpt)})
 	}
 	sort.SliceStable(rep.Hits, func(i, j int) bool {
 		if rep.Hits[i].Score != rep.Hits[j].Score {
@@ -424,7 +441,7 @@ func (s *server) list(ctx context.Context, data []byte, rep *protocol.MemoryList
 	if err := decode(data, &req); err != nil {
 		return err
 	}
-	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Tier: req.Tier, Status: req.Status})
+	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Kind: req.Kind, Tier: req.Tier, Status: req.Status})
 	if err != nil {
 		return err
 	}
@@ -496,7 +513,7 @@ func (s *server) importOne(ctx context.Context, e memory.Entry, replace bool) (b
 		return false, err
 	}
 	// An import is text from outside like any other: the lesson gate decides what it may be.
-	d := s.gate.Check(ctx, gate.Lesson{Text: e.Text, Source: gate.SourceImported, Agent: e.Agent, Tools: e.Tools})
+	d := s.gate.Check(ctx, gate.Lesson{Kind: e.KindOf(), Text: memory.ShownText(e), Source: gate.SourceImported, Agent: e.Agent, Tools: e.Tools})
 	switch d.Verdict {
 	case gate.Reject:
 		return false, fmt.Errorf("lesson gate: %s", d.Reason())
@@ -504,8 +521,22 @@ func (s *server) importOne(ctx context.Context, e memory.Entry, replace bool) (b
 		e.Status, e.SupersededBy = memory.StatusQuarantined, ""
 		e.History = append(e.History, protocol.MemoryChange{At: now, Event: protocol.ChangeQuarantined, Reason: "lesson gate at import: " + d.Reason()})
 	}
-	if e.Text = d.Text; e.ID == "" {
+	if e.KindOf() == memory.KindGuideline {
+		e.Text = d.Text
+	} else {
+		// The gate read every text of the body; each is stored as it normalises text.
+		e.Text = gate.Normalize(e.Text)
+		if e.Case != nil {
+			c := *e.Case
+			ingest.CleanCase(&c)
+			e.Case, e.Text = &c, c.Intent
+		}
+	}
+	if e.ID == "" {
 		e.ID = memory.EntryID(e.Agent, e.Polarity, e.Text)
+		if k := e.KindOf(); k != memory.KindGuideline {
+			e.ID = k[:1] + e.ID
+		}
 	}
 	// Vectors never travel in exports: every entry is embedded with this memoryd's model.
 	vecs, err := s.emb.Embed(ctx, []string{e.Text})
@@ -632,7 +663,7 @@ func (s *server) health(ctx context.Context, _ []byte, rep *protocol.MemoryHealt
 	var err error
 	if l, ok := s.store.(interface{ Len() int }); ok {
 		rep.Entries = l.Len()
-	} else if all, lerr := s.store.List(ctx, memory.Filter{Status: memory.StatusAny}); lerr == nil {
+	} else if all, lerr := s.store.List(ctx, memory.Filter{Kind: memory.KindAny, Status: memory.StatusAny}); lerr == nil {
 		rep.Entries = len(all)
 	} else {
 		err = lerr

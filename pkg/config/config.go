@@ -234,6 +234,47 @@ type Memory struct {
 	// this agent's memory (as remember notes, through the lesson gate) when compaction folds
 	// those turns; false keeps them in the conversation's summary only.
 	ConversationFacts bool `yaml:"conversation_facts"`
+
+	// Cases and Skills are the memory kinds beyond guidelines (docs/memory.md).
+	Cases  MemoryCases  `yaml:"cases"`
+	Skills MemorySkills `yaml:"skills"`
+}
+
+// MemoryCases is `memory.cases:`: distilled episodes, and the worked examples shown from them.
+type MemoryCases struct {
+	// Enabled: the miner distils each finished session's episodes into cases.
+	Enabled bool `yaml:"enabled"`
+	// Capacity bounds the cases of one agent (eviction removes the least worth first).
+	Capacity int `yaml:"capacity"`
+	// MinCalls: an episode with fewer tool calls is trivial and gets no case.
+	MinCalls int `yaml:"min_calls"`
+	// Examples is how many successful cases like the task an executor shows as worked examples
+	// (0: none, at most 2); ExampleBudget bounds their tokens and the skill's together.
+	Examples      int `yaml:"examples"`
+	ExampleBudget int `yaml:"example_budget"`
+	// MinSimilarity and MinQuality: a case is shown only for a task at least this similar, and
+	// only when it scored at least this quality and carries an insight (it paid for itself).
+	MinSimilarity float64 `yaml:"min_similarity"`
+	MinQuality    float64 `yaml:"min_quality"`
+}
+
+// MemorySkills is `memory.skills:`: procedures aggregated from similar successful cases.
+type MemorySkills struct {
+	Enabled  bool `yaml:"enabled"`
+	Capacity int  `yaml:"capacity"`
+	// MinCases similar successful cases form a skill; MatureCases confirmations and
+	// MatureConfidence make it mature; below RetireConfidence it is retired.
+	MinCases         int     `yaml:"min_cases"`
+	MatureCases      int     `yaml:"mature_cases"`
+	MatureConfidence float64 `yaml:"mature_confidence"`
+	RetireConfidence float64 `yaml:"retire_confidence"`
+	// IntentFloor and ApproachFloor: how similar a case's task (cosine) and tool sequence must
+	// be to a skill's, or to the other cases of a cluster.
+	IntentFloor   float64 `yaml:"intent_floor"`
+	ApproachFloor float64 `yaml:"approach_floor"`
+	// Show: executors see the mature skill that fits a task as a short procedure, and planners
+	// use it as a plan template.
+	Show bool `yaml:"show"`
 }
 
 // Miner is the `miner:` section.

@@ -70,6 +70,10 @@ func Default() *Config {
 			ShareMaxFindings:    3,
 			ShareMaxChars:       300,
 			ConversationFacts:   true,
+			Cases: MemoryCases{Enabled: true, Capacity: 1000, MinCalls: 2, Examples: 1, ExampleBudget: 300,
+				MinSimilarity: 0.55, MinQuality: 0.6},
+			Skills: MemorySkills{Enabled: true, Capacity: 200, MinCases: 3, MatureCases: 4, MatureConfidence: 0.7,
+				RetireConfidence: 0.5, IntentFloor: 0.7, ApproachFloor: 0.6, Show: true},
 		},
 		Planner:  Planner{Mode: "off", MaxItems: 8},
 		Executor: Executor{Stream: Stream{Enabled: true, FlushMS: 50, MaxBytes: 4096}},
@@ -438,6 +442,28 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Memory.TopK < 0 {
 		bad("memory.top_k", "must not be negative, got %d", c.Memory.TopK)
+	}
+	if c.Memory.Cases.Examples < 0 || c.Memory.Cases.Examples > 2 {
+		bad("memory.cases.examples", "must be 0, 1 or 2, got %d", c.Memory.Cases.Examples)
+	}
+	if b := c.Memory.Cases.ExampleBudget; b < 0 || b > 2000 {
+		bad("memory.cases.example_budget", "must be between 0 and 2000 tokens, got %d", b)
+	}
+	for key, v := range map[string]float64{"memory.cases.min_similarity": c.Memory.Cases.MinSimilarity, "memory.cases.min_quality": c.Memory.Cases.MinQuality,
+		"memory.skills.mature_confidence": c.Memory.Skills.MatureConfidence, "memory.skills.retire_confidence": c.Memory.Skills.RetireConfidence,
+		"memory.skills.intent_floor": c.Memory.Skills.IntentFloor, "memory.skills.approach_floor": c.Memory.Skills.ApproachFloor} {
+		if v < 0 || v > 1 {
+			bad(key, "must be in [0, 1], got %v", v)
+		}
+	}
+	if s := c.Memory.Skills; s.RetireConfidence >= s.MatureConfidence && s.MatureConfidence > 0 {
+		bad("memory.skills.retire_confidence", "must be below memory.skills.mature_confidence (%v), got %v", s.MatureConfidence, s.RetireConfidence)
+	}
+	for key, v := range map[string]int{"memory.cases.capacity": c.Memory.Cases.Capacity, "memory.skills.capacity": c.Memory.Skills.Capacity,
+		"memory.cases.min_calls": c.Memory.Cases.MinCalls, "memory.skills.min_cases": c.Memory.Skills.MinCases, "memory.skills.mature_cases": c.Memory.Skills.MatureCases} {
+		if v < 0 {
+			bad(key, "must not be negative, got %d", v)
+		}
 	}
 	if c.Memory.PatternShare < 0 || c.Memory.PatternShare > 1 {
 		bad("memory.pattern_share", "must be in [0, 1], got %v", c.Memory.PatternShare)

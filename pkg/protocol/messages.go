@@ -410,13 +410,51 @@ type RetrieveRequest struct {
 	Tools     []string `msgpack:"tools,omitempty" json:"tools,omitempty" id:"tool"`
 	TopK      int      `msgpack:"top_k,omitempty" json:"top_k,omitempty"`
 	SessionID string   `msgpack:"session_id,omitempty" json:"session_id,omitempty" id:"session"`
+	// Cases is how many worked examples (successful cases like the task) to return at most, and
+	// Skills how many mature skills; 0 asks for none. ExampleBudget bounds the tokens of both
+	// as the prompt renders them (0: memoryd's memory.example_budget).
+	Cases         int `msgpack:"cases,omitempty" json:"cases,omitempty"`
+	Skills        int `msgpack:"skills,omitempty" json:"skills,omitempty"`
+	ExampleBudget int `msgpack:"example_budget,omitempty" json:"example_budget,omitempty"`
 }
 
-// RetrieveReply carries guidelines, strategic first.
+// RetrieveReply carries guidelines, strategic first, and the cases and skills asked for.
 type RetrieveReply struct {
 	Header
 	Guidelines []Guideline `msgpack:"guidelines" json:"guidelines"`
+	Cases      []Recalled  `msgpack:"cases,omitempty" json:"cases,omitempty"`
+	Skills     []Recalled  `msgpack:"skills,omitempty" json:"skills,omitempty"`
 	Fault
+}
+
+// Recalled is a case or a skill chosen for a task: the prompt shows a case as a worked example
+// and a skill as a short procedure, both fenced as reference data.
+type Recalled struct {
+	ID    string   `msgpack:"id" json:"id" id:"memory"`
+	Kind  string   `msgpack:"kind" json:"kind"`
+	Tools []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	Score float64  `msgpack:"score" json:"score"`
+	Why   string   `msgpack:"why,omitempty" json:"why,omitempty"`
+	// Tokens is what it costs in the prompt.
+	Tokens        int        `msgpack:"tokens,omitempty" json:"tokens,omitempty"`
+	Source        string     `msgpack:"source,omitempty" json:"source,omitempty"`
+	SourceAgent   string     `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
+	SourceSession string     `msgpack:"source_session,omitempty" json:"source_session,omitempty" id:"session"`
+	Case          *CaseBody  `msgpack:"case,omitempty" json:"case,omitempty"`
+	Skill         *SkillBody `msgpack:"skill,omitempty" json:"skill,omitempty"`
+}
+
+// CaseCandidate is one distilled episode offered to memoryd.
+type CaseCandidate struct {
+	// Key identifies the episode within its session, so re-mining is idempotent.
+	Key   string   `msgpack:"key" json:"key"`
+	Tools []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	// Sessions are the sessions the episode spans, oldest first (a conversation's turns), when
+	// more than the request's own.
+	Sessions    []string `msgpack:"sessions,omitempty" json:"sessions,omitempty" id:"session"`
+	Source      string   `msgpack:"source,omitempty" json:"source,omitempty"`
+	SourceAgent string   `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
+	Case        CaseBody `msgpack:"case" json:"case"`
 }
 
 // Candidate is one mined guideline offered to memoryd.
@@ -438,6 +476,8 @@ type IngestRequest struct {
 	Agent      string      `msgpack:"agent" json:"agent" id:"agent"`
 	SessionID  string      `msgpack:"session_id" json:"session_id" id:"session"`
 	Candidates []Candidate `msgpack:"candidates" json:"candidates"`
+	// Cases are the session's distilled episodes (at most MaxCasesPerRequest).
+	Cases []CaseCandidate `msgpack:"cases,omitempty" json:"cases,omitempty"`
 	// Scope is the tools the session offered or called, Seen the hosts and mail domains its task
 	// and tool arguments named: what the lesson gate lets a lesson of this session speak of
 	// (nil: unknown, and that check is skipped).

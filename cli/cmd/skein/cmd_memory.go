@@ -62,7 +62,7 @@ func memReady(cmd *cobra.Command, env meshEnv) (memoryd.Client, error) {
 
 func newInspectMemoryCmd() *cobra.Command {
 	var topK int
-	var tier, agent, id string
+	var tier, agent, id, kind string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "inspect-memory [QUERY]",
@@ -75,8 +75,12 @@ func newInspectMemoryCmd() *cobra.Command {
 			if id != "" {
 				return withMesh(cmd, func(env meshEnv) error { return inspectOne(cmd, env, id, asJSON) })
 			}
+			k, err := kindFlag(kind)
+			if err != nil {
+				return err
+			}
 			return withMesh(cmd, func(env meshEnv) error {
-				req := protocol.MemoryInspectRequest{Agent: agent, TopK: topK, Tier: protocol.Tier(tier)}
+				req := protocol.MemoryInspectRequest{Agent: agent, TopK: topK, Tier: protocol.Tier(tier), Kind: k}
 				if len(args) == 1 {
 					req.Query = args[0]
 				}
@@ -100,6 +104,7 @@ func newInspectMemoryCmd() *cobra.Command {
 	cmd.Flags().StringVar(&tier, "tier", "", "only this tier (tactical or strategic)")
 	cmd.Flags().StringVar(&agent, "agent", "", "only this agent (default: every agent)")
 	cmd.Flags().StringVar(&id, "id", "", "show this entry's history and the entries it supersedes or was superseded by")
+	cmd.Flags().StringVar(&kind, "kind", "all", "only entries of this kind: guideline, case, skill or all")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -130,8 +135,13 @@ func inspectOne(cmd *cobra.Command, env meshEnv, id string, asJSON bool) error {
 			Linked map[string]*memory.Entry `json:"linked,omitempty"`
 		}{e, linked})
 	}
-	fmt.Fprintf(w, "%s  %s %s %s  %s\n  %s\n", e.ID, e.Status, e.Tier, e.Polarity, sourceOf(*e), e.Text)
+	kind := ""
+	if e.KindOf() != memory.KindGuideline {
+		kind = e.KindOf() + " "
+	}
+	fmt.Fprintf(w, "%s  %s%s %s %s  %s\n  %s\n", e.ID, kind, e.Status, e.Tier, e.Polarity, sourceOf(*e), e.Text)
 	fmt.Fprintf(w, "  sessions %d  helpful %d  harmful %d  utility %+.2f (echo %d, fizzle %d)\n", e.DistinctSessions(), e.Helpful, e.Harmful, e.Utility, e.Echoes, e.Fizzles)
+	printBody(w, *e, "  ")
 	printHistory(w, *e, "  ")
 	link := func(rel, l string) {
 		if x := linked[l]; x != nil {
@@ -187,9 +197,14 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 			t.tactical += c.N
 		}
 	}
+	kinds := kindCounts(rep.Counts)
 	for _, a := range agents {
 		t := by[a]
-		fmt.Fprintf(w, "  %-16s strategic %d  tactical %d  superseded/retired/quarantined %d\n", a, t.strategic, t.tactical, t.inactive)
+		fmt.Fprintf(w, "  %-16s strategic %d  tactical %d  superseded/retired/quarantined %d", a, t.strategic, t.tactical, t.inactive)
+		if k := kinds[a]; len(k) > 0 {
+			fmt.Fprintf(w, "  (of them: %d cases, %d skills)", k[memory.KindCase], k[memory.KindSkill])
+		}
+		fmt.Fprintln(w)
 	}
 	if len(rep.Hits) == 0 {
 		if req.Query != "" {
@@ -210,7 +225,12 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 		}
 		fmt.Fprintf(w, "%3d. %s  %-9s %-7s %s  sessions %d  hits %d  helpful %d  harmful %d  utility %+.2f  %s  %s\n", i+1, score, e.Tier, e.Polarity,
 			toolList(e.Tools), e.DistinctSessions(), e.Hits, e.Helpful, e.Harmful, e.Utility, sourceOf(e), e.ID)
-		fmt.Fprintf(w, "       %s\n", e.Text)
+		if e.Case != nil || e.Skill != nil {
+			fmt.Fprintf(w, "       %s %s\n", e.KindOf(), e.Text)
+			printBody(w, e, "       ")
+		} else {
+			fmt.Fprintf(w, "       %s\n", e.Text)
+		}
 		if h.Why != "" {
 			fmt.Fprintf(w, "       why: %s\n", h.Why)
 		}
@@ -262,13 +282,17 @@ func writeJSON(w io.Writer, v any) error {
 func newMemoryCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "memory", Short: "List, show, export, import, evict, migrate and repair memory entries"}
 
-	var agent, tier string
+	var agent, tier, kind string
 	var all, asJSON bool
 	list := &cobra.Command{
-		Use: "list", Short: "List guidelines (active ones unless --all)", Args: cobra.NoArgs,
+		Use: "list", Short: "List memory entries: guidelines, cases, skills (active ones unless --all)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := kindFlag(kind)
+			if err != nil {
+				return err
+			}
 			return withMesh(cmd, func(env meshEnv) error {
-				req := protocol.MemoryListRequest{Agent: agent, Tier: protocol.Tier(tier)}
+				req := protocol.MemoryListRequest{Agent: agent, Tier: protocol.Tier(tier), Kind: k}
 				if all {
 					req.Status = memory.StatusAny
 				}
@@ -285,18 +309,10 @@ func newMemoryCmd() *cobra.Command {
 					return writeJSON(w, es)
 				}
 				if len(es) == 0 {
-					fmt.Fprintln(w, "no guidelines")
+					fmt.Fprintln(w, "no entries")
 				}
 				for _, e := range es {
-					status := ""
-					switch {
-					case e.SupersededBy != "":
-						status = fmt.Sprintf("  (%s by %s)", e.Status, e.SupersededBy)
-					case e.Status != memory.StatusActive:
-						status = fmt.Sprintf("  (%s)", e.Status)
-					}
-					fmt.Fprintf(w, "%s  %-12s %-9s %-7s sessions %-3d helpful %-3d harmful %-3d %-10s %s%s\n", e.ID, e.Agent, e.Tier, e.Polarity,
-						e.DistinctSessions(), e.Helpful, e.Harmful, sourceLabel(e), clipText(e.Text, 90), status)
+					fmt.Fprintln(w, entryLine(e))
 				}
 				return nil
 			})
@@ -305,6 +321,7 @@ func newMemoryCmd() *cobra.Command {
 	list.Flags().StringVar(&agent, "agent", "", "only this agent")
 	list.Flags().StringVar(&tier, "tier", "", "only this tier (tactical or strategic)")
 	list.Flags().BoolVar(&all, "all", false, "include superseded, retired and quarantined entries")
+	list.Flags().StringVar(&kind, "kind", "all", "only this kind: guideline, case, skill or all")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	show := &cobra.Command{
@@ -326,14 +343,14 @@ func newMemoryCmd() *cobra.Command {
 
 	var exAgent string
 	export := &cobra.Command{
-		Use: "export [FILE]", Short: "Write every entry (any status) as JSONL to FILE or stdout", Args: cobra.MaximumNArgs(1),
+		Use: "export [FILE]", Short: "Write every entry (any kind, any status) as JSONL to FILE or stdout", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withMesh(cmd, func(env meshEnv) error {
 				c, err := memReady(cmd, env)
 				if err != nil {
 					return err
 				}
-				es, err := c.ListAll(cmd.Context(), protocol.MemoryListRequest{Agent: exAgent, Status: memory.StatusAny})
+				es, err := c.ListAll(cmd.Context(), protocol.MemoryListRequest{Agent: exAgent, Kind: memory.KindAny, Status: memory.StatusAny})
 				if err != nil {
 					return err
 				}
@@ -612,7 +629,7 @@ func newIngestTracesCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print what mining did: {"session", "agent", "outcome", "candidates", "actions", "feedback", "usage"}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print what mining did: {"session", "agent", "outcome", "candidates", "cases"?, "case_skips"?, "actions", "feedback", "usage"}`)
 	return cmd
 }
 

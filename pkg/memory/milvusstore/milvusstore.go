@@ -48,6 +48,7 @@ import (
 const (
 	fID       = "id"
 	fAgent    = "agent"
+	fKind     = "kind"
 	fTier     = "tier"
 	fPolarity = "polarity"
 	fStatus   = "status"
@@ -73,7 +74,7 @@ const recordVersion = 1
 var queryWindow = 16384
 
 // Search results carry no vectors: a hit is read, not written back (Get the entry to change it).
-var hitFields = []string{fID, fAgent, fTier, fPolarity, fStatus, fTools, fRevision, fPayload}
+var hitFields = []string{fID, fAgent, fKind, fTier, fPolarity, fStatus, fTools, fRevision, fPayload}
 var listFields = append(slices.Clone(hitFields), fVector)
 
 // Consistency levels for searches and lists (Options.Consistency, memory.milvus_consistency).
@@ -136,10 +137,15 @@ type Store struct {
 	cl     entity.ConsistencyLevel
 	parts  int
 
-	mu    sync.RWMutex
-	model string
-	dim   int
+	mu      sync.RWMutex
+	model   string
+	dim     int
+	rebuilt bool
 }
+
+// Rebuilt reports whether Open found a collection from before entry kinds and rebuilt it from
+// the records (memoryd says so in its log).
+func (s *Store) Rebuilt() bool { return s.rebuilt }
 
 var (
 	_ memory.Reembedder = (*Store)(nil)
@@ -275,10 +281,26 @@ func (s *Store) ensureCollection(ctx context.Context, dim int) error {
 	if err != nil {
 		return fmt.Errorf("milvus: has collection %s: %w", name, err)
 	}
+	rebuild := false
+	if ok {
+		// A collection from before entry kinds has no kind field, and Milvus 2.3 cannot add one.
+		// It is only the searchable copy of the records: drop it, and refill the new one from them.
+		c, err := s.c.DescribeCollection(ctx, name)
+		if err != nil {
+			return fmt.Errorf("milvus: describe collection %s: %w", name, err)
+		}
+		if !slices.ContainsFunc(c.Schema.Fields, func(f *entity.Field) bool { return f.Name == fKind }) {
+			if err := s.c.DropCollection(ctx, name); err != nil {
+				return fmt.Errorf("milvus: drop %s (it predates entry kinds) to rebuild it: %w", name, err)
+			}
+			ok, rebuild = false, true
+		}
+	}
 	if !ok {
-		schema := entity.NewSchema().WithName(name).WithDescription("skein memory entries (both tiers)").
+		schema := entity.NewSchema().WithName(name).WithDescription("skein memory entries (every kind, both tiers)").
 			WithField(entity.NewField().WithName(fID).WithDataType(entity.FieldTypeVarChar).WithMaxLength(protocol.MaxMemoryID).WithIsPrimaryKey(true)).
 			WithField(entity.NewField().WithName(fAgent).WithDataType(entity.FieldTypeVarChar).WithMaxLength(256)).
+			WithField(entity.NewField().WithName(fKind).WithDataType(entity.FieldTypeVarChar).WithMaxLength(16)).
 			WithField(entity.NewField().WithName(fTier).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
 			WithField(entity.NewField().WithName(fPolarity).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
 			WithField(entity.NewField().WithName(fStatus).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
@@ -314,6 +336,12 @@ func (s *Store) ensureCollection(ctx context.Context, dim int) error {
 	// collection instead of failing or scanning.
 	if err := s.c.LoadCollection(ctx, name, false); err != nil {
 		return fmt.Errorf("milvus: load collection %s: %w", name, err)
+	}
+	if rebuild {
+		if _, err := s.Repair(ctx); err != nil {
+			return fmt.Errorf("milvus: refill %s from the records after adding entry kinds: %w", name, err)
+		}
+		s.rebuilt = true
 	}
 	return nil
 }
@@ -400,6 +428,13 @@ func expr(f memory.Filter) string {
 	if f.Agent != "" {
 		parts = append(parts, fAgent+" == "+quote(f.Agent))
 	}
+	switch f.Kind {
+	case memory.KindAny:
+	case "":
+		parts = append(parts, fKind+" == "+quote(memory.KindGuideline))
+	default:
+		parts = append(parts, fKind+" == "+quote(f.Kind))
+	}
 	if f.Tier != "" {
 		parts = append(parts, fTier+" == "+quote(string(f.Tier)))
 	}
@@ -433,9 +468,9 @@ func decodeRows(rs client.ResultSet) ([]memory.Entry, error) {
 	n := idc.Len()
 	out := make([]memory.Entry, n)
 	agent, tier, pol, status := rs.GetColumn(fAgent), rs.GetColumn(fTier), rs.GetColumn(fPolarity), rs.GetColumn(fStatus)
-	rev, pl := rs.GetColumn(fRevision), rs.GetColumn(fPayload)
+	rev, pl, kind := rs.GetColumn(fRevision), rs.GetColumn(fPayload), rs.GetColumn(fKind)
 	tools, _ := rs.GetColumn(fTools).(*entity.ColumnVarCharArray)
-	if agent == nil || tier == nil || pol == nil || status == nil || rev == nil || pl == nil || tools == nil {
+	if agent == nil || kind == nil || tier == nil || pol == nil || status == nil || rev == nil || pl == nil || tools == nil {
 		return nil, errors.New("milvus: result misses output fields")
 	}
 	vc, _ := rs.GetColumn(fVector).(*entity.ColumnFloatVector)
@@ -448,12 +483,16 @@ func decodeRows(rs client.ResultSet) ([]memory.Entry, error) {
 		st, _ := status.GetAsString(i)
 		r, _ := rev.GetAsInt64(i)
 		raw, _ := pl.GetAsString(i)
+		k, _ := kind.GetAsString(i)
 		id, agent := e.ID, e.Agent
 		if err := json.Unmarshal([]byte(raw), e); err != nil {
 			return nil, fmt.Errorf("milvus: decode entry %s: %w", id, err)
 		}
 		e.ID, e.Agent, e.Tools, e.Embedding = id, agent, nil, nil
 		e.Tier, e.Polarity, e.Status, e.Revision = protocol.Tier(t), protocol.Polarity(p), memory.Status(st), uint64(r)
+		if e.Kind = k; k == memory.KindGuideline {
+			e.Kind = ""
+		}
 		ts, _ := tools.ValueByIdx(i)
 		for _, t := range ts {
 			e.Tools = append(e.Tools, string(t))
@@ -579,6 +618,9 @@ func (s *Store) check(e *memory.Entry) error {
 	if e.Tier != protocol.TierTactical && e.Tier != protocol.TierStrategic {
 		return fmt.Errorf("put memory entry %s: unknown tier %q", e.ID, e.Tier)
 	}
+	if err := memory.CheckKind(e); err != nil {
+		return err
+	}
 	if len(e.Tools) > maxTools {
 		return fmt.Errorf("put memory entry %s: %d tools, at most %d", e.ID, len(e.Tools), maxTools)
 	}
@@ -594,7 +636,7 @@ func (s *Store) check(e *memory.Entry) error {
 }
 
 func encodePayload(e memory.Entry) (string, error) {
-	e.ID, e.Agent, e.Tier, e.Polarity, e.Status, e.Tools, e.Embedding = "", "", "", "", "", nil, nil
+	e.ID, e.Agent, e.Kind, e.Tier, e.Polarity, e.Status, e.Tools, e.Embedding = "", "", "", "", "", "", nil, nil
 	b, err := json.Marshal(e)
 	if err != nil {
 		return "", fmt.Errorf("encode memory entry %s: %w", e.ID, err)
@@ -622,7 +664,7 @@ func (s *Store) upsert(ctx context.Context, es []memory.Entry) error {
 
 func (s *Store) upsertPart(ctx context.Context, part string, es []memory.Entry) error {
 	n := len(es)
-	ids, agents, tiers, pols, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, agents, kinds, tiers, pols, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	revs, pls := make([]int64, n), make([]string, n)
 	tools := make([][][]byte, n)
 	vecs := make([][]float32, n)
@@ -632,7 +674,7 @@ func (s *Store) upsertPart(ctx context.Context, part string, es []memory.Entry) 
 		if err != nil {
 			return err
 		}
-		ids[i], agents[i], tiers[i], pols[i], sts[i] = e.ID, e.Agent, string(e.Tier), string(e.Polarity), string(e.Status)
+		ids[i], agents[i], kinds[i], tiers[i], pols[i], sts[i] = e.ID, e.Agent, e.KindOf(), string(e.Tier), string(e.Polarity), string(e.Status)
 		revs[i], pls[i], vecs[i] = int64(e.Revision), pl, e.Embedding
 		tools[i] = make([][]byte, len(e.Tools))
 		for j, tl := range e.Tools {
@@ -640,7 +682,7 @@ func (s *Store) upsertPart(ctx context.Context, part string, es []memory.Entry) 
 		}
 	}
 	_, err := s.c.Upsert(ctx, s.coll(), part,
-		entity.NewColumnVarChar(fID, ids), entity.NewColumnVarChar(fAgent, agents), entity.NewColumnVarChar(fTier, tiers),
+		entity.NewColumnVarChar(fID, ids), entity.NewColumnVarChar(fAgent, agents), entity.NewColumnVarChar(fKind, kinds), entity.NewColumnVarChar(fTier, tiers),
 		entity.NewColumnVarChar(fPolarity, pols), entity.NewColumnVarChar(fStatus, sts),
 		entity.NewColumnVarCharArray(fTools, tools), entity.NewColumnInt64(fRevision, revs),
 		entity.NewColumnVarChar(fPayload, pls), entity.NewColumnFloatVector(fVector, dim, vecs))
