@@ -75,6 +75,9 @@ type Server struct {
 	down string
 	// listMu keeps one listing at a time, so OnTools sees lists in order.
 	listMu sync.Mutex
+	// tried is closed once the first start has ended, started or not.
+	tried     chan struct{}
+	triedOnce sync.Once
 }
 
 // conn is one running connection to the server.
@@ -85,7 +88,8 @@ type conn struct {
 
 // New makes a server from its config; Run starts and supervises it.
 func New(name string, cfg config.MCPServer, opts Options) *Server {
-	s := &Server{name: name, cfg: cfg, opts: opts, up: make(chan struct{}), down: "starting", relist: make(chan struct{}, 1)}
+	s := &Server{name: name, cfg: cfg, opts: opts, up: make(chan struct{}), down: "starting", relist: make(chan struct{}, 1),
+		tried: make(chan struct{})}
 	s.log = opts.Logger
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -115,6 +119,13 @@ func (s *Server) Pid() int {
 	return s.cur.proc.Pid()
 }
 
+// Tried is closed once the first start has ended: the server runs and its tools went to OnTools,
+// or it failed and said why. A host waits for it so that it is ready with every tool it can serve.
+func (s *Server) Tried() <-chan struct{} { return s.tried }
+
+// StartTimeout bounds one start (start_timeout_s).
+func (s *Server) StartTimeout() time.Duration { return s.startTimeout() }
+
 // Timeout is one call's limit.
 func (s *Server) Timeout() time.Duration { return s.timeout }
 
@@ -133,6 +144,7 @@ func (s *Server) Run(ctx context.Context) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(restartMin), backoff.WithMaxInterval(restartMax),
 		backoff.WithMaxElapsedTime(0))
 	failing := false
+	defer s.triedOnce.Do(func() { close(s.tried) })
 	for ctx.Err() == nil {
 		started := time.Now()
 		c, listed, err := s.start(ctx)
@@ -149,6 +161,7 @@ func (s *Server) Run(ctx context.Context) {
 				s.log.Debug("MCP server still cannot start", "err", err, "next_try", wait.Round(time.Millisecond))
 			}
 			failing = true
+			s.triedOnce.Do(func() { close(s.tried) })
 			select {
 			case <-ctx.Done():
 			case <-time.After(wait):
@@ -163,6 +176,7 @@ func (s *Server) Run(ctx context.Context) {
 		failing = false
 		s.publish(listed)
 		s.setUp(c)
+		s.triedOnce.Do(func() { close(s.tried) })
 		why := s.serve(ctx, c)
 		s.setDown(why)
 		c.close()
