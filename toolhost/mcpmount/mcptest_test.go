@@ -29,10 +29,11 @@ func serverJS(t testing.TB, pkg string) string {
 	return p
 }
 
-// timeServer is mcp-server-time's program in its own venv (mk/mcp.mk).
+// timeServer is the python of mcp-server-time's own venv (mk/mcp.mk), which runs it with
+// -m mcp_server_time (the venv's scripts name the folder it was made in on their #! line).
 func timeServer(t testing.TB) string {
 	t.Helper()
-	p := filepath.Join(devenv.ToolsDir(), "mcp", "venv", "bin", "mcp-server-time")
+	p := filepath.Join(devenv.ToolsDir(), "mcp", "venv", "bin", "python")
 	if _, err := os.Stat(p); err != nil {
 		devtest.Missing(t, "the MCP server mcp-server-time")
 	}

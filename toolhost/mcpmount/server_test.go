@@ -220,7 +220,7 @@ func TestFilesystemServerWithAllowAndDeny(t *testing.T) {
 
 // mcp-server-time from PyPI: a Python server; its JSON text comes back as a JSON value.
 func TestTimeServerFromPyPI(t *testing.T) {
-	m := mount(t, "time", config.MCPServer{Command: timeServer(t), Args: []string{"--local-timezone", "UTC"}}, Options{})
+	m := mount(t, "time", config.MCPServer{Command: timeServer(t), Args: []string{"-m", "mcp_server_time", "--local-timezone", "UTC"}}, Options{})
 	res := call(t, m, m.tool(t, "time__get_current_time"), `{"timezone":"Europe/Paris"}`)
 	var out struct {
 		Timezone string `json:"timezone"`
