@@ -360,7 +360,7 @@ func (c *Config) Validate() Errors {
 		bad("gateway.http_token", "is %d characters; use at least 16 random ones (or leave it out: one is generated under $SKEIN_HOME)", len(t))
 	}
 	sb := c.Tools.Sandbox
-	for key, v := range map[string]int{"cpu_s": sb.CPUSeconds, "address_space_mb": sb.AddressSpaceMB, "open_files": sb.OpenFiles, "processes": sb.Processes} {
+	for key, v := range map[string]int{"cpu_s": sb.CPUSeconds, "address_space_mb": sb.AddressSpaceMB, "open_files": sb.OpenFiles, "processes": sb.Processes, "shm_mb": sb.ShmMB} {
 		if v < 0 {
 			bad("tools.sandbox."+key, "must not be negative (0 = default), got %d", v)
 		}
@@ -374,6 +374,11 @@ func (c *Config) Validate() Errors {
 	case "", "auto", "trampoline":
 	default:
 		bad("tools.sandbox.start", "must be auto or trampoline, got %q", sb.Start)
+	}
+	if sb.UIDs != "" {
+		if _, _, err := tools.ParseUIDRange(sb.UIDs); err != nil {
+			bad("tools.sandbox.uids", "%v", err)
+		}
 	}
 	if sb.RunAs != "" && strings.TrimSpace(sb.RunAs) != sb.RunAs {
 		bad("tools.sandbox.run_as", "has surrounding spaces: %q", sb.RunAs)

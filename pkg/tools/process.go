@@ -104,7 +104,7 @@ func (r *Runner) StartProcess(spec ProcessSpec) (*Process, error) {
 		c.Close()
 		return nil, err
 	}
-	cmd, conf, err := r.spawn(c.path, t, c.env, c.dir, inR, outW, errW)
+	cmd, conf, err := r.spawn(c, inR, outW, errW)
 	if err != nil {
 		closeAll(inW, outR, errR)
 		c.Close()
