@@ -74,15 +74,22 @@ func TestEverythingServerIsServedAsTools(t *testing.T) {
 	if !res.OK || json.Unmarshal(res.Result, &env) != nil {
 		t.Fatalf("get-env: %+v", res)
 	}
-	if env["EVERYTHING_TOKEN"] != token || env["SKEIN_TEST_PROVIDER_KEY"] != "" || !strings.Contains(env["HOME"], "skein-tool-mcp-everything-") {
+	// HOME is its scratch folder, which is its own /tmp where the sandbox gives calls one.
+	if env["EVERYTHING_TOKEN"] != token || env["SKEIN_TEST_PROVIDER_KEY"] != "" ||
+		(env["HOME"] != "/tmp" && !strings.Contains(env["HOME"], "skein-tool-mcp-everything-")) {
 		t.Errorf("the server's environment is not the sandbox's: token %q, key %q, HOME %q", env["EVERYTHING_TOKEN"], env["SKEIN_TEST_PROVIDER_KEY"], env["HOME"])
 	}
 	if got := redact.String("sent " + token); got != "sent "+redact.Mask {
 		t.Errorf("a value taken from the environment is not redacted: %q", got)
 	}
+	// Confined as a call is: no_new_privs and the seccomp filter, and a uid of its own (from the
+	// pool: not the host's) when the host is root.
+	if procStatus(t, m.Pid(), "NoNewPrivs") != "1" || procStatus(t, m.Pid(), "Seccomp") != "2" {
+		t.Errorf("the server runs without no_new_privs or the seccomp filter")
+	}
 	if os.Geteuid() == 0 {
-		if uid := procUID(t, m.Pid()); uid != "65534" {
-			t.Errorf("the server runs as uid %s, want nobody's", uid)
+		if uid := procStatus(t, m.Pid(), "Uid"); uid == "0" {
+			t.Errorf("the server runs as root")
 		}
 	}
 	// It registers simulate-research-query once initialized and says its tools changed.
@@ -90,14 +97,15 @@ func TestEverythingServerIsServedAsTools(t *testing.T) {
 	poll.True(t, 30*time.Second, "a second listing after notifications/tools/list_changed", func() bool { return m.listCount() >= 2 })
 }
 
-func procUID(t *testing.T, pid int) string {
+// procStatus is the first value of a field of /proc/<pid>/status.
+func procStatus(t *testing.T, pid int, field string) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			return strings.Fields(v)[0]
 		}
 	}
