@@ -56,10 +56,11 @@ const mcpScript = `
 rules:
   - when: {last: "Echo: hello mesh"}
     reply: {text: "All three MCP servers answered."}
+  # A tool failed in these turns: the executor wants the outcome reported through finish.
   - when: {last: "Echo: after the timeout"}
-    reply: {text: "Recovered after the timeout."}
+    reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: "Recovered after the timeout."}}]}
   - when: {last: "Echo: restarted"}
-    reply: {text: "The crashed server came back."}
+    reply: {tool_calls: [{name: finish, args: {accomplished: true, answer: "The crashed server came back."}}]}
   - when: {last: "timed out after 3s"}
     reply:
       tool_calls: [{name: everything__echo, args: {message: "after the timeout"}}]
@@ -147,7 +148,7 @@ func TestMCPServersAsToolsThroughTheMesh(t *testing.T) {
 	}
 	calls := func(evs []protocol.Event) (out []protocol.Event) {
 		for _, e := range evs {
-			if e.Type == protocol.EvToolCall {
+			if e.Type == protocol.EvToolCall && e.Tool != protocol.ToolFinish {
 				out = append(out, e)
 			}
 		}
