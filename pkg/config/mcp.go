@@ -47,6 +47,10 @@ type MCPSandbox struct {
 	AddressSpaceMB int `yaml:"address_space_mb"`
 	OpenFiles      int `yaml:"open_files"`
 	Processes      int `yaml:"processes"`
+	// Tmp and SeccompAllow are as a tool manifest's sandbox.tmp ("private" or "host") and
+	// sandbox.seccomp_allow (docs/tools.md): a server that drives a browser may need namespaces.
+	Tmp          string   `yaml:"tmp"`
+	SeccompAllow []string `yaml:"seccomp_allow"`
 }
 
 // Limits are the sandbox overrides in the runner's terms.
@@ -147,6 +151,12 @@ func (c *Config) validateMCP(bad func(key, format string, a ...any)) {
 		}
 		for _, msg := range s.Sandbox.Limits().Check("") {
 			bad(key+".sandbox", "%s", msg)
+		}
+		if t := s.Sandbox.Tmp; t != "" && t != "private" && t != "host" {
+			bad(key+".sandbox.tmp", "must be private or host, got %q", t)
+		}
+		if err := tools.CheckSeccompAllow(s.Sandbox.SeccompAllow); err != nil {
+			bad(key+".sandbox", "%v", err)
 		}
 	}
 }

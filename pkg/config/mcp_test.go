@@ -18,7 +18,7 @@ tools:
       cwd: work
       deny: ["write_*"]
       timeout_s: 5
-      sandbox: {cpu_s: 9000}
+      sandbox: {cpu_s: 9000, tmp: host, seccomp_allow: [namespaces]}
     remote:
       url: http://127.0.0.1:9/mcp
       headers: {Authorization: "Bearer ${REMOTE_TOKEN}"}
@@ -32,7 +32,7 @@ tools:
 	if fs.Args[0] != filepath.Join(dir, "servers", "fs.js") || fs.Args[1] != "/data" || fs.Cwd != filepath.Join(dir, "work") || fs.Command != "node" {
 		t.Errorf("paths not resolved against the file's folder: %+v", fs)
 	}
-	if fs.Sandbox.Limits().CPUSeconds != 9000 || fs.TimeoutS != 5 || fs.Deny[0] != "write_*" {
+	if fs.Sandbox.Limits().CPUSeconds != 9000 || fs.Sandbox.Tmp != "host" || fs.Sandbox.SeccompAllow[0] != "namespaces" || fs.TimeoutS != 5 || fs.Deny[0] != "write_*" {
 		t.Errorf("fs = %+v", fs)
 	}
 	if r := cfg.Tools.MCP["remote"]; r.URL != "http://127.0.0.1:9/mcp" || r.Headers["Authorization"] != "Bearer ${REMOTE_TOKEN}" {
@@ -53,6 +53,7 @@ tools:
     env: {command: x, env: {"1BAD": v, OK: "$HOME"}}
     pat: {command: x, allow: ["[" ]}
     slow: {command: x, timeout_s: 99999}
+    sb: {command: x, sandbox: {tmp: shared, seccomp_allow: [everything]}}
 `)
 	_, err := Load(p)
 	if err == nil {
@@ -68,6 +69,8 @@ tools:
 		"tools.mcp.env.env.OK: a '$' must start ${NAME}",
 		`tools.mcp.pat.allow[0]: "[" is not a tool name`,
 		"tools.mcp.slow.timeout_s: must be between",
+		`tools.mcp.sb.sandbox.tmp: must be private or host, got "shared"`,
+		`tools.mcp.sb.sandbox: seccomp_allow: unknown group "everything"`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)

@@ -31,6 +31,9 @@ type ProcessSpec struct {
 	Env []string
 	// Limits override the runner's sandbox limits field by field (zero fields: the runner's).
 	Limits Limits
+	// Tmp and SeccompAllow are as a manifest's sandbox.tmp and sandbox.seccomp_allow.
+	Tmp          string
+	SeccompAllow []string
 }
 
 // Process is a long-lived program started by StartProcess. Its stdin and stdout are the
@@ -70,7 +73,7 @@ func (r *Runner) StartProcess(spec ProcessSpec) (*Process, error) {
 		return nil, err
 	}
 	dir := spec.Dir
-	sb := &ManifestSandbox{Limits: spec.Limits}
+	sb := &ManifestSandbox{Limits: spec.Limits, Tmp: spec.Tmp, SeccompAllow: spec.SeccompAllow}
 	if dir != "" {
 		sb.Workdir = "tool"
 	} else if dir, err = os.Getwd(); err != nil {

@@ -251,7 +251,7 @@ func (s *Server) start(ctx context.Context) (*conn, []Tool, error) {
 			return nil, nil, err
 		}
 		p, err := s.opts.Runner.StartProcess(tools.ProcessSpec{Name: "mcp-" + s.name, Command: append([]string{s.cfg.Command}, s.cfg.Args...),
-			Dir: s.cfg.Cwd, Env: env, Limits: s.cfg.Sandbox.Limits()})
+			Dir: s.cfg.Cwd, Env: env, Limits: s.cfg.Sandbox.Limits(), Tmp: s.cfg.Sandbox.Tmp, SeccompAllow: s.cfg.Sandbox.SeccompAllow})
 		if err != nil {
 			return nil, nil, err
 		}
