@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
@@ -20,7 +23,7 @@ import (
 )
 
 // npmServer is the entry point of an npm MCP server `make setup` installs (mk/mcp.mk).
-func npmServer(t *testing.T, pkg string) string {
+func npmServer(t testing.TB, pkg string) string {
 	t.Helper()
 	devtest.NeedProgram(t, "node")
 	p := filepath.Join(devenv.ToolsDir(), "mcp", "node", "node_modules", "@modelcontextprotocol", pkg, "dist", "index.js")
@@ -34,14 +37,8 @@ func npmServer(t *testing.T, pkg string) string {
 // any tool; a repeat of a call id is answered from the call ledger, so the server's side effect
 // happens once; the manifest tools of the same host are served beside them.
 func TestMCPServerToolsAreServedLikeAnyTool(t *testing.T) {
-	dir, err := os.MkdirTemp("", "skein-mcp-host-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o777); err != nil { // the server runs as nobody when the test runs as root
-		t.Fatal(err)
-	}
+	// Outside /tmp (the server has its own) and open to the uid the server runs as.
+	dir := devtest.SharedDir(t)
 	m := bustest.Start(t)
 	cfg := testConfig(t)
 	cfg.Tools.Enabled = []string{"echo"}
@@ -94,4 +91,47 @@ func TestMCPServerToolsAreServedLikeAnyTool(t *testing.T) {
 	if r := call(t, m, "echo", `{"text":"beside"}`, 30*time.Second); !r.OK {
 		t.Errorf("the manifest tool beside the server's: %+v", r)
 	}
+}
+
+// BenchmarkMCPCall is the per-call cost of an MCP server's tool served through the mesh
+// (tools.Call to a toolhost that mounts server-everything: request, claim in the call ledger, the
+// MCP call, record, reply) against the same call made directly with the Go SDK's client over
+// stdio to another server-everything process. docs/benchmarks.md records both.
+func BenchmarkMCPCall(b *testing.B) {
+	js := npmServer(b, "server-everything")
+	ctx := context.Background()
+	b.Run("direct", func(b *testing.B) {
+		client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "0"}, nil)
+		sess, err := client.Connect(ctx, &mcp.CommandTransport{Command: exec.Command("node", js, "stdio")}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sess.Close()
+		for b.Loop() {
+			res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "hi"}})
+			if err != nil || res.IsError {
+				b.Fatalf("echo: %+v, %v", res, err)
+			}
+		}
+	})
+	b.Run("mesh", func(b *testing.B) {
+		m := bustest.Start(b)
+		cfg := config.Default()
+		cfg.Tools.MCP = map[string]config.MCPServer{"everything": {Command: "node", Args: []string{js, "stdio"}}}
+		startHost(b, m, cfg, "host-bench")
+		poll.True(b, 60*time.Second, "everything__echo in the catalogue", func() bool {
+			specs, _ := tools.Catalog(ctx, m.Conn.JS, m.Names, nil)
+			return slices.ContainsFunc(specs, func(s protocol.ToolSpec) bool { return s.Name == "everything__echo" })
+		})
+		n := 0
+		for b.Loop() {
+			n++
+			req := protocol.ToolRequest{Tool: "everything__echo", SessionID: "s-bench", StepID: "s1",
+				CallID: fmt.Sprintf("s-bench.s1.t%d.c0", n), Args: json.RawMessage(`{"message":"hi"}`)}
+			rep, err := tools.Call(ctx, m.Conn.NC, m.Names, req, 30*time.Second)
+			if err != nil || !rep.OK {
+				b.Fatalf("everything__echo: %+v, %v", rep, err)
+			}
+		}
+	})
 }
