@@ -1,11 +1,11 @@
-# MCP both ways (docs/tools.md, "MCP servers"; docs/mcp.md): real third-party servers the tests
+# MCP both ways (docs/mcp.md): real third-party servers the tests
 # mount as tools, and the official Python SDK the tests use as a client of `skein mcp serve`.
 #   npm, under $(MCP_NODE): @modelcontextprotocol/server-everything and server-filesystem
 #   PyPI: mcp (the Python SDK) into the tools venv, for the client; mcp-server-time into its own
 #   venv under $(MCP_DIR), made from an interpreter every user can run ($(MCP_SERVER_PY)): the
-#   servers run as nobody when the tests run as root, and a Python under a private home (pyenv's
-#   under /root) is not theirs to run.
-# The tests find them under $(TOOLS)/mcp (toolhost/mcpmount, toolhost, e2e, cli/mcpserve) and
+#   servers run as uids of their own when the tests run as root, and a Python under a private
+#   home (pyenv's under /root) is not theirs to run.
+# The tests find them under $(TOOLS) (toolhost/mcpmount, toolhost, e2e) and
 # skip without them, except under CI or SKEIN_REQUIRE_ALL=1, where they fail.
 
 MCP_DIR       := $(TOOLS)/mcp

@@ -144,7 +144,7 @@ type Tools struct {
 	// Sandbox confines every subprocess tool (docs/security.md, "Tools").
 	Sandbox ToolSandbox `yaml:"sandbox"`
 	// MCP mounts MCP servers by name: each of their tools is served as <name>__<tool>
-	// (docs/tools.md, "MCP servers").
+	// (docs/mcp.md).
 	MCP map[string]MCPServer `yaml:"mcp"`
 }
 
