@@ -413,20 +413,31 @@ func (e *Executor) catalog(ctx context.Context) ([]protocol.ToolSpec, error) {
 }
 
 // catalogNames is the allow-list to read from the catalog: the enabled tools and the agents
-// offered as tools (nil, every published tool, when no tool allow-list is set).
+// offered as tools (nil, every published tool, when no tool allow-list is set, or when the agent
+// mounts MCP servers, whose tools' names are known only once the servers list them).
 func (d Deps) catalogNames() []string {
 	t := d.Config.Tools
-	if len(t.Enabled) == 0 {
+	if len(t.Enabled) == 0 || len(t.MCP) > 0 {
 		return nil
 	}
 	return append(append([]string(nil), t.Enabled...), t.Agents...)
 }
 
-// offered drops the agents another agent's toolhost published but this agent's tools.agents
-// does not list: the tools KV is shared by the whole mesh.
+// offered drops what another agent's toolhost published for its own agent (the tools KV is
+// shared by the whole mesh): agents this agent's tools.agents does not list, and tools of MCP
+// servers its tools.mcp does not mount; and, with an allow-list, the manifest tools it does not
+// name (tools.enabled selects manifest tools; a server's allow and deny select its tools).
 func (d Deps) offered(specs []protocol.ToolSpec) []protocol.ToolSpec {
+	t := d.Config.Tools
 	return slices.DeleteFunc(specs, func(s protocol.ToolSpec) bool {
-		return s.Agent != "" && !slices.Contains(d.Config.Tools.Agents, s.Agent)
+		switch {
+		case s.Agent != "":
+			return !slices.Contains(t.Agents, s.Agent)
+		case s.MCP != "":
+			_, mounted := t.MCP[s.MCP]
+			return !mounted
+		}
+		return len(t.Enabled) > 0 && !slices.Contains(t.Enabled, s.Name)
 	})
 }
 

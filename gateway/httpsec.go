@@ -220,6 +220,10 @@ type guard struct {
 	streams  *streamLimiter
 }
 
+// Guard puts the API's front door (cross-site refusal, bearer token, JSON bodies only) before
+// another HTTP service that answers with the gateway's token: `skein mcp serve --http`.
+func Guard(token string, next http.Handler) http.Handler { return newGuard(token, 0).wrap(next) }
+
 func newGuard(token string, maxStreams int) *guard {
 	g := &guard{hasToken: token != "", streams: newStreamLimiter(maxStreams)}
 	if g.hasToken {

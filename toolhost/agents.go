@@ -147,7 +147,7 @@ func (x *Host) addAgentEndpoints(ctx context.Context, d Deps, agents []string, t
 		if e == nil {
 			break // the registrations that exist are in
 		}
-		if reg, ok := decodeRegistration(e); ok {
+		if reg, ok := DecodeRegistration(e); ok {
 			regs[e.Key()] = reg
 		}
 	}
@@ -189,7 +189,7 @@ func (x *Host) followDeclarations(ctx context.Context, d Deps, w jetstream.KeyWa
 			continue
 		}
 		a := byName[e.Key()]
-		reg, ok := decodeRegistration(e)
+		reg, ok := DecodeRegistration(e)
 		if a == nil || !ok {
 			continue
 		}
@@ -206,7 +206,29 @@ func (x *Host) followDeclarations(ctx context.Context, d Deps, w jetstream.KeyWa
 	}
 }
 
-func decodeRegistration(e jetstream.KeyValueEntry) (*protocol.AgentSpec, bool) {
+// AgentDeclaration is how an agent is offered as a tool, to models here and to MCP clients by
+// `skein mcp serve`: its spec (declared description and input schema, else {"task": string}) and
+// the task its arguments make.
+type AgentDeclaration struct {
+	name string
+	d    *declaration
+}
+
+// DeclareAgent makes an agent's declaration from its registration (nil: not registered yet).
+func DeclareAgent(name string, wait time.Duration, reg *protocol.AgentSpec, log *slog.Logger) AgentDeclaration {
+	return AgentDeclaration{name: name, d: declare(name, wait, reg, log)}
+}
+
+// Spec is the agent's tool spec.
+func (a AgentDeclaration) Spec() protocol.ToolSpec { return a.d.spec }
+
+// Task checks args against the declared schema and returns the task a session is given: the
+// "task" argument when that is all there is, else the arguments as JSON.
+func (a AgentDeclaration) Task(args json.RawMessage) (string, error) { return a.d.task(a.name, args) }
+
+// DecodeRegistration reads an agent's registration from its entry in the agents bucket (ok
+// false: a deletion, or a value that does not decode).
+func DecodeRegistration(e jetstream.KeyValueEntry) (*protocol.AgentSpec, bool) {
 	if e.Operation() != jetstream.KeyValuePut {
 		return nil, false
 	}
@@ -320,11 +342,14 @@ func (a *agentTool) call(h *handler, data []byte) protocol.ToolReply {
 // task checks the arguments against the agent's declared schema and returns the child's task:
 // the "task" argument when that is all there is, else the arguments as JSON.
 func (a *agentTool) task(args json.RawMessage) (string, error) {
-	decl := a.decl.Load()
+	return a.decl.Load().task(a.name, args)
+}
+
+func (decl *declaration) task(name string, args json.RawMessage) (string, error) {
 	if decl.schema == nil {
 		task, err := agentTask(args)
 		if err != nil {
-			return "", fmt.Errorf("arguments of %s: %v; send {\"task\": \"what the %s agent should do\"}", a.name, err, a.name)
+			return "", fmt.Errorf("arguments of %s: %v; send {\"task\": \"what the %s agent should do\"}", name, err, name)
 		}
 		return task, nil
 	}
@@ -332,14 +357,14 @@ func (a *agentTool) task(args json.RawMessage) (string, error) {
 		args = json.RawMessage("{}")
 	}
 	if err := decl.schema.Validate(args); err != nil {
-		return "", fmt.Errorf("arguments of %s: %v", a.name, err)
+		return "", fmt.Errorf("arguments of %s: %v", name, err)
 	}
 	if task, err := agentTask(args); err == nil {
 		return task, nil
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, args); err != nil {
-		return "", fmt.Errorf("arguments of %s are not JSON: %v", a.name, err)
+		return "", fmt.Errorf("arguments of %s are not JSON: %v", name, err)
 	}
 	return buf.String(), nil
 }

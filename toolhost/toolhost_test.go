@@ -39,7 +39,7 @@ type host struct {
 	done   chan error
 }
 
-func startHost(t *testing.T, m *bustest.Mesh, cfg *config.Config, id string) *host {
+func startHost(t testing.TB, m *bustest.Mesh, cfg *config.Config, id string) *host {
 	t.Helper()
 	conn := m.Connect(t, id)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -51,7 +51,7 @@ func startHost(t *testing.T, m *bustest.Mesh, cfg *config.Config, id string) *ho
 	return h
 }
 
-func (h *host) stop(t *testing.T) {
+func (h *host) stop(t testing.TB) {
 	t.Helper()
 	h.cancel()
 	select {

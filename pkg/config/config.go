@@ -159,6 +159,9 @@ type Tools struct {
 	MaxResultTokens int `yaml:"max_result_tokens"`
 	// Sandbox confines every subprocess tool (docs/security.md, "Tools").
 	Sandbox ToolSandbox `yaml:"sandbox"`
+	// MCP mounts MCP servers by name: each of their tools is served as <name>__<tool>
+	// (docs/mcp.md).
+	MCP map[string]MCPServer `yaml:"mcp"`
 }
 
 // ToolSandbox is `tools.sandbox:`. Limits of 0 take the built-in defaults; a manifest's own

@@ -172,6 +172,7 @@ var (
 // section maps Go type names to YAML paths so errors name keys the user wrote.
 var section = map[string]string{
 	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.", "ToolSandbox": "tools.sandbox.",
+	"MCPServer": "tools.mcp.<server>.", "MCPSandbox": "tools.mcp.<server>.sandbox.",
 	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Toolhost": "toolhost.", "Miner": "miner.", "Mesh": "mesh.",
 	"TLS": "mesh.tls.", "Gateway": "gateway.",
 }
@@ -266,6 +267,9 @@ func (c *Config) resolvePaths(dir string) {
 	c.Mesh.TLS.CA, c.Mesh.TLS.Cert, c.Mesh.TLS.Key = abs(c.Mesh.TLS.CA), abs(c.Mesh.TLS.Cert), abs(c.Mesh.TLS.Key)
 	if c.Tools.Sandbox.ScratchDir != "" {
 		c.Tools.Sandbox.ScratchDir = abs(c.Tools.Sandbox.ScratchDir)
+	}
+	for name, s := range c.Tools.MCP {
+		c.Tools.MCP[name] = s.resolvePaths(dir)
 	}
 }
 
@@ -411,6 +415,7 @@ func (c *Config) Validate() Errors {
 	if sb.RunAs != "" && strings.TrimSpace(sb.RunAs) != sb.RunAs {
 		bad("tools.sandbox.run_as", "has surrounding spaces: %q", sb.RunAs)
 	}
+	c.validateMCP(bad)
 	if c.Memory.SimilarityThreshold <= 0 || c.Memory.SimilarityThreshold > 1 {
 		bad("memory.similarity_threshold", "must be in (0, 1], got %v", c.Memory.SimilarityThreshold)
 	}

@@ -270,6 +270,10 @@ type ToolSpec struct {
 	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	// TimeoutS is the tool's own limit (0: the host's tools.timeout_s), so callers wait long enough.
 	TimeoutS float64 `msgpack:"timeout_s,omitempty" json:"timeout_s,omitempty"`
+	// MCP is set when the tool is a tool of an MCP server a toolhost mounts: the server's name
+	// (its key in tools.mcp), and MCPTool the tool's own name on that server.
+	MCP     string `msgpack:"mcp,omitempty" json:"mcp,omitempty"`
+	MCPTool string `msgpack:"mcp_tool,omitempty" json:"mcp_tool,omitempty"`
 }
 
 // Built-in tools answered by the executor itself, never by a toolhost: find_tools widens a

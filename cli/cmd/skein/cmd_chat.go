@@ -43,7 +43,7 @@ func newChatCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if conversation != "" && from != "" {
-				return &exitError{code: 2, msg: "skein: --session-id continues a conversation, --from forks one: give one of them"}
+				return &exitError{code: protocol.ExitUsage, msg: "skein: --session-id continues a conversation, --from forks one: give one of them"}
 			}
 			if err := checkID(protocol.IDSession, conversation); err != nil {
 				return err
@@ -302,7 +302,7 @@ func sessionAgent(env meshEnv, id string) (string, error) {
 	e, err := kv.Get(ctx, id)
 	if err != nil {
 		if bus.IsNotFound(err) {
-			return "", &exitError{code: 2, msg: "skein: no session " + id + " to fork from"}
+			return "", &exitError{code: protocol.ExitNotFound, msg: "skein: no session " + id + " to fork from"}
 		}
 		return "", fmt.Errorf("read session %s: %w", id, err)
 	}

@@ -18,7 +18,7 @@ func kindFlag(kind string) (string, error) {
 	case memory.KindGuideline, memory.KindCase, memory.KindSkill:
 		return kind, nil
 	}
-	return "", &exitError{code: 2, msg: fmt.Sprintf("skein: --kind must be guideline, case, skill or all, got %q", kind)}
+	return "", &exitError{code: protocol.ExitUsage, msg: fmt.Sprintf("skein: --kind must be guideline, case, skill or all, got %q", kind)}
 }
 
 // entryLine is one line of `memory list` for an entry of any kind.
