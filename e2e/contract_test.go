@@ -250,7 +250,12 @@ func checkHTTPAgainstOpenAPI(t *testing.T, root, base, home, session string) {
 		op, _ := doc.Raw()["paths"].(map[string]any)[path].(map[string]any)["get"].(map[string]any)
 		rs, _ := op["responses"].(map[string]any)["200"].(map[string]any)
 		c, _ := rs["content"].(map[string]any)[contentType].(map[string]any)
-		ref, _ := c["schema"].(map[string]any)["$ref"].(string)
+		sch, _ := c["schema"].(map[string]any)
+		if strings.HasSuffix(contentType, "event-stream") { // each event's object: its data's schema
+			data, _ := sch["properties"].(map[string]any)["data"].(map[string]any)
+			sch, _ = data["contentSchema"].(map[string]any)
+		}
+		ref, _ := sch["$ref"].(string)
 		if ref == "" {
 			t.Fatalf("docs/openapi.json: GET %s 200 %s has no schema", path, contentType)
 		}

@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"strconv"
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -46,7 +49,7 @@ func (g *Gateway) continueConversation(ctx context.Context, prev protocol.Sessio
 			return fmt.Errorf("%w: another follow-up to %s was sent at the same time; send yours again once it has ended", ErrRejected, rootID)
 		}
 		n := max(s.TurnCount, 1) + 1
-		turnID = fmt.Sprintf("%s-%d", rootID, n)
+		turnID = turnSessionID(rootID, n)
 		s.TurnCount, s.LastTurn = n, turnID
 		return nil
 	})
@@ -56,6 +59,18 @@ func (g *Gateway) continueConversation(ctx context.Context, prev protocol.Sessio
 	next := in
 	next.SessionID = turnID
 	return g.submit(ctx, next, turnLink{conversation: rootID, previous: last.SessionID})
+}
+
+// turnSessionID is the id of turn n of conversation rootID: <rootID>-<n>, or, when that would
+// be longer than a session id may be, rootID cut short and told apart by a hash of it whole.
+func turnSessionID(rootID string, n int) string {
+	suffix := "-" + strconv.Itoa(n)
+	if len(rootID)+len(suffix) <= protocol.IDSession.Max {
+		return rootID + suffix
+	}
+	sum := sha256.Sum256([]byte(rootID))
+	hash := "-" + hex.EncodeToString(sum[:6])
+	return rootID[:protocol.IDSession.Max-len(hash)-len(suffix)] + hash + suffix
 }
 
 func (g *Gateway) readSession(ctx context.Context, id string) (protocol.Session, error) {

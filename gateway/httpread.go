@@ -2,13 +2,10 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,25 +29,14 @@ const (
 	taskPreviewBytes  = 240
 )
 
-// listParams reads since (a Go duration) and limit from the query, answering a bad one itself.
+// listParams reads since and limit, answering a bad one itself.
 func listParams(w http.ResponseWriter, r *http.Request) (from time.Time, limit int, ok bool) {
-	since, limit := defaultSince, defaultListLimit
-	q := r.URL.Query()
-	if v := q.Get("since"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			httpError(w, http.StatusBadRequest, "bad_request", "since must be a positive duration such as 24h, got "+strconv.Quote(v))
-			return from, 0, false
-		}
-		since = d
+	since, ok := qSince.read(w, r)
+	if !ok {
+		return from, 0, false
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 || n > maxListLimit {
-			httpError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit must be 1..%d, got %q", maxListLimit, v))
-			return from, 0, false
-		}
-		limit = n
+	if limit, ok = qListLimit.read(w, r); !ok {
+		return from, 0, false
 	}
 	return time.Now().Add(-since), limit, true
 }
@@ -79,15 +65,19 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	agent, ok := qAgent.read(w, r)
 	if !ok {
 		return
 	}
-	text, ok := queryText(w, r, "q")
+	text, ok := qText.read(w, r)
 	if !ok {
 		return
 	}
-	status, text := r.URL.Query().Get("status"), strings.ToLower(text)
+	status, ok := qStatus.read(w, r)
+	if !ok {
+		return
+	}
+	text = strings.ToLower(text)
 	ctx := r.Context()
 	watch, err := g.sessions.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -289,50 +279,32 @@ func (g *Gateway) memoryCall(w http.ResponseWriter, r *http.Request, op string, 
 	return true
 }
 
-func tierParam(w http.ResponseWriter, r *http.Request) (protocol.Tier, bool) {
-	switch t := protocol.Tier(r.URL.Query().Get("tier")); t {
-	case "", protocol.TierStrategic, protocol.TierTactical:
-		return t, true
-	default:
-		httpError(w, http.StatusBadRequest, "bad_request", "tier must be strategic or tactical, got "+strconv.Quote(string(t)))
-		return "", false
-	}
-}
-
 // httpMemoryList pages through entries: GET /v1/memory?agent=&tier=&status=active|superseded|retired|quarantined|all&offset=&limit=
 func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	tier, ok := tierParam(w, r)
+	tier, ok := qTier.read(w, r)
 	if !ok {
 		return
 	}
-	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	agent, ok := qAgent.read(w, r)
 	if !ok {
 		return
 	}
-	req := protocol.MemoryListRequest{Agent: agent, Tier: tier}
-	switch st := q.Get("status"); st {
+	status, ok := qMemStatus.read(w, r)
+	if !ok {
+		return
+	}
+	req := protocol.MemoryListRequest{Agent: agent, Tier: protocol.Tier(tier), Status: protocol.MemoryStatus(status)}
+	switch status {
 	case "", string(protocol.MemoryActive):
+		req.Status = "" // memoryd's default
 	case "all":
 		req.Status = memory.StatusAny
-	case string(protocol.MemorySuperseded), string(protocol.MemoryRetired), string(protocol.MemoryQuarantined):
-		req.Status = protocol.MemoryStatus(st)
-	default:
-		httpError(w, http.StatusBadRequest, "bad_request", "status must be active, superseded, retired, quarantined or all, got "+strconv.Quote(st))
+	}
+	if req.Offset, ok = qOffset.read(w, r); !ok {
 		return
 	}
-	for name, dst := range map[string]*int{"offset": &req.Offset, "limit": &req.Limit} {
-		if v := q.Get(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				httpError(w, http.StatusBadRequest, "bad_request", name+" must be a whole number, got "+strconv.Quote(v))
-				return
-			}
-			*dst = n
-		}
-	}
-	if req.Limit == 0 || req.Limit > defaultListLimit {
-		req.Limit = defaultListLimit
+	if req.Limit, ok = qMemLimit.read(w, r); !ok {
+		return
 	}
 	var rep protocol.MemoryListReply
 	if g.memoryCall(w, r, protocol.MemList, &req, &rep, func() string { return rep.Error }) {
@@ -343,27 +315,21 @@ func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 // httpMemorySearch is inspect-memory over HTTP: counts per agent, tier and status, and the
 // entries nearest q ranked as retrieval ranks them (the most established without q).
 func (g *Gateway) httpMemorySearch(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	tier, ok := tierParam(w, r)
+	tier, ok := qTier.read(w, r)
 	if !ok {
 		return
 	}
-	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	agent, ok := qAgent.read(w, r)
 	if !ok {
 		return
 	}
-	text, ok := queryText(w, r, "q")
+	text, ok := qText.read(w, r)
 	if !ok {
 		return
 	}
-	req := protocol.MemoryInspectRequest{Agent: agent, Query: text, Tier: tier}
-	if v := q.Get("top_k"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 || n > 100 {
-			httpError(w, http.StatusBadRequest, "bad_request", "top_k must be 1..100, got "+strconv.Quote(v))
-			return
-		}
-		req.TopK = n
+	req := protocol.MemoryInspectRequest{Agent: agent, Query: text, Tier: protocol.Tier(tier)}
+	if req.TopK, ok = qTopK.read(w, r); !ok {
+		return
 	}
 	var rep protocol.MemoryInspectReply
 	if g.memoryCall(w, r, protocol.MemInspect, &req, &rep, func() string { return rep.Error }) {
@@ -396,7 +362,7 @@ func (g *Gateway) httpMemoryRetire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in RetireBody
-	if !decodeSmall(w, r, &in) {
+	if !decodeBody(w, r, smallBodyBytes, true, &in) {
 		return
 	}
 	req := protocol.MemoryRetireRequest{ID: id, Evict: in.Evict, Reason: in.Reason, By: "http " + r.RemoteAddr}
@@ -404,19 +370,4 @@ func (g *Gateway) httpMemoryRetire(w http.ResponseWriter, r *http.Request) {
 	if g.memoryCall(w, r, protocol.MemRetire, &req, &rep, func() string { return rep.Error }) {
 		writeJSON(w, http.StatusOK, rep)
 	}
-}
-
-// decodeSmall reads an optional small JSON body into v (an empty body leaves v as it is),
-// answering a malformed one itself.
-func decodeSmall(w http.ResponseWriter, r *http.Request, v any) bool {
-	if r.ContentLength == 0 {
-		return true
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
-		return false
-	}
-	return true
 }

@@ -5,7 +5,7 @@ package protocol
 
 // TaskBody is the body of POST /v1/tasks.
 type TaskBody struct {
-	Task      string  `json:"task"`
+	Task      string  `json:"task" text:"task"`
 	Agent     string  `json:"agent,omitempty" id:"agent"`
 	SessionID string  `json:"session_id,omitempty" id:"session"`
 	Budget    *Budget `json:"budget,omitempty"`
@@ -13,7 +13,7 @@ type TaskBody struct {
 
 // MessageBody is the body of POST /v1/sessions/{id}/messages: the conversation's next turn.
 type MessageBody struct {
-	Text   string  `json:"text"`
+	Text   string  `json:"text" text:"task"`
 	Budget *Budget `json:"budget,omitempty"`
 }
 
