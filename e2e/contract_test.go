@@ -146,7 +146,10 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 	waitForLine(t, up, "skein mesh up")
 	rec := record(t, url, home)
 
-	pyEnv := append(env, "SKEIN_NATS_URL="+url, "SKEIN_TEST_AGENT=greeter", "PYTHONDONTWRITEBYTECODE=1")
+	// The client of this tree, not the copy `make setup` installed (its dependencies come from
+	// there): the tests below are this tree's.
+	pyEnv := append(env, "SKEIN_NATS_URL="+url, "SKEIN_TEST_AGENT=greeter", "PYTHONDONTWRITEBYTECODE=1",
+		"PYTHONPATH="+filepath.Join(root, "clients", "python", "src"))
 	runPy := func(args ...string) cliResult {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -184,7 +187,7 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 	if r := runPy("-m", "skein_client", "submit", "--agent", "nobody", "Greet Ada"); r.code != 2 || !strings.Contains(r.stderr, `unknown agent "nobody"`) {
 		t.Errorf("submit for an unknown agent: %s", r)
 	}
-	stranger := append(cliEnv(t, filepath.Join(t.TempDir(), "elsewhere")), "SKEIN_NATS_URL="+url)
+	stranger := append(cliEnv(t, filepath.Join(t.TempDir(), "elsewhere")), "SKEIN_NATS_URL="+url, "PYTHONPATH="+filepath.Join(root, "clients", "python", "src"))
 	cmd := exec.Command(py, "-m", "skein_client", "submit", "--agent", "greeter", "Greet Ada")
 	cmd.Env = stranger
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "--creds") {

@@ -173,8 +173,8 @@ func (e *Executor) retrieve(ctx context.Context, step protocol.Step, toolNames [
 		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + err.Error()})
 		return nil
 	}
-	if rep.Error != "" {
-		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + rep.Error})
+	if err := rep.Err(); err != nil {
+		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + err.Error()})
 		return nil
 	}
 	e.emit(step, protocol.Event{Type: protocol.EvRetrieval, Role: protocol.RoleExecutor, Guidelines: rep.Guidelines})

@@ -101,8 +101,8 @@ func (t *toolRetrieval) request(ctx context.Context, texts []string) ([][]float3
 		if err := protocol.Unmarshal(msg.Data, &rep); err != nil {
 			return nil, "", fmt.Errorf("memoryd embed reply: %w", err)
 		}
-		if rep.Error != "" {
-			return nil, "", fmt.Errorf("memoryd embed: %s", rep.Error)
+		if err := rep.Err(); err != nil {
+			return nil, "", fmt.Errorf("memoryd embed: %w", err)
 		}
 		if model != "" && rep.Model != model {
 			return nil, "", fmt.Errorf("memoryd embed: model changed from %s to %s mid-request", model, rep.Model)

@@ -135,72 +135,42 @@ func New(ctx context.Context, d Deps) (*Gateway, error) {
 	return &Gateway{d: d, sessions: sessions, agents: agents, guard: newGuard(token, maxStreams)}, nil
 }
 
+// handleSubmit serves the submit subject. A refusal is the reply with its error and code, sent
+// as a micro service error (bus.Respond).
 func (g *Gateway) handleSubmit(req micro.Request) {
+	var reply protocol.SubmitReply
+	ct, in, err := readRequest[protocol.SubmitRequest](req, "submit")
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		reply, err = g.Submit(ctx, in)
+		cancel()
+	}
+	if err != nil {
+		reply.Fail(coded(err))
+	}
+	bus.Respond(req, ct, &reply)
+}
+
+// readRequest decodes a request to the submit or cancel subject in the encoding its Content-Type
+// names, and returns the encoding to answer in: msgpack for a Content-Type neither JSON nor
+// msgpack (unsupported_media_type), the request's own for a body it cannot read (bad_request).
+func readRequest[T any, PT interface {
+	*T
+	protocol.Message
+}](req micro.Request, what string) (string, T, error) {
+	var in T
 	ct, err := protocol.ContentType(req.Headers().Get(protocol.HeaderContentType))
 	if err != nil {
-		reply := protocol.SubmitReply{Error: err.Error(), Code: protocol.ErrCodeRejected}
-		respond(req, protocol.ContentTypeMsgpack, &reply, protocol.ServiceErrContentType, reply.Error)
-		return
+		return protocol.ContentTypeMsgpack, in, err
 	}
-	var in protocol.SubmitRequest
-	if err := protocol.UnmarshalAs(ct, req.Data(), &in); err != nil {
-		reply := protocol.SubmitReply{Error: "malformed submit request: " + err.Error(), Code: protocol.ErrCodeRejected}
-		respond(req, ct, &reply, protocol.ServiceErrBadRequest, reply.Error)
-		return
+	if err := protocol.UnmarshalAs(ct, req.Data(), PT(&in)); err != nil {
+		return ct, in, protocol.Errorf(protocol.CodeBadRequest, "malformed %s request: %v", what, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	reply, err := g.Submit(ctx, in)
-	cancel()
-	if err != nil {
-		reply.Error, reply.Code = err.Error(), ErrorCode(err)
-		respond(req, ct, &reply, serviceErrCode(err), reply.Error)
-		return
-	}
-	respond(req, ct, &reply, "", "")
+	return ct, in, nil
 }
 
-// respond answers req with reply encoded in ct. A non-empty svcCode makes the answer a micro
-// service error (headers Nats-Service-Error and Nats-Service-Error-Code, counted in the service's
-// stats) that still carries reply, whose Error and Code say the same to a reader of the body.
-func respond(req micro.Request, ct string, reply protocol.Message, svcCode, reason string) {
-	data, err := protocol.MarshalAs(ct, reply)
-	if err != nil {
-		_ = req.Error(protocol.ServiceErrInternal, headerValue(err.Error()), nil)
-		return
-	}
-	opt := micro.WithHeaders(micro.Headers{protocol.HeaderContentType: {ct}})
-	if svcCode == "" {
-		_ = req.Respond(data, opt)
-		return
-	}
-	_ = req.Error(svcCode, headerValue(reason), data, opt)
-}
-
-// headerValue makes s fit a header value: one line, bounded.
-func headerValue(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 1024 {
-		s = s[:1021] + "..."
-	}
-	if s == "" {
-		s = "error"
-	}
-	return s
-}
-
-// serviceErrCode is the service error code of a Submit or Cancel error.
-func serviceErrCode(err error) string {
-	var coded *protocol.Error
-	switch {
-	case errors.Is(err, errNoSession):
-		return protocol.ServiceErrNotFound
-	case errors.As(err, &coded):
-		return coded.Code.ServiceCode()
-	case errors.Is(err, ErrRejected):
-		return protocol.ServiceErrRejected
-	}
-	return protocol.Code(ErrorCode(err)).ServiceCode()
-}
+// coded is err with its code for the wire (ErrorCode).
+func coded(err error) error { return protocol.Wrap(ErrorCode(err), err) }
 
 // ErrRejected wraps every reason a task is refused.
 var ErrRejected = errors.New("task rejected")
@@ -209,21 +179,22 @@ var ErrRejected = errors.New("task rejected")
 // they may be gone, or unable to write it (a full store).
 var errLapsed = errors.New("agent registration lapsed")
 
-// ErrorCode classifies a Submit error for the wire: the code of a coded error in its chain (a
-// malformed or too long id: bad_request, too_large; storage_full), else rejected (the task is
-// refused as it is), storage_full (JetStream refused a write for want of room: retry once space
-// is freed) or transient (the mesh could not take it now).
-func ErrorCode(err error) string {
-	var coded *protocol.Error
+// ErrorCode classifies a Submit or Cancel error for the wire: the code of a coded error in its
+// chain (a malformed or too long id: bad_request, too_large; no such session: not_found;
+// storage_full), else rejected (the task is refused as it is), storage_full (JetStream refused a
+// write for want of room: retry once space is freed) or transient (the mesh could not take it
+// now).
+func ErrorCode(err error) protocol.Code {
+	var pe *protocol.Error
 	switch {
-	case errors.As(err, &coded):
-		return string(coded.Code)
+	case errors.As(err, &pe):
+		return pe.Code
 	case errors.Is(err, ErrRejected):
-		return protocol.ErrCodeRejected
+		return protocol.CodeRejected
 	case bus.IsStorageFull(err):
-		return string(protocol.CodeStorageFull)
+		return protocol.CodeStorageFull
 	}
-	return protocol.ErrCodeTransient
+	return protocol.CodeTransient
 }
 
 // storageFull returns the refusal to answer instead of err when the mesh's storage takes no new
@@ -242,9 +213,6 @@ func (g *Gateway) storageFull(ctx context.Context, err error) error {
 	}
 	return bus.StorageFullError(st)
 }
-
-// httpStatus is the HTTP status of a Submit error: the one of its code.
-func httpStatus(err error) int { return protocol.Code(ErrorCode(err)).HTTPStatus() }
 
 // Submit checks a task, records its session as queued and publishes it. Submitting the same
 // session id again is harmless: the session is not duplicated and an unpublished task is

@@ -102,7 +102,7 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// 422: the task is refused as it is; 400/413: an id is malformed or too long; 503: the
 		// mesh could not take it now (transient, storage_full), try again.
-		httpError(w, httpStatus(err), ErrorCode(err), err.Error())
+		httpError(w, ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)
@@ -118,14 +118,14 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (protocol.Sessi
 	entry, err := g.sessions.Get(r.Context(), id)
 	if err != nil {
 		if bus.IsNotFound(err) {
-			httpError(w, http.StatusNotFound, "not_found", "no session "+id)
+			httpError(w, protocol.CodeNotFound, "no session "+id)
 			return s, false
 		}
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return s, false
 	}
 	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return s, false
 	}
 	return s, true
@@ -146,7 +146,7 @@ func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
 	release, ok := g.guard.streams.acquire(r)
 	if !ok {
 		w.Header().Set("Retry-After", "5")
-		httpError(w, http.StatusTooManyRequests, "too_many_streams", fmt.Sprintf(
+		httpError(w, protocol.CodeTooMany, fmt.Sprintf(
 			"this client already holds %d open event streams (gateway.max_event_streams); close one first", g.guard.streams.max))
 		return
 	}
@@ -221,7 +221,7 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := g.Cancel(r.Context(), protocol.CancelRequest{SessionID: r.PathValue("id"), Reason: in.Reason, By: "http " + r.RemoteAddr})
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, &rep)
@@ -244,7 +244,7 @@ func (g *Gateway) httpTree(w http.ResponseWriter, r *http.Request) {
 		return s.Children
 	})
 	if err != nil {
-		httpError(w, http.StatusNotFound, "not_found", err.Error())
+		httpError(w, protocol.CodeNotFound, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, n)
@@ -263,7 +263,7 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
 		// 422: the turn is refused as it is; 503: the mesh could not take it now, try again.
-		httpError(w, httpStatus(err), ErrorCode(err), err.Error())
+		httpError(w, ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)

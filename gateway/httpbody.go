@@ -53,45 +53,45 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, optional bo
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			httpError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(
+			httpError(w, protocol.CodeTooLarge, fmt.Sprintf(
 				"request body over %d bytes (a task may be at most %d bytes: put large inputs in a file a tool can read)", tooLarge.Limit, protocol.MaxTaskBytes))
 			return false
 		}
-		httpError(w, http.StatusBadRequest, "bad_request", "request body: "+err.Error())
+		httpError(w, protocol.CodeBadRequest, "request body: "+err.Error())
 		return false
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		if optional {
 			return true
 		}
-		httpError(w, http.StatusBadRequest, "bad_request", "the request body is empty; see docs/openapi.json for what this route takes")
+		httpError(w, protocol.CodeBadRequest, "the request body is empty; see docs/openapi.json for what this route takes")
 		return false
 	}
 	doc, err := openAPIDocument()
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpError(w, protocol.CodeInternal, err.Error())
 		return false
 	}
 	parsed, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
+		httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
 		return false
 	}
 	name := reflect.TypeOf(v).Elem().Name()
 	if err := doc.Validate(name, parsed); err != nil {
-		status, code, msg := schemaRefusal(err)
-		httpError(w, status, code, "request body does not match "+name+" (docs/openapi.json): "+msg)
+		code, msg := schemaRefusal(err)
+		httpError(w, code, "request body does not match "+name+" (docs/openapi.json): "+msg)
 		return false
 	}
 	norm, err := json.Marshal(wholeNumbers(parsed))
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpError(w, protocol.CodeInternal, err.Error())
 		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(norm))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
+		httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
 		return false
 	}
 	return true
@@ -124,13 +124,13 @@ func wholeNumbers(v any) any {
 	return v
 }
 
-// schemaRefusal says, in a sentence, how a body misses its schema, with the status the gateway
+// schemaRefusal says, in a sentence, how a body misses its schema, with the code the gateway
 // gives each kind of miss elsewhere: a string over its limit is too_large (413), as an id in the
 // path is; a task with no text is rejected (422), as it is on NATS; anything else is bad_request.
-func schemaRefusal(err error) (status int, code, msg string) {
+func schemaRefusal(err error) (code protocol.Code, msg string) {
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return http.StatusBadRequest, "bad_request", err.Error()
+		return protocol.CodeBadRequest, err.Error()
 	}
 	var leaves []*jsonschema.ValidationError
 	var walk func(e *jsonschema.ValidationError)
@@ -165,9 +165,9 @@ func schemaRefusal(err error) (status int, code, msg string) {
 	msg = strings.Join(items, "; ")
 	switch len(leaves) {
 	case long:
-		return http.StatusRequestEntityTooLarge, "too_large", msg
+		return protocol.CodeTooLarge, msg
 	case empty:
-		return http.StatusUnprocessableEntity, "rejected", msg
+		return protocol.CodeRejected, msg
 	}
-	return http.StatusBadRequest, "bad_request", msg
+	return protocol.CodeBadRequest, msg
 }

@@ -50,7 +50,7 @@ func (p intParam) read(w http.ResponseWriter, r *http.Request) (int, bool) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < p.Min || n > p.Max {
-		httpError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("query parameter %s must be a whole number %d..%d, got %q", p.Name, p.Min, p.Max, v))
+		httpError(w, protocol.CodeBadRequest, fmt.Sprintf("query parameter %s must be a whole number %d..%d, got %q", p.Name, p.Min, p.Max, v))
 		return 0, false
 	}
 	return n, true
@@ -78,7 +78,7 @@ func (p enumParam) read(w http.ResponseWriter, r *http.Request) (string, bool) {
 			return v, true
 		}
 	}
-	httpError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("query parameter %s must be %s, got %q", p.Name, strings.Join(p.Values, ", "), v))
+	httpError(w, protocol.CodeBadRequest, fmt.Sprintf("query parameter %s must be %s, got %q", p.Name, strings.Join(p.Values, ", "), v))
 	return "", false
 }
 
@@ -152,7 +152,7 @@ func (p sinceParam) read(w http.ResponseWriter, r *http.Request) (time.Duration,
 	}
 	d, err := time.ParseDuration(v)
 	if !durationRE.MatchString(v) || err != nil {
-		httpError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("query parameter %s must be a duration such as 24h or 1h30m, got %q", p.Name, v))
+		httpError(w, protocol.CodeBadRequest, fmt.Sprintf("query parameter %s must be a duration such as 24h or 1h30m, got %q", p.Name, v))
 		return 0, false
 	}
 	return d, true

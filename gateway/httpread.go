@@ -2,14 +2,12 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
@@ -81,7 +79,7 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	watch, err := g.sessions.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", "sessions bucket: "+err.Error())
+		httpRefuse(w, fmt.Errorf("sessions bucket: %w", err))
 		return
 	}
 	defer func() { _ = watch.Stop() }()
@@ -120,7 +118,7 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 		oldest := rows[len(rows)-1].Created
 		reports, err := g.usageReports(ctx, oldest)
 		if err != nil {
-			httpError(w, http.StatusInternalServerError, "internal", err.Error())
+			httpRefuse(w, err)
 			return
 		}
 		for i := range rows {
@@ -186,7 +184,7 @@ func (g *Gateway) httpUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	reports, err := g.usageReports(r.Context(), from)
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return
 	}
 	rows := make([]SessionUsage, 0, len(reports))
@@ -245,7 +243,7 @@ func (g *Gateway) httpDLQ(w http.ResponseWriter, r *http.Request) {
 			return true
 		})
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", "dlq stream: "+err.Error())
+		httpRefuse(w, fmt.Errorf("dlq stream: %w", err))
 		return
 	}
 	if rows == nil {
@@ -254,26 +252,22 @@ func (g *Gateway) httpDLQ(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rows)
 }
 
-// memoryCall asks memoryd, answering the HTTP request itself on failure (503 when memoryd is not
-// serving, 404 for an unknown entry) and returning false.
-func (g *Gateway) memoryCall(w http.ResponseWriter, r *http.Request, op string, req, rep protocol.Message, replyErr func() string) bool {
+// memoryCall asks memoryd, answering the HTTP request itself on failure with the failure's code
+// (unavailable or timeout when memoryd does not answer, memoryd's own code when it refuses:
+// not_found for an unknown entry) and returning false.
+func (g *Gateway) memoryCall(w http.ResponseWriter, r *http.Request, op string, req protocol.Message, rep protocol.Reply) bool {
 	ctx, cancel := context.WithTimeout(r.Context(), memoryCallTimeout)
 	defer cancel()
-	if err := bus.Request(ctx, g.d.Conn.NC, g.d.Names.Memory(op), req, rep, memoryCallTimeout); err != nil {
-		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
-			httpError(w, http.StatusServiceUnavailable, "memory_unavailable",
-				"memoryd is not answering on "+g.d.Names.Memory(op)+": start it (`skein up` runs it; memory.enabled must be true)")
-			return false
-		}
-		httpError(w, http.StatusBadGateway, "memory_error", err.Error())
+	err := bus.Request(ctx, g.d.Conn.NC, g.d.Names.Memory(op), req, rep, memoryCallTimeout)
+	if c := protocol.CodeOf(err); err != nil && (c == protocol.CodeUnavailable || c == protocol.CodeTimeout) {
+		httpError(w, c, "memoryd is not answering on "+g.d.Names.Memory(op)+": start it (`skein up` runs it; memory.enabled must be true)")
 		return false
 	}
-	if msg := replyErr(); msg != "" {
-		status, code := http.StatusBadGateway, "memory_error"
-		if strings.Contains(msg, memory.ErrNotFound.Error()) {
-			status, code = http.StatusNotFound, "not_found"
-		}
-		httpError(w, status, code, "memoryd "+op+": "+msg)
+	if err == nil {
+		err = rep.Err()
+	}
+	if err != nil {
+		httpRefuse(w, fmt.Errorf("memoryd %s: %w", op, err))
 		return false
 	}
 	return true
@@ -307,7 +301,7 @@ func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep protocol.MemoryListReply
-	if g.memoryCall(w, r, protocol.MemList, &req, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemList, &req, &rep) {
 		writeJSON(w, http.StatusOK, rep)
 	}
 }
@@ -332,7 +326,7 @@ func (g *Gateway) httpMemorySearch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep protocol.MemoryInspectReply
-	if g.memoryCall(w, r, protocol.MemInspect, &req, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemInspect, &req, &rep) {
 		writeJSON(w, http.StatusOK, rep)
 	}
 }
@@ -343,7 +337,7 @@ func (g *Gateway) httpMemoryGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep protocol.MemoryGetReply
-	if g.memoryCall(w, r, protocol.MemGet, &protocol.MemoryGetRequest{ID: id}, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemGet, &protocol.MemoryGetRequest{ID: id}, &rep) {
 		writeJSON(w, http.StatusOK, rep.Entry)
 	}
 }
@@ -367,7 +361,7 @@ func (g *Gateway) httpMemoryRetire(w http.ResponseWriter, r *http.Request) {
 	}
 	req := protocol.MemoryRetireRequest{ID: id, Evict: in.Evict, Reason: in.Reason, By: "http " + r.RemoteAddr}
 	var rep protocol.MemoryRetireReply
-	if g.memoryCall(w, r, protocol.MemRetire, &req, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemRetire, &req, &rep) {
 		writeJSON(w, http.StatusOK, rep)
 	}
 }

@@ -117,15 +117,15 @@ func TestHTTPDeadLetters(t *testing.T) {
 	}
 }
 
-// Without memoryd the memory routes answer 503 memory_unavailable (e2e/inproc/gateway tests
+// Without memoryd the memory routes answer 503 unavailable (e2e/inproc/gateway tests
 // them with memoryd running).
 func TestHTTPMemoryWithoutMemoryd(t *testing.T) {
 	f := newFixture(t)
 	srv := httptest.NewServer(f.gw.Handler())
 	t.Cleanup(srv.Close)
 	var e map[string]string
-	if status := getJSON(t, srv, "/v1/memory", &e); status != http.StatusServiceUnavailable || e["code"] != "memory_unavailable" {
-		t.Fatalf("without memoryd: %d %v; want 503 memory_unavailable", status, e)
+	if status := getJSON(t, srv, "/v1/memory", &e); status != http.StatusServiceUnavailable || e["code"] != "unavailable" {
+		t.Fatalf("without memoryd: %d %v; want 503 unavailable", status, e)
 	}
 }
 
@@ -170,8 +170,8 @@ func TestConsoleIsServedOutsideTheTokenCheck(t *testing.T) {
 		}
 	}
 	r, _ = http.NewRequest("POST", srv.URL+"/console/", strings.NewReader("{}"))
-	if status, _, _ := do(t, r); status != http.StatusMethodNotAllowed {
-		t.Errorf("POST /console/: %d; want 405", status)
+	if status, out, _ := do(t, r); status != http.StatusMethodNotAllowed || out["code"] != string(protocol.CodeMethodNotAllowed) {
+		t.Errorf("POST /console/: %d %v; want 405 method_not_allowed", status, out)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -164,15 +165,16 @@ func checkToken(tok, where string) (string, string, error) {
 	return tok, "", nil
 }
 
-// httpError is every rejection of the API: a status, a stable code and a sentence.
-func httpError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg, "code": code})
+// httpError is every rejection of the API: the status of code (protocol's table) and the body
+// {"error": msg, "code": code}.
+func httpError(w http.ResponseWriter, code protocol.Code, msg string) {
+	writeJSON(w, code.HTTPStatus(), protocol.APIError{Error: msg, Code: code})
 }
 
-// httpRefuse answers a coded error (protocol.Errorf) with its code's status.
+// httpRefuse answers err with its code (bus.Classify: a coded error's, a full store's, a
+// deadline's; internal for anything else).
 func httpRefuse(w http.ResponseWriter, err error) {
-	c := protocol.CodeOf(err)
-	httpError(w, c.HTTPStatus(), string(c), err.Error())
+	httpError(w, bus.Classify(err), err.Error())
 }
 
 // pathID reads the path's {id} as an identifier of kind k, answering a malformed or too long
@@ -208,16 +210,16 @@ func newGuard(token string, maxStreams int) *guard {
 func (g *guard) wrap(routes *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if msg, bad := crossSite(r); bad {
-			httpError(w, http.StatusForbidden, "cross_site", msg)
+			httpError(w, protocol.CodeForbidden, msg)
 			return
 		}
 		if !g.hasToken {
-			httpError(w, http.StatusServiceUnavailable, "no_token", "the HTTP API has no bearer token configured; see docs/security.md")
+			httpError(w, protocol.CodeUnavailable, "the HTTP API has no bearer token configured; see docs/security.md")
 			return
 		}
 		if !g.authorized(r.Header.Get("Authorization")) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="skein"`)
-			httpError(w, http.StatusUnauthorized, "unauthorized",
+			httpError(w, protocol.CodeUnauthorized,
 				"missing or wrong bearer token: send Authorization: Bearer <token> (the token is in $SKEIN_HOME/"+HTTPTokenFile+", or $"+HTTPTokenEnv+")")
 			return
 		}
@@ -229,7 +231,7 @@ func (g *guard) wrap(routes *http.ServeMux) http.Handler {
 		if r.ContentLength != 0 {
 			mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 			if err != nil || mt != "application/json" {
-				httpError(w, http.StatusUnsupportedMediaType, "unsupported_media_type",
+				httpError(w, protocol.CodeUnsupportedMedia,
 					fmt.Sprintf("request body must be application/json, got Content-Type %q", r.Header.Get("Content-Type")))
 				return
 			}
@@ -318,8 +320,8 @@ func httpNoRoute(routes *http.ServeMux, w http.ResponseWriter, r *http.Request) 
 	}
 	if allow != nil {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		httpError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" "+r.URL.Path+" is not allowed; use "+strings.Join(allow, " or "))
+		httpError(w, protocol.CodeMethodNotAllowed, r.Method+" "+r.URL.Path+" is not allowed; use "+strings.Join(allow, " or "))
 		return
 	}
-	httpError(w, http.StatusNotFound, "not_found", "no such endpoint "+strconv.Quote(r.URL.Path)+"; see GET /v1/openapi.json")
+	httpError(w, protocol.CodeNotFound, "no such endpoint "+strconv.Quote(r.URL.Path)+"; see GET /v1/openapi.json")
 }

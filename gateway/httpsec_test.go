@@ -81,10 +81,10 @@ func TestHTTPRejections(t *testing.T) {
 		{"text body", req("POST", "/v1/tasks", task, "Content-Type", "text/plain", "Authorization", auth), 415, "unsupported_media_type"},
 		{"form body", req("POST", "/v1/tasks", "task=hi", "Content-Type", "application/x-www-form-urlencoded", "Authorization", auth), 415, "unsupported_media_type"},
 		{"no content type", req("POST", "/v1/tasks", task, "Authorization", auth), 415, "unsupported_media_type"},
-		{"cross-site fetch", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", auth, "Sec-Fetch-Site", "cross-site"), 403, "cross_site"},
-		{"same-site is not same-origin", req("GET", "/v1/sessions/x", "", "Authorization", auth, "Sec-Fetch-Site", "same-site"), 403, "cross_site"},
-		{"foreign origin", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", auth, "Origin", "https://evil.example"), 403, "cross_site"},
-		{"foreign origin, no token", req("POST", "/v1/tasks", task, "Content-Type", "text/plain", "Origin", "http://evil.example"), 403, "cross_site"},
+		{"cross-site fetch", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", auth, "Sec-Fetch-Site", "cross-site"), 403, "forbidden"},
+		{"same-site is not same-origin", req("GET", "/v1/sessions/x", "", "Authorization", auth, "Sec-Fetch-Site", "same-site"), 403, "forbidden"},
+		{"foreign origin", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", auth, "Origin", "https://evil.example"), 403, "forbidden"},
+		{"foreign origin, no token", req("POST", "/v1/tasks", task, "Content-Type", "text/plain", "Origin", "http://evil.example"), 403, "forbidden"},
 		{"body too large", req("POST", "/v1/tasks", `{"task": "`+strings.Repeat("x", protocol.MaxTaskBytes+8192)+`"}`, "Content-Type", "application/json", "Authorization", auth), 413, "too_large"},
 		{"malformed", req("POST", "/v1/tasks", `{"task": 1}`, "Content-Type", "application/json", "Authorization", auth), 400, "bad_request"},
 		{"rejected", req("POST", "/v1/tasks", `{"task": ""}`, "Content-Type", "application/json", "Authorization", auth), 422, "rejected"},
@@ -101,6 +101,9 @@ func TestHTTPRejections(t *testing.T) {
 		status, out, hdr := do(t, c.r)
 		if status != c.status || out["code"] != c.code || out["error"] == "" {
 			t.Errorf("%s: %d %v; want %d with code %q and an error", c.name, status, out, c.status, c.code)
+		}
+		if code := protocol.Code(c.code); !code.Known() || code.HTTPStatus() != c.status {
+			t.Errorf("%s: code %s is not the table's code of status %d", c.name, code, c.status)
 		}
 		if status == 401 && !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
 			t.Errorf("%s: 401 without a Bearer challenge", c.name)
@@ -139,8 +142,8 @@ func TestHTTPWithoutATokenRefusesEverything(t *testing.T) {
 	t.Cleanup(srv.Close)
 	r, _ := http.NewRequest("GET", srv.URL+"/v1/sessions/x", nil)
 	r.Header.Set("Authorization", "Bearer ")
-	if status, out, _ := do(t, r); status != http.StatusServiceUnavailable || out["code"] != "no_token" {
-		t.Errorf("%d %v; want 503 no_token", status, out)
+	if status, out, _ := do(t, r); status != http.StatusServiceUnavailable || out["code"] != "unavailable" {
+		t.Errorf("%d %v; want 503 unavailable", status, out)
 	}
 }
 
@@ -179,8 +182,8 @@ func TestHTTPEventStreamsAreCappedPerClient(t *testing.T) {
 	var out map[string]string
 	_ = json.NewDecoder(resp.Body).Decode(&out)
 	cancel()
-	if resp.StatusCode != http.StatusTooManyRequests || out["code"] != "too_many_streams" || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("third stream: %d %v; want 429 too_many_streams with Retry-After", resp.StatusCode, out)
+	if resp.StatusCode != http.StatusTooManyRequests || out["code"] != "too_many_requests" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third stream: %d %v; want 429 too_many_requests with Retry-After", resp.StatusCode, out)
 	}
 	// Closing a stream frees its slot.
 	cancels[0]()

@@ -34,40 +34,67 @@ type apiResponse struct {
 	Events bool // text/event-stream of Body
 }
 
-var errorResponses = map[int]string{
-	http.StatusBadRequest:            "bad_request: the body does not match its schema, or an id or a parameter cannot be read",
-	http.StatusNotFound:              "not_found: no such session",
-	http.StatusRequestEntityTooLarge: "too_large: the body, an id or a search text is over its limit",
-	http.StatusUnprocessableEntity:   "rejected: the task is refused as it is (sending it again will not help)",
-	http.StatusTooManyRequests:       "too_many_streams: this client holds gateway.max_event_streams streams already",
-	http.StatusServiceUnavailable:    "transient: the mesh could not take it now (try again); storage_full: the mesh's store cannot take it now (try again once space is freed; GET /v1/health says why); no_token: the API has no token configured",
-	http.StatusInternalServerError:   "internal",
-	http.StatusBadGateway:            "memory_error: memoryd answered with an error",
+// codeDocs says what each code an API route answers with means there. The status of each is
+// its code's (protocol's table): errs groups the codes of a route by status.
+var codeDocs = map[protocol.Code]string{
+	protocol.CodeBadRequest:       "the body does not match its schema, or an id or a parameter cannot be read",
+	protocol.CodeNotFound:         "no such session, memory entry or route",
+	protocol.CodeTooLarge:         "the body, an id or a search text is over its limit",
+	protocol.CodeRejected:         "the task is refused as it is (sending it again will not help)",
+	protocol.CodeTooMany:          "this client holds gateway.max_event_streams streams already",
+	protocol.CodeTransient:        "the mesh could not take it now (try again)",
+	protocol.CodeStorageFull:      "the mesh's store cannot take it now (try again once space is freed; GET /v1/health says why)",
+	protocol.CodeUnavailable:      "memoryd is not serving, or the API has no token configured",
+	protocol.CodeTimeout:          "memoryd did not answer in time",
+	protocol.CodeInternal:         "the gateway, or memoryd, failed; the error says where",
+	protocol.CodeUnauthorized:     "missing or wrong bearer token",
+	protocol.CodeForbidden:        "a browser's cross-site request",
+	protocol.CodeUnsupportedMedia: "the body is not application/json",
 }
 
-func errs(statuses ...int) []apiResponse {
+// errs are the error responses of codes, one per status, each naming its codes.
+func errs(codes ...protocol.Code) []apiResponse {
 	var out []apiResponse
-	for _, s := range statuses {
-		out = append(out, apiResponse{Status: s, Doc: errorResponses[s]})
+	byStatus := map[int]int{} // status -> index in out
+	for _, c := range codes {
+		doc := fmt.Sprintf("%s: %s", c, codeDocs[c])
+		if i, ok := byStatus[c.HTTPStatus()]; ok {
+			out[i].Doc += "; " + doc
+			continue
+		}
+		byStatus[c.HTTPStatus()] = len(out)
+		out = append(out, apiResponse{Status: c.HTTPStatus(), Doc: doc})
 	}
 	return out
+}
+
+// Codes that routes share: an id in the path, the session or entry it names, and memoryd behind a route.
+var (
+	idCodes     = []protocol.Code{protocol.CodeBadRequest, protocol.CodeTooLarge}
+	namedCodes  = with(idCodes, protocol.CodeNotFound)
+	memoryCodes = []protocol.Code{protocol.CodeInternal, protocol.CodeUnavailable, protocol.CodeTimeout}
+)
+
+// with is a list of codes and more codes, in a new slice.
+func with(codes []protocol.Code, more ...protocol.Code) []protocol.Code {
+	return append(append([]protocol.Code(nil), codes...), more...)
 }
 
 var apiRoutes = []apiRoute{
 	{Pattern: "POST /v1/tasks", ID: "submitTask", Summary: "Submit a task; the session runs on the mesh.", Body: protocol.TaskBody{},
 		Responses: append([]apiResponse{{Status: 202, Doc: "accepted (duplicate: this session id was submitted before)", Body: protocol.SubmitReply{}}},
-			errs(400, 413, 422, 503)...)},
+			errs(with(idCodes, protocol.CodeRejected, protocol.CodeTransient, protocol.CodeStorageFull)...)...)},
 	{Pattern: "GET /v1/sessions/{id}", ID: "getSession", Summary: "The session's record: status, outcome, plan, lineage, cancel, budget.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "the session", Body: protocol.Session{}}}, errs(400, 404, 413, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the session", Body: protocol.Session{}}}, errs(with(namedCodes, protocol.CodeInternal)...)...)},
 	{Pattern: "GET /v1/sessions/{id}/events", ID: "streamEvents", Summary: "The session's trace as server-sent events (`event: <type>`, `data: <Event>`), from the first event until the last usage event.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "one server-sent event per trace event", Body: protocol.Event{}, Events: true}}, errs(400, 404, 413, 429, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "one server-sent event per trace event", Body: protocol.Event{}, Events: true}}, errs(with(namedCodes, protocol.CodeTooMany, protocol.CodeInternal)...)...)},
 	{Pattern: "POST /v1/sessions/{id}/cancel", ID: "cancelSession", Summary: "Cancel the session and its child sessions; a session that already ended is a no-op.",
 		Body: protocol.CancelBody{}, Optional: true,
-		Responses: append([]apiResponse{{Status: 200, Doc: "cancelling, already_cancelled or already_finished", Body: protocol.CancelReply{}}}, errs(400, 404, 413, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "cancelling, already_cancelled or already_finished", Body: protocol.CancelReply{}}}, errs(with(namedCodes, protocol.CodeInternal)...)...)},
 	{Pattern: "GET /v1/sessions/{id}/tree", ID: "sessionTree", Summary: "The session with its steps and child sessions, recursively, with tokens, cost and wall time per node.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "the tree", Body: trace.TreeNode{}}}, errs(400, 404, 413)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the tree", Body: trace.TreeNode{}}}, errs(namedCodes...)...)},
 	{Pattern: "POST /v1/sessions/{id}/messages", ID: "continueConversation", Summary: "Continue a finished session's conversation with a new turn.", Body: protocol.MessageBody{},
-		Responses: append([]apiResponse{{Status: 202, Doc: "the next turn's session", Body: protocol.SubmitReply{}}}, errs(400, 404, 413, 422, 503)...)},
+		Responses: append([]apiResponse{{Status: 202, Doc: "the next turn's session", Body: protocol.SubmitReply{}}}, errs(with(namedCodes, protocol.CodeRejected, protocol.CodeTransient, protocol.CodeStorageFull)...)...)},
 	{Pattern: "GET /v1/health", ID: "health", Summary: "Whether the mesh takes new sessions: the state of its store (ok, low: under mesh.storage_reserve, full: JetStream cannot write) with the reason and what to do, and memoryd's health.",
 		Responses: []apiResponse{{Status: 200, Doc: "the mesh takes new sessions", Body: Health{}},
 			{Status: 503, Doc: "the mesh refuses new sessions (storage low or full); the same body says why", Body: Health{}}}},
@@ -75,24 +102,24 @@ var apiRoutes = []apiRoute{
 		Responses: []apiResponse{{Status: 200, Doc: "the OpenAPI document", Body: struct{}{}}}},
 	{Pattern: "GET /v1/sessions", ID: "listSessions", Summary: "Sessions updated within `since` (a duration, default 168h), newest first, at most `limit` (1..2000, default 200); `agent`, `status` (status or outcome) and `q` (substring of id or task) filter.",
 		Query:     []queryParam{qSince, qListLimit, qAgent, qStatus, qText},
-		Responses: append([]apiResponse{{Status: 200, Doc: "the sessions", Body: SessionList{}}}, errs(400, 413, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the sessions", Body: SessionList{}}}, errs(with(idCodes, protocol.CodeInternal)...)...)},
 	{Pattern: "GET /v1/usage", ID: "listUsage", Summary: "Each session's last usage report within `since`, oldest first, with each model's cost.",
 		Query:     []queryParam{qSince, qListLimit},
-		Responses: append([]apiResponse{{Status: 200, Doc: "the usage reports", Body: UsageList{}}}, errs(400, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the usage reports", Body: UsageList{}}}, errs(protocol.CodeBadRequest, protocol.CodeInternal)...)},
 	{Pattern: "GET /v1/dlq", ID: "listDeadLetters", Summary: "The newest dead letters within `since`, with their origin and reason.",
 		Query:     []queryParam{qSince, qListLimit},
-		Responses: append([]apiResponse{{Status: 200, Doc: "the dead letters", Body: []DeadLetter{}}}, errs(400, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the dead letters", Body: []DeadLetter{}}}, errs(protocol.CodeBadRequest, protocol.CodeInternal)...)},
 	{Pattern: "GET /v1/memory", ID: "listMemory", Summary: "Memory entries by `agent`, `tier`, `status` (active, superseded, retired, quarantined or all), paged by `offset` and `limit` (at most 200).",
 		Query:     []queryParam{qAgent, qTier, qMemStatus, qOffset, qMemLimit},
-		Responses: append([]apiResponse{{Status: 200, Doc: "the entries", Body: protocol.MemoryListReply{}}}, errs(400, 413, 502, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the entries", Body: protocol.MemoryListReply{}}}, errs(with(idCodes, memoryCodes...)...)...)},
 	{Pattern: "GET /v1/memory/search", ID: "searchMemory", Summary: "Counts per agent, tier and status, and the entries nearest `q` ranked as retrieval ranks them (`top_k` 1..100).",
 		Query:     []queryParam{qText, qAgent, qTier, qTopK},
-		Responses: append([]apiResponse{{Status: 200, Doc: "counts and ranked hits", Body: protocol.MemoryInspectReply{}}}, errs(400, 413, 502, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "counts and ranked hits", Body: protocol.MemoryInspectReply{}}}, errs(with(idCodes, memoryCodes...)...)...)},
 	{Pattern: "GET /v1/memory/{id}", ID: "getMemoryEntry", Summary: "One memory entry.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "the entry", Body: protocol.MemoryEntry{}}}, errs(400, 404, 413, 502, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the entry", Body: protocol.MemoryEntry{}}}, errs(with(namedCodes, memoryCodes...)...)...)},
 	{Pattern: "POST /v1/memory/{id}/retire", ID: "retireMemoryEntry", Summary: "Take an entry out of retrieval: retire it (kept and listed) or, with evict, delete it.",
 		Body: RetireBody{}, Optional: true,
-		Responses: append([]apiResponse{{Status: 200, Doc: "retired or evicted", Body: protocol.MemoryRetireReply{}}}, errs(400, 404, 413, 502, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "retired or evicted", Body: protocol.MemoryRetireReply{}}}, errs(with(namedCodes, memoryCodes...)...)...)},
 }
 
 var (
@@ -169,11 +196,9 @@ func buildOpenAPI() ([]byte, error) {
 				"content": map[string]any{"application/json": map[string]any{"schema": ref(r.Body)}}}
 		}
 		responses := map[string]any{}
-		all := append(append([]apiResponse{}, r.Responses...),
-			apiResponse{Status: 401, Doc: "unauthorized: missing or wrong bearer token"},
-			apiResponse{Status: 403, Doc: "cross_site: a browser's cross-site request"})
+		all := append(append([]apiResponse{}, r.Responses...), errs(protocol.CodeUnauthorized, protocol.CodeForbidden)...)
 		if r.Body != nil {
-			all = append(all, apiResponse{Status: 415, Doc: "unsupported_media_type: the body is not application/json"})
+			all = append(all, errs(protocol.CodeUnsupportedMedia)...)
 		}
 		for _, rs := range all {
 			ct := "application/json"
@@ -202,7 +227,8 @@ func buildOpenAPI() ([]byte, error) {
 		"info": map[string]any{"title": "skein gateway HTTP API", "version": strconv.Itoa(protocol.SchemaVersion),
 			"description": "Every request needs the bearer token (`Authorization: Bearer <token>`; `skein up --http` says where it is). " +
 				"A body, where one is sent, is application/json and must match its schema here (unknown fields, names in another case and null where the schema has none are refused; an optional body may be left out). " +
-				"A query parameter that is given must have a value (leave it out for the default). Every refusal is an APIError {error, code}. " +
+				"A query parameter that is given must have a value (leave it out for the default). Every refusal is an APIError {error, code}, " +
+				"with the HTTP status of its code (the table of codes, their statuses and whether to retry is in docs/contract.md). " +
 				"Replies that are mesh messages carry \"v\", the schema version (docs/asyncapi.json describes the NATS side)."},
 		"security":   []any{map[string]any{"bearer": []any{}}},
 		"paths":      paths,
@@ -233,7 +259,7 @@ func idSchema(k protocol.ID) map[string]any {
 func (g *Gateway) httpOpenAPI(w http.ResponseWriter, r *http.Request) {
 	doc, err := OpenAPI()
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -195,8 +195,8 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 			return nil, fmt.Errorf("mine %s: ingest: %w", session, err)
 		}
 		res.Actions = rep.Actions
-		if rep.Error != "" {
-			return res, fmt.Errorf("mine %s: ingest: %s", session, rep.Error)
+		if err := rep.Err(); err != nil {
+			return res, fmt.Errorf("mine %s: ingest: %w", session, err)
 		}
 	}
 	res.Feedback = Feedback(s)
@@ -205,8 +205,8 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 		if err := bus.Request(ctx, d.Conn.NC, d.Names.Memory(protocol.MemFeedback), &fb, &ack, 30*time.Second); err != nil {
 			return res, fmt.Errorf("mine %s: feedback: %w", session, err)
 		}
-		if ack.Error != "" {
-			return res, fmt.Errorf("mine %s: feedback: %s", session, ack.Error)
+		if err := ack.Err(); err != nil {
+			return res, fmt.Errorf("mine %s: feedback: %w", session, err)
 		}
 	}
 	if err := closeTrace(ctx, d, s, res, c.calls); err != nil {

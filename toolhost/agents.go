@@ -250,7 +250,9 @@ func toolFailure(kind, format string, args ...any) protocol.ToolReply {
 func (a *agentTool) call(h *handler, data []byte) protocol.ToolReply {
 	var req protocol.ToolRequest
 	if err := protocol.UnmarshalChecked(data, &req); err != nil {
-		return toolFailure(protocol.ToolErrBadArgs, "malformed tool request for %s: %v", a.name, err)
+		out := toolFailure(protocol.ToolErrBadArgs, "malformed tool request for %s: %v", a.name, err)
+		out.Code = protocol.CodeOf(err) // bad_request, or too_large for an id over its length
+		return out
 	}
 	// The calling session's cancel ends the wait; the gateway cancels the child down the lineage.
 	ctx, release, refusal := h.admit(req)
@@ -279,8 +281,8 @@ func (a *agentTool) call(h *handler, data []byte) protocol.ToolReply {
 	switch {
 	case err != nil:
 		return toolFailure(protocol.ToolErrUnavailable, "could not hand the task to the %s agent: %v", a.name, err)
-	case sr.Error != "":
-		return toolFailure(protocol.ToolErrToolError, "the %s agent refused the task: %s", a.name, sr.Error)
+	case sr.Err() != nil:
+		return toolFailure(protocol.ToolErrToolError, "the %s agent refused the task: %v", a.name, sr.Err())
 	}
 	child := sr.SessionID
 	a.log.Debug("agent tool started a child session", "agent", a.name, "parent", req.SessionID, "call", req.CallID,
@@ -430,8 +432,13 @@ func (a *agentTool) share(ctx context.Context, sh protocol.ShareSpec, parent, ch
 	var rep protocol.RememberReply
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := bus.Request(rctx, a.conn.NC, a.names.Memory(protocol.MemRemember), &req, &rep, 10*time.Second); err != nil {
-		a.log.Warn("could not share a sub-agent's findings with its parent's memory", "agent", a.name, "parent", parent, "child", child, "err", err)
+	err := bus.Request(rctx, a.conn.NC, a.names.Memory(protocol.MemRemember), &req, &rep, 10*time.Second)
+	if err == nil && len(rep.Actions) == 0 {
+		err = rep.Err() // refused as a whole (a stale store, a bad request); else per note below
+	}
+	if err != nil {
+		a.log.Warn("could not share a sub-agent's findings with its parent's memory", "agent", a.name, "parent", parent, "child", child,
+			"code", protocol.CodeOf(err), "err", err)
 		return 0
 	}
 	n := 0

@@ -390,7 +390,8 @@ func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time, respond 
 	// are checked, since one longer than the server accepts would cost the toolhost its connection.
 	if err := protocol.UnmarshalChecked(data, &req); err != nil {
 		respond(protocol.ToolReply{Host: h.host, LatencyMS: time.Since(start).Milliseconds(), ToolResult: protocol.ToolResult{
-			Kind: protocol.ToolErrBadArgs, Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}})
+			Kind: protocol.ToolErrBadArgs, Code: protocol.CodeOf(err), // bad_request, or too_large for an id over its length
+			Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}})
 		return
 	}
 	h.ledger.once(h.ctx, req, callLease, func() prepared {

@@ -374,26 +374,31 @@ func (h *handler) call(t *tools.Tool, req protocol.ToolRequest, p *tools.Prepare
 }
 
 // respond publishes the reply itself: micro's Request must not be touched once its handler has
-// returned, and calls finish on their own goroutines.
+// returned, and calls finish on their own goroutines. A failed call carries its kind's code, in
+// the reply and in the service error headers (bus.ReplyMsg).
 func (h *handler) respond(subject, tool string, out *protocol.ToolReply) {
 	if subject == "" {
 		return // a plain publish, nobody waits for the answer
 	}
+	out.Coded()
 	data, err := protocol.Marshal(out)
 	if err != nil {
 		h.log.Error("encode tool reply", "tool", tool, "err", err)
-		data, _ = protocol.Marshal(&protocol.ToolReply{Host: h.host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
-			Kind: protocol.ToolErrMalformed, Error: "toolhost could not encode the tool's result: " + err.Error()}})
+		out = &protocol.ToolReply{Host: h.host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
+			Kind: protocol.ToolErrMalformed, Code: protocol.ToolKindCode(protocol.ToolErrMalformed),
+			Error: "toolhost could not encode the tool's result: " + err.Error()}}
+		data, _ = protocol.Marshal(out)
 	}
 	// A reply over the server's message limit would be dropped and leave the caller waiting
 	// for a timeout; say what happened instead.
 	if limit := h.nc.MaxPayload(); limit > 0 && int64(len(data)) > limit {
 		h.log.Warn("tool reply over the NATS message limit", "tool", tool, "bytes", len(data), "limit", limit)
-		data, _ = protocol.Marshal(&protocol.ToolReply{Host: h.host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
-			Kind: protocol.ToolErrTooLarge, Truncated: true,
-			Error: fmt.Sprintf("the tool's answer is %d bytes, over the %d-byte NATS message limit; lower max_output_bytes or return less", len(data), limit)}})
+		out = &protocol.ToolReply{Host: h.host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
+			Kind: protocol.ToolErrTooLarge, Code: protocol.ToolKindCode(protocol.ToolErrTooLarge), Truncated: true,
+			Error: fmt.Sprintf("the tool's answer is %d bytes, over the %d-byte NATS message limit; lower max_output_bytes or return less", len(data), limit)}}
+		data, _ = protocol.Marshal(out)
 	}
-	if err := h.nc.Publish(subject, data); err != nil {
+	if err := h.nc.PublishMsg(bus.ReplyMsg(subject, data, out)); err != nil {
 		h.log.Warn("send tool reply", "tool", tool, "err", err)
 	}
 }

@@ -111,11 +111,11 @@ type Hit struct {
 	Score float64 // cosine similarity
 }
 
-// ErrNotFound is returned for a missing entry.
-var ErrNotFound = errors.New("memory entry not found")
+// ErrNotFound is returned for a missing entry; its code, not_found, crosses the wire with it.
+var ErrNotFound error = &protocol.Error{Code: protocol.CodeNotFound, Msg: "memory entry not found"}
 
 // ErrConflict is returned when a compare-and-set write lost to a concurrent writer.
-var ErrConflict = errors.New("memory entry changed concurrently")
+var ErrConflict error = &protocol.Error{Code: protocol.CodeConflict, Msg: "memory entry changed concurrently"}
 
 // ErrModelMismatch is returned when a store holds vectors from a different embedding model.
 var ErrModelMismatch = errors.New("memory store was written by a different embedding model")

@@ -61,7 +61,7 @@ const (
 )
 
 // ErrContentType is returned for a Content-Type that is neither msgpack nor JSON.
-var ErrContentType = errors.New("unsupported content type")
+var ErrContentType error = &Error{Code: CodeUnsupportedMedia, Msg: "unsupported content type"}
 
 // ContentType normalizes a Content-Type header value ("" is msgpack; parameters such as
 // "; charset=utf-8" are ignored) or returns ErrContentType.
@@ -109,19 +109,6 @@ func UnmarshalAs(contentType string, data []byte, m Message) error {
 	}
 	return nil
 }
-
-// Service error codes: a request the gateway refuses is answered with the NATS micro error
-// headers Nats-Service-Error (the reason) and Nats-Service-Error-Code (one of these, the HTTP
-// status of the same failure), so `nats micro stats` counts it; the body still carries the reply
-// with its Error and Code fields.
-const (
-	ServiceErrBadRequest  = "400" // the body could not be read (encoding, version, unknown field)
-	ServiceErrNotFound    = "404" // no such session
-	ServiceErrContentType = "415" // the Content-Type is neither JSON nor msgpack
-	ServiceErrRejected    = "422" // the request is refused as it is (ErrCodeRejected)
-	ServiceErrInternal    = "500"
-	ServiceErrUnavailable = "503" // the mesh could not serve it now (ErrCodeTransient)
-)
 
 // Stamp sets m's schema version, for a message written by other means than Marshal (the HTTP
 // API's JSON replies).

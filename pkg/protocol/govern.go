@@ -28,7 +28,7 @@ type CancelReply struct {
 	NoOp      bool    `msgpack:"no_op,omitempty" json:"no_op,omitempty"`
 	// Children are the child sessions cancelled with it, down the lineage.
 	Children []string `msgpack:"children,omitempty" json:"children,omitempty" id:"session"`
-	Error    string   `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // Cancel reply statuses.

@@ -22,9 +22,9 @@ type CancelBody struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// APIError is every HTTP refusal's body; Code is a stable word (bad_request, not_found,
-// unauthorized, rejected, transient, ...), Error says why in words.
+// APIError is every HTTP refusal's body: Code is the failure's code (the table in errcode.go,
+// whose HTTP status the answer has), Error says why in words.
 type APIError struct {
 	Error string `json:"error"`
-	Code  string `json:"code"`
+	Code  Code   `json:"code"`
 }

@@ -153,10 +153,11 @@ func quoteShort(s string) string {
 
 // UnmarshalChecked is Unmarshal for a message that came through a door (a request, a task, a
 // step): it also checks the message's ids (CheckIDs), each of which may become part of a
-// subject or a key.
+// subject or a key. Its errors are coded: bad_request for a message it cannot read, the id's
+// code for a bad id.
 func UnmarshalChecked(data []byte, m Message) error {
 	if err := Unmarshal(data, m); err != nil {
-		return err
+		return Wrap(CodeBadRequest, err)
 	}
 	return CheckIDs(m)
 }

@@ -157,8 +157,8 @@ type MemoryInspectReply struct {
 	Counts []MemoryCount  `msgpack:"counts" json:"counts"`
 	Hits   []MemoryScored `msgpack:"hits,omitempty" json:"hits,omitempty"`
 	Model  string         `msgpack:"model" json:"model"`
-	Error  string         `msgpack:"error,omitempty" json:"error,omitempty"`
 	At     time.Time      `msgpack:"at" json:"at"`
+	Fault
 }
 
 // MemoryListRequest pages through entries (status "" means active, "*" every status).
@@ -176,7 +176,7 @@ type MemoryListReply struct {
 	Header
 	Entries []MemoryEntry `msgpack:"entries" json:"entries"`
 	Total   int           `msgpack:"total" json:"total"`
-	Error   string        `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryGetRequest asks for one entry.
@@ -189,7 +189,7 @@ type MemoryGetRequest struct {
 type MemoryGetReply struct {
 	Header
 	Entry *MemoryEntry `msgpack:"entry,omitempty" json:"entry,omitempty"`
-	Error string       `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryImportRequest writes entries (from `skein memory export`, or hand-written). Each is re-embedded
@@ -206,7 +206,7 @@ type MemoryImportReply struct {
 	Imported int      `msgpack:"imported" json:"imported"`
 	Skipped  int      `msgpack:"skipped" json:"skipped"`
 	Problems []string `msgpack:"problems,omitempty" json:"problems,omitempty"`
-	Error    string   `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryEvictRequest runs the capacity policy now (agent "" = every agent).
@@ -222,7 +222,7 @@ type MemoryEvictReply struct {
 	Evicted  []MemoryEviction `msgpack:"evicted" json:"evicted"`
 	DryRun   bool             `msgpack:"dry_run" json:"dry_run"`
 	Capacity int              `msgpack:"capacity" json:"capacity"`
-	Error    string           `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryRetireRequest takes one entry out of retrieval: retired (kept with its evidence, listed,
@@ -241,7 +241,7 @@ type MemoryRetireReply struct {
 	ID      string       `msgpack:"id" json:"id" id:"memory"`
 	Status  MemoryStatus `msgpack:"status,omitempty" json:"status,omitempty"`
 	Evicted bool         `msgpack:"evicted" json:"evicted"`
-	Error   string       `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryMigrateRequest re-embeds every entry with memoryd's current model.
@@ -255,7 +255,7 @@ type MemoryMigrateReply struct {
 	Reembedded int    `msgpack:"reembedded" json:"reembedded"`
 	From       string `msgpack:"from" json:"from"`
 	Model      string `msgpack:"model" json:"model"`
-	Error      string `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryHealthRequest asks whether memoryd is serving.
@@ -271,7 +271,8 @@ type MemoryHealthReply struct {
 	Model   string `msgpack:"model" json:"model"`
 	Dim     int    `msgpack:"dim" json:"dim"`
 	Entries int    `msgpack:"entries" json:"entries"`
-	Error   string `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Fault says why OK is false (code unavailable while the store needs a migration).
+	Fault
 	// Storage is the mesh's store as memoryd sees it (StorageReply.State): while it is not ok,
 	// learning (ingest, remember) fails or waits; retrieval goes on. Empty when nobody reports it.
 	Storage StorageState `msgpack:"storage,omitempty" json:"storage,omitempty"`
@@ -288,7 +289,7 @@ type MemoryEmbedReply struct {
 	Header
 	Vectors [][]float32 `msgpack:"vectors" json:"vectors"`
 	Model   string      `msgpack:"model" json:"model"`
-	Error   string      `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // Sources of memory entries: who wrote them.
@@ -329,5 +330,5 @@ type RememberRequest struct {
 type RememberReply struct {
 	Header
 	Actions []IngestAction `msgpack:"actions" json:"actions"`
-	Error   string         `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }

@@ -88,12 +88,11 @@ type SubmitReply struct {
 	Header
 	SessionID string `msgpack:"session_id" json:"session_id" id:"session"`
 	Duplicate bool   `msgpack:"duplicate,omitempty" json:"duplicate,omitempty"`
-	Error     string `msgpack:"error,omitempty" json:"error,omitempty"`
-	// Code classifies Error: ErrCodeRejected (the task itself is refused; sending it again
-	// will not help), CodeBadRequest or CodeTooLarge (an id is malformed or too long, see ID),
-	// ErrCodeTransient (the mesh could not take it now; try again) or CodeStorageFull (the
-	// mesh's store cannot take it now; try again once space is freed).
-	Code string `msgpack:"code,omitempty" json:"code,omitempty"`
+	// Fault says why a task is refused: code rejected (the task itself is refused; sending it
+	// again will not help), bad_request or too_large (an id is malformed or too long, see ID),
+	// transient (the mesh could not take it now; try again) or storage_full (the mesh's store
+	// cannot take it now; try again once space is freed).
+	Fault
 }
 
 // CancelRequest asks the gateway to cancel a session.
@@ -300,8 +299,10 @@ const (
 
 // ToolResult is the one normalized shape of every tool outcome: {ok, error?, result?, stderr?, truncated?}.
 type ToolResult struct {
-	OK        bool            `msgpack:"ok" json:"ok"`
-	Error     string          `msgpack:"error,omitempty" json:"error,omitempty"`
+	OK    bool   `msgpack:"ok" json:"ok"`
+	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Code is the failure's code (ToolKindCode of Kind), set by the toolhost that answers.
+	Code      Code            `msgpack:"code,omitempty" json:"code,omitempty"`
 	Result    json.RawMessage `msgpack:"result,omitempty" json:"result,omitempty"`
 	Stderr    string          `msgpack:"stderr,omitempty" json:"stderr,omitempty"`
 	Truncated bool            `msgpack:"truncated,omitempty" json:"truncated,omitempty"`
@@ -391,7 +392,7 @@ type RetrieveRequest struct {
 type RetrieveReply struct {
 	Header
 	Guidelines []Guideline `msgpack:"guidelines" json:"guidelines"`
-	Error      string      `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // Candidate is one mined guideline offered to memoryd.
@@ -424,7 +425,7 @@ type IngestRequest struct {
 type IngestReply struct {
 	Header
 	Actions []IngestAction `msgpack:"actions" json:"actions"`
-	Error   string         `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // IngestAction is what happened to one candidate (added, merged, promoted, superseded, skipped).
@@ -453,8 +454,8 @@ type FeedbackRequest struct {
 // Ack is the generic reply of operations that return nothing else.
 type Ack struct {
 	Header
-	OK    bool   `msgpack:"ok" json:"ok"`
-	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
+	OK bool `msgpack:"ok" json:"ok"`
+	Fault
 }
 
 // AgentSpec is what the agents KV holds about an agent: enough for the gateway to accept its

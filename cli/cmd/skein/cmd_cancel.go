@@ -36,8 +36,8 @@ func newCancelCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if rep.Error != "" {
-					return &exitError{code: 1, msg: "skein: " + rep.Error}
+				if err := rep.Err(); err != nil {
+					return wireExit(err, "skein: "+err.Error())
 				}
 				w := cmd.OutOrStdout()
 				if asJSON {
@@ -95,7 +95,7 @@ func cancelSession(ctx context.Context, conn *bus.Conn, names protocol.Names, id
 	}
 	rep, err = g.Cancel(cctx, req)
 	if err != nil {
-		rep.Error = err.Error()
+		rep.Fail(protocol.Wrap(gateway.ErrorCode(err), err))
 	}
 	rep.SessionID = id
 	return rep, nil

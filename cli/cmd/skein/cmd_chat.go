@@ -199,8 +199,8 @@ func (c *chat) send(ctx context.Context, text string) (string, error) {
 	if err := bus.Request(sctx, c.env.conn.NC, c.env.names.Submit(), &req, &rep, 5*time.Second); err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
-	if rep.Error != "" {
-		return "", fmt.Errorf("%s", rep.Error)
+	if err := rep.Err(); err != nil {
+		return "", err
 	}
 	if c.conversation == "" {
 		c.conversation = rep.SessionID

@@ -38,10 +38,10 @@ func memReady(cmd *cobra.Command, env meshEnv) (memoryd.Client, error) {
 	defer cancel()
 	h, err := c.Health(ctx)
 	if err != nil {
-		return c, &exitError{code: 1, msg: fmt.Sprintf("skein: memoryd is not answering on %s: %v\n"+
+		return c, wireExit(err, fmt.Sprintf("skein: memoryd is not answering on %s: %v\n"+
 			"start it (`skein up` runs every service, or run the memoryd binary against this mesh) and check its log; "+
 			"in process it needs the embedding model (`make setup`) or memory.embedder: ollama|openai",
-			env.names.Memory(protocol.MemHealth), err)}
+			env.names.Memory(protocol.MemHealth), err))
 	}
 	if !h.OK && h.Error != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "skein: warning:", h.Error)
@@ -101,7 +101,7 @@ func inspectOne(cmd *cobra.Command, env meshEnv, id string, asJSON bool) error {
 	}
 	e, err := c.Get(cmd.Context(), id)
 	if err != nil {
-		return &exitError{code: 1, msg: "skein: " + err.Error()}
+		return wireExit(err, "skein: "+err.Error())
 	}
 	linked := map[string]*memory.Entry{}
 	for _, l := range append([]string{e.SupersededBy}, e.Supersedes...) {
@@ -306,7 +306,7 @@ func newMemoryCmd() *cobra.Command {
 				}
 				e, err := c.Get(cmd.Context(), args[0])
 				if err != nil {
-					return &exitError{code: 1, msg: "skein: " + err.Error()}
+					return wireExit(err, "skein: "+err.Error())
 				}
 				return writeJSON(cmd.OutOrStdout(), e)
 			})

@@ -130,13 +130,13 @@ func newRunCmd() *cobra.Command {
 			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli", Budget: budget}, &rep, submitTry)
 			cancel()
 			if err != nil {
-				return &exitError{code: exitTransient, msg: fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err)}
+				return wireExit(err, fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err))
 			}
-			if rep.Error != "" {
-				if protocol.Code(rep.Code).Retryable() { // transient, storage_full
-					return &exitError{code: exitTransient, msg: "skein: " + rep.Error + " (try again)"}
+			if err := rep.Err(); err != nil {
+				if protocol.CodeOf(err).Retryable() { // transient, storage_full
+					return wireExit(err, "skein: "+err.Error()+" (try again)")
 				}
-				return &exitError{code: 2, msg: "skein: " + rep.Error}
+				return wireExit(err, "skein: "+err.Error())
 			}
 			onInterrupt := func() {
 				fmt.Fprintf(cmd.ErrOrStderr(), "\nskein: cancelling session %s (Ctrl-C again to leave at once)\n", rep.SessionID)

@@ -22,9 +22,12 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.msg }
 
-// exitTransient is the exit status when the mesh could not take a request now (no answer in
-// time, or a transient error): the same command may succeed later. A refused task exits 2.
-const exitTransient = 75
+// wireExit is the exit of a command that failed with err, an error that came over the wire (or
+// bus.Request's own): msg on stderr and the exit status of err's code (protocol.Code.ExitStatus),
+// so a script tells "fix the input" (65) from "try again" (75) and "start the mesh" (69).
+func wireExit(err error, msg string) error {
+	return &exitError{code: protocol.CodeOf(err).ExitStatus(), msg: msg}
+}
 
 func main() {
 	_ = harden.Process() // provider keys and credentials live in this process: see pkg/harden
@@ -51,14 +54,30 @@ func main() {
 			if ee.msg != "" {
 				fmt.Fprintln(os.Stderr, ee.msg)
 			}
-			os.Exit(ee.code)
+		} else {
+			fmt.Fprintln(os.Stderr, "skein:", err)
 		}
-		fmt.Fprintln(os.Stderr, "skein:", err)
-		if c := protocol.CodeOf(err); c != protocol.CodeInternal {
-			os.Exit(c.ExitStatus()) // an error on the wire says what it is: its code's status
-		}
-		os.Exit(1)
+		os.Exit(exitStatus(err))
 	}
+}
+
+// exitStatus is the one place an error becomes an exit status: an exitError's own, else a coded
+// error's (every error that came over the wire, and the CLI's own checks) by its code's status,
+// else 1.
+func exitStatus(err error) int {
+	var (
+		ee    *exitError
+		coded *protocol.Error
+	)
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &coded):
+		return coded.Code.ExitStatus()
+	}
+	return 1
 }
 
 // idArg takes exactly one argument, an identifier of kind k: a malformed or too long one is

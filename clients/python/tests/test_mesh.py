@@ -6,7 +6,7 @@ import datetime as dt
 import os
 import unittest
 
-from skein_client import Client, Rejected, SyncClient
+from skein_client import Client, Rejected, SkeinError, SyncClient
 
 URL = os.environ.get("SKEIN_NATS_URL")
 AGENT = os.environ.get("SKEIN_TEST_AGENT", "greeter")
@@ -47,7 +47,7 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertIn("task is empty", str(cm.exception))
         with self.assertRaises(Rejected) as cm:
             await self.c.cancel("no-such-session")
-        self.assertEqual(cm.exception.service_code, "404")
+        self.assertEqual((cm.exception.service_code, cm.exception.code), ("404", "not_found"))
         with self.assertRaises(Rejected):
             await self.c.session("no-such-session")
 
@@ -85,6 +85,9 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         if page["entries"]:
             e = await self.c.memory_get(page["entries"][0]["id"])
             self.assertEqual(e["id"], page["entries"][0]["id"])
+        with self.assertRaises(SkeinError) as cm:
+            await self.c.memory_get("no-such-entry")
+        self.assertEqual(cm.exception.code, "not_found")
 
 
 @unittest.skipUnless(URL, "needs a mesh: set SKEIN_NATS_URL")

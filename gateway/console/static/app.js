@@ -195,7 +195,7 @@ async function followEvents(id) {
     const r = await fetch('/v1/sessions/' + encodeURIComponent(id) + '/events', { headers: { Authorization: 'Bearer ' + token }, signal: ac.signal });
     if (!r.ok) {
       const data = await r.json().catch(() => null);
-      throw new APIError((data && data.error) || r.statusText, r.status);
+      throw new APIError((data && data.error) || r.statusText, r.status, data && data.code);
     }
     const reader = r.body.getReader();
     const dec = new TextDecoder();

@@ -26,9 +26,17 @@ const SchemaRef = "#/components/schemas/"
 // and may be null when Go writes a nil slice, map or pointer as null.
 func Schemas(values ...any) (map[string]json.RawMessage, error) {
 	types := map[string]reflect.Type{}
+	codeType := reflect.TypeFor[protocol.Code]()
 	r := &jsonschema.Reflector{
 		Anonymous:                 true,
 		AllowAdditionalProperties: false,
+		// Every error code refers to one schema, the table's.
+		Mapper: func(t reflect.Type) *jsonschema.Schema {
+			if t == codeType {
+				return &jsonschema.Schema{Ref: "#/$defs/" + codeType.Name()}
+			}
+			return nil
+		},
 		Namer: func(t reflect.Type) string {
 			if t.Name() == "" {
 				return ""
@@ -40,7 +48,7 @@ func Schemas(values ...any) (map[string]json.RawMessage, error) {
 			return t.Name()
 		},
 	}
-	defs := jsonschema.Definitions{}
+	defs := jsonschema.Definitions{codeType.Name(): CodeSchema()}
 	for _, v := range values {
 		t := reflect.TypeOf(v)
 		s := r.ReflectFromType(t)
@@ -55,8 +63,10 @@ func Schemas(values ...any) (map[string]json.RawMessage, error) {
 			taskTexts(t, d)
 			nullable(t, d)
 		}
-		if v, ok := d.Properties.Get("v"); ok && v != nil {
-			v.Const = protocol.SchemaVersion // the schema version: a reader refuses any other
+		if d.Properties != nil { // an object (the code enum is not)
+			if v, ok := d.Properties.Get("v"); ok && v != nil {
+				v.Const = protocol.SchemaVersion // the schema version: a reader refuses any other
+			}
 		}
 		b, err := json.Marshal(d)
 		if err != nil {
@@ -65,6 +75,21 @@ func Schemas(values ...any) (map[string]json.RawMessage, error) {
 		out[name] = bytes.ReplaceAll(b, []byte(`"#/$defs/`), []byte(`"`+SchemaRef))
 	}
 	return out, nil
+}
+
+// CodeSchema is the JSON Schema of an error code: the enum of protocol's table, and in the
+// x-skein extension each code's HTTP status, CLI exit status, whether to retry and meaning.
+func CodeSchema() *jsonschema.Schema {
+	codes := protocol.Codes()
+	enum := make([]any, len(codes))
+	table := map[string]any{}
+	for i, c := range codes {
+		enum[i] = string(c)
+		table[string(c)] = map[string]any{"http": c.HTTPStatus(), "exit": c.ExitStatus(), "retryable": c.Retryable(), "doc": c.Doc()}
+	}
+	return &jsonschema.Schema{Type: "string", Enum: enum,
+		Description: "What kind of failure an error is: the reply's code, its Nats-Service-Error-Code (the code's HTTP status) and the HTTP API's status all come from it. Decide on the code, never on the error's text.",
+		Extras:      map[string]any{"x-skein": table}}
 }
 
 // identifiers bounds the properties that hold identifiers (fields tagged `id:"<kind>"`, see

@@ -39,17 +39,27 @@ TERMINAL_EVENTS = frozenset({"final", "incomplete", "failed"})
 Message = Dict[str, Any]
 
 
+# The error codes with which the same request may succeed later: the retryable column of the
+# mesh's one table of codes (docs/contract.md; the Code schema of docs/asyncapi.json).
+RETRYABLE_CODES = frozenset({"conflict", "too_many_requests", "transient", "storage_full", "unavailable", "timeout"})
+
+
 class SkeinError(Exception):
-    """Something the mesh refused or could not do; str() says what and, where it can, the fix."""
+    """Something the mesh refused or could not do; str() says what and, where it can, the fix.
+    code is the error's code from the mesh's table (docs/contract.md), "" when it came without one:
+    decide on it, never on the text."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Rejected(SkeinError):
     """The request is refused as it is: sending it again will not help."""
 
     def __init__(self, message: str, code: str = "rejected", service_code: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.service_code = service_code  # Nats-Service-Error-Code: 400, 404, 415, 422
+        super().__init__(message, code)
+        self.service_code = service_code  # Nats-Service-Error-Code: the code's HTTP status (400, 404, 413, 415, 422)
 
 
 class Unavailable(SkeinError):
@@ -106,7 +116,7 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 
 def _check_token(kind: str, s: str) -> None:
     if not _TOKEN.match(s or ""):
-        raise Rejected("%s %r may hold only letters, digits, '-' and '_'" % (kind, s), service_code="400")
+        raise Rejected("%s %r may hold only letters, digits, '-' and '_'" % (kind, s), code="bad_request", service_code="400")
 
 
 class Client:
@@ -182,33 +192,38 @@ class Client:
         try:
             msg = await self.nc.request(subject, wire.encode_json(body), timeout=timeout, headers={wire.CONTENT_TYPE: wire.JSON})
         except nats.errors.NoRespondersError as e:
-            raise Unreachable("no gateway answers on %s (is the mesh up?)" % subject) from e
+            raise Unreachable("no gateway answers on %s (is the mesh up?)" % subject, "unavailable") from e
         except nats.errors.TimeoutError as e:
-            raise Unavailable("the gateway did not answer on %s within %.0fs" % (subject, timeout)) from e
+            raise Unavailable("the gateway did not answer on %s within %.0fs" % (subject, timeout), "timeout") from e
         headers = msg.headers or {}
         ct = headers.get(wire.CONTENT_TYPE, wire.MSGPACK)
         reply = wire.decode_json(msg.data) if ct.startswith(wire.JSON) else wire.decode(msg.data)
         svc = headers.get(wire.SERVICE_ERROR_CODE, "")
         if svc or reply.get("error"):
             why = reply.get("error") or headers.get(wire.SERVICE_ERROR, "refused")
-            if svc == "503" or reply.get("code") == "transient":
-                raise Unavailable(why)
-            raise Rejected(why, code=reply.get("code") or "rejected", service_code=svc)
+            code = reply.get("code") or ""
+            if code in RETRYABLE_CODES or (not code and svc == "503"):
+                raise Unavailable(why, code or "unavailable")
+            raise Rejected(why, code=code or "rejected", service_code=svc)
         return reply
 
     async def _request_msgpack(self, subject: str, body: Mapping[str, Any], timeout: float) -> Message:
         try:
             msg = await self.nc.request(subject, wire.encode(body), timeout=timeout)
         except nats.errors.NoRespondersError as e:
-            raise Unreachable("nothing answers on %s (is memoryd running?)" % subject) from e
+            raise Unreachable("nothing answers on %s (is memoryd running?)" % subject, "unavailable") from e
         except nats.errors.TimeoutError as e:
-            raise Unavailable("no answer on %s within %.0fs" % (subject, timeout)) from e
+            raise Unavailable("no answer on %s within %.0fs" % (subject, timeout), "timeout") from e
         headers = msg.headers or {}
-        if headers.get(wire.SERVICE_ERROR):
-            raise SkeinError("%s: %s (%s)" % (subject, headers[wire.SERVICE_ERROR], headers.get(wire.SERVICE_ERROR_CODE, "")))
-        reply = wire.decode(msg.data)
-        if reply.get("error"):
-            raise SkeinError("%s: %s" % (subject, reply["error"]))
+        reply = wire.decode(msg.data) if msg.data else {}
+        why = reply.get("error") or headers.get(wire.SERVICE_ERROR, "")
+        if why:
+            # The reply's code says what kind of failure it is (a body-less refusal from an older
+            # memoryd has only its status).
+            code = reply.get("code") or ""
+            if code in RETRYABLE_CODES or (not code and headers.get(wire.SERVICE_ERROR_CODE) == "503"):
+                raise Unavailable("%s: %s" % (subject, why), code or "unavailable")
+            raise SkeinError("%s: %s" % (subject, why), code)
         return reply
 
     async def submit(
