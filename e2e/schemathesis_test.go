@@ -67,7 +67,7 @@ func TestHTTPAPIMatchesItsOpenAPIDocument(t *testing.T) {
 	cases := regexp.MustCompile(`(\d+) generated`).FindStringSubmatch(report)
 	wall := time.Since(start)
 	if ps := cmd.ProcessState; ps != nil {
-		t.Logf("schemathesis, %d examples per operation: %s; %s wall, %s CPU", examples, strings.TrimSpace(lastLine(report)),
+		t.Logf("schemathesis, %d examples per operation: %s cases; %s; %s wall, %s CPU", examples, append(cases, "", "?")[1], strings.Trim(lastLine(report), "= "),
 			wall.Round(time.Second), (ps.UserTime() + ps.SystemTime()).Round(time.Second/10))
 	}
 	if err != nil {
