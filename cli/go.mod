@@ -2,7 +2,10 @@ module github.com/skein-mesh/skein/cli
 
 go 1.26.8
 
-require github.com/skein-mesh/skein/pkg v0.0.0
+require (
+	github.com/creack/pty v1.1.24
+	github.com/skein-mesh/skein/pkg v0.0.0
+)
 
 require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.13.0 // indirect
@@ -17,6 +20,7 @@ require (
 	github.com/cockroachdb/redact v1.1.3 // indirect
 	github.com/coder/websocket v1.8.15 // indirect
 	github.com/dlclark/regexp2 v1.11.0 // indirect
+	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
 	github.com/getsentry/sentry-go v0.12.0 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect

@@ -225,7 +225,7 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // the last messages in flight to the recorder
 	seen := rec.check(t, doc)
-	for _, ch := range []string{"submit", "cancel", "task", "work", "result", "trace", "usage", "tool", "memory.retrieve", "memory.list", "kv.sessions"} {
+	for _, ch := range []string{"submit", "cancel", "task", "work", "result", "trace", "delta", "usage", "tool", "memory.retrieve", "memory.list", "kv.sessions"} {
 		if seen[ch] == 0 {
 			t.Errorf("no message on channel %s was recorded (saw %v)", ch, seen)
 		}
@@ -249,20 +249,32 @@ func checkHTTPAgainstOpenAPI(t *testing.T, root, base, home, session string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema := func(path, contentType string) string {
+	// schemas names the schema of an answer: one, or each of a oneOf (an event stream that
+	// carries two kinds of event).
+	schemas := func(path, contentType string) []string {
 		op, _ := doc.Raw()["paths"].(map[string]any)[path].(map[string]any)["get"].(map[string]any)
 		rs, _ := op["responses"].(map[string]any)["200"].(map[string]any)
 		c, _ := rs["content"].(map[string]any)[contentType].(map[string]any)
-		sch, _ := c["schema"].(map[string]any)
+		s, _ := c["schema"].(map[string]any)
 		if strings.HasSuffix(contentType, "event-stream") { // each event's object: its data's schema
-			data, _ := sch["properties"].(map[string]any)["data"].(map[string]any)
-			sch, _ = data["contentSchema"].(map[string]any)
+			data, _ := s["properties"].(map[string]any)["data"].(map[string]any)
+			s, _ = data["contentSchema"].(map[string]any)
 		}
-		ref, _ := sch["$ref"].(string)
-		if ref == "" {
+		refs := []any{s}
+		if one, ok := s["oneOf"].([]any); ok {
+			refs = one
+		}
+		var names []string
+		for _, r := range refs {
+			m, _ := r.(map[string]any)
+			if ref, _ := m["$ref"].(string); ref != "" {
+				names = append(names, strings.TrimPrefix(ref, contract.SchemaRef))
+			}
+		}
+		if len(names) == 0 {
 			t.Fatalf("docs/openapi.json: GET %s 200 %s has no schema", path, contentType)
 		}
-		return strings.TrimPrefix(ref, contract.SchemaRef)
+		return names
 	}
 	get := func(path string) (*http.Response, []byte) {
 		req, _ := http.NewRequest("GET", base+path, nil)
@@ -280,17 +292,23 @@ func checkHTTPAgainstOpenAPI(t *testing.T, root, base, home, session string) {
 	}
 	for path, tmpl := range map[string]string{"/v1/sessions/" + session: "/v1/sessions/{id}", "/v1/sessions/" + session + "/tree": "/v1/sessions/{id}/tree"} {
 		_, body := get(path)
-		if err := doc.ValidateJSON(schema(tmpl, "application/json"), body); err != nil {
+		if err := doc.ValidateJSON(schemas(tmpl, "application/json")[0], body); err != nil {
 			t.Errorf("GET %s read with docs/openapi.json: %v\n%s", path, err, body)
 		}
 	}
 	_, body := get("/v1/sessions/" + session + "/events")
-	name, n := schema("/v1/sessions/{id}/events", "text/event-stream"), 0
+	names, n := schemas("/v1/sessions/{id}/events", "text/event-stream"), 0
 	for _, line := range strings.Split(string(body), "\n") {
 		if data, ok := strings.CutPrefix(line, "data: "); ok {
 			n++
-			if err := doc.ValidateJSON(name, []byte(data)); err != nil {
-				t.Errorf("event read with docs/openapi.json: %v\n%s", err, data)
+			var errs []string
+			for _, name := range names {
+				if err := doc.ValidateJSON(name, []byte(data)); err != nil {
+					errs = append(errs, err.Error())
+				}
+			}
+			if len(errs) == len(names) {
+				t.Errorf("event read with docs/openapi.json matches none of %v: %s\n%s", names, strings.Join(errs, "; "), data)
 			}
 		}
 	}

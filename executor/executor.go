@@ -142,7 +142,7 @@ func (e *Executor) register(ctx context.Context) error {
 func (e *Executor) heartbeat(ctx context.Context) error {
 	c := e.d.Config
 	now := time.Now().UTC()
-	spec := protocol.AgentSpec{Name: c.Agent.Name, Description: c.Agent.Description, InputSchema: c.Agent.InputSchemaJSON(), MaxSteps: c.Agent.MaxSteps, MaxDepth: c.Agent.MaxDepth,
+	spec := protocol.AgentSpec{Name: c.Agent.Name, Description: c.Agent.Description, InputSchema: c.Agent.InputSchemaJSON(), MaxSteps: c.Agent.MaxTurns, MaxDepth: c.Agent.MaxDepth,
 		PlannerMode: c.Planner.Mode, MaxItems: c.Planner.MaxItems, Tools: c.Tools.Enabled, Updated: now,
 		Expires: now.Add(c.Mesh.AgentTTLOrDefault()), Executor: e.d.ID}
 	if c.Memory.ShareWithParent {

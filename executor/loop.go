@@ -17,6 +17,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/worker"
+	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
@@ -71,7 +72,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	if err := r.prepare(ctx); err != nil {
 		return r.finish(res, 0, protocol.OutcomeFailed, "", err.Error())
 	}
-	maxTurns := e.d.Config.Agent.MaxSteps
+	maxTurns := e.d.Config.Agent.MaxTurns
 	for turn := 1; turn <= maxTurns; turn++ {
 		if out, reason, stop := r.gov.halt(ctx); stop {
 			return r.finish(res, turn-1, out, "", reason)
@@ -125,7 +126,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	if r.toolFail {
 		outcome = protocol.OutcomeIncompleteToolFail
 	}
-	return r.finish(res, maxTurns, outcome, "", fmt.Sprintf("step limit of %d model turns reached without an answer", maxTurns))
+	return r.finish(res, maxTurns, outcome, "", fmt.Sprintf("turn limit of %d model turns per step (agent.max_turns) reached without an answer", maxTurns))
 }
 
 func (r *run) finish(res protocol.StepResult, turns int, outcome protocol.Outcome, text, reason string) protocol.StepResult {
@@ -192,7 +193,14 @@ func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
 	req := llm.Request{Model: cfg.Model, System: r.system, Tools: r.defs, Messages: msgs, MaxTokens: r.e.maxTokens(cfg.MaxTokens),
 		CacheTools: r.e.cacheOn() && len(r.defs) > 0, CacheTTL: cfg.CacheTTL, Role: protocol.RoleExecutor}
 	start := time.Now()
+	deltas := r.streamTo(&req, turn)
 	resp, err := r.e.model.Complete(ctx, req)
+	if deltas != nil {
+		// Readers get the end of the text before the trace says the turn is over.
+		if err := deltas.Close(); err != nil {
+			r.e.d.Logger.Warn("streaming a model turn: readers saw part of it (the trace has it whole)", "err", err)
+		}
+	}
 	ev := protocol.Event{Type: protocol.EvModelCall, Role: protocol.RoleExecutor, Turn: turn, Model: cfg.Model,
 		Provider: r.e.model.Provider(), LatencyMS: time.Since(start).Milliseconds(), Attrs: map[string]string{"cache_ttl": cfg.CacheTTL}}
 	if err != nil {
@@ -225,6 +233,25 @@ func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
 		r.msgs = append(r.msgs, llm.Message{Role: llm.RoleAssistant, Content: blocks})
 	}
 	return resp, nil
+}
+
+// streamTo has the model's text published while it is generated (executor.stream), for this
+// turn of the step; nil when streaming is off.
+func (r *run) streamTo(req *llm.Request, turn int) *delta.Turn {
+	st := r.e.d.Config.Executor.Stream
+	if !st.Enabled {
+		return nil
+	}
+	t := delta.Start(r.e.d.Conn.NC, r.e.d.Names, r.step.SessionID, r.step.StepID, turn,
+		delta.Options{Flush: time.Duration(st.FlushMS) * time.Millisecond, MaxBytes: st.MaxBytes})
+	req.Stream = func(d llm.Delta) {
+		if d.Restart {
+			t.Restart()
+		} else {
+			t.Text(d.Text)
+		}
+	}
+	return t
 }
 
 // runTools runs one turn's calls concurrently, bounded by tools.max_parallel, and appends their

@@ -159,7 +159,7 @@ func readRequest[T any, PT interface {
 	protocol.Message
 }](req micro.Request, what string) (string, T, error) {
 	var in T
-	ct, err := protocol.ContentType(req.Headers().Get(protocol.HeaderContentType))
+	ct, err := protocol.ContentType(protocol.HeaderValue(req.Headers(), protocol.HeaderContentType))
 	if err != nil {
 		return protocol.ContentTypeMsgpack, in, err
 	}

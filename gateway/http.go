@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/skein-mesh/skein/gateway/console"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -19,7 +21,8 @@ import (
 //
 //	POST /v1/tasks                  {"task": "...", "agent"?: "...", "session_id"?: "..."} → 202 {"session_id"}
 //	GET  /v1/sessions/{id}          the session's state
-//	GET  /v1/sessions/{id}/events   the trace as server-sent events, until the usage event
+//	GET  /v1/sessions/{id}/events   the trace as server-sent events, until the usage event, with
+//	                                the model's text as it is generated (event: delta)
 //	POST /v1/sessions/{id}/cancel   {"reason"?: "..."} → 200 CancelReply (a finished session: no_op)
 //	GET  /v1/sessions/{id}/tree     the session with its steps and child sessions (docs/json.md)
 //	POST /v1/sessions/{id}/messages {"text": "..."} → 202 {"session_id"} of the conversation's next turn
@@ -163,16 +166,49 @@ func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	_ = trace.Follow(ctx, g.d.Conn.JS, g.d.Names, id, func(ev protocol.Event) bool {
-		data, err := json.Marshal(ev)
+	// Trace events and deltas (the model's text as it is generated, from now on: deltas are kept
+	// nowhere) come from two subscriptions; one writer at a time, and none once the handler has
+	// returned (a delta callback may still be running when the subscription ends).
+	var mu sync.Mutex
+	closed := false
+	defer func() {
+		mu.Lock()
+		closed = true
+		mu.Unlock()
+	}()
+	send := func(typ string, v any) bool {
+		data, err := json.Marshal(v)
 		if err != nil {
 			return true
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return false
+		}
 		_ = rc.SetWriteDeadline(time.Now().Add(httpTimeouts.write))
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, data); err != nil {
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, data); err != nil {
+			cancel()
 			return false
 		}
 		if rc.Flush() != nil {
+			cancel()
+			return false
+		}
+		return true
+	}
+	sub, err := delta.Follow(g.d.Conn.NC, g.d.Names, id, func(d protocol.Delta) {
+		if ctx.Err() == nil {
+			send(protocol.SSEDelta, &d)
+		}
+	})
+	if err != nil {
+		g.d.Logger.Warn("event stream without deltas: the answers show when each turn ends", "session", id, "err", err)
+	} else {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	_ = trace.Follow(ctx, g.d.Conn.JS, g.d.Names, id, func(ev protocol.Event) bool {
+		if !send(string(ev.Type), ev) {
 			return false
 		}
 		if ev.Type != protocol.EvUsage || ev.Role == protocol.RoleMiner {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -226,4 +227,85 @@ func TestHTTPEventsEndAfterUsage(t *testing.T) {
 		t.Errorf("events %v; want %v", types, want)
 	}
 
+}
+
+// The events stream carries the model's text as it is generated (event: delta, a Delta), between
+// the trace events, and still ends after the usage event.
+func TestHTTPEventsCarryDeltas(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "sse-d"}`); status != http.StatusAccepted {
+		t.Fatalf("status %d %v", status, out)
+	}
+	resp, err := testClient.Get(srv.URL + "/v1/sessions/sse-d/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	// next reads one server-sent event.
+	next := func() (string, string) {
+		t.Helper()
+		var event string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				return event, strings.TrimPrefix(line, "data: ")
+			}
+		}
+		t.Fatalf("stream ended: %v", sc.Err())
+		return "", ""
+	}
+	if ev, _ := next(); ev != string(protocol.EvSessionStarted) {
+		t.Fatalf("first event %q", ev)
+	}
+	// The executor's side: a turn streamed in two batches.
+	turn := delta.Start(f.mesh.Conn.NC, f.mesh.Names, "sse-d", "step-1", 1, delta.Options{})
+	turn.Text("Hello, ")
+	turn.Text("Ada!")
+	if err := turn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var shown delta.Shown
+	var got delta.TurnText
+	for !got.Done {
+		ev, data := next()
+		var d protocol.Delta
+		if ev != protocol.SSEDelta || json.Unmarshal([]byte(data), &d) != nil || d.V != protocol.SchemaVersion || d.SessionID != "sse-d" {
+			t.Fatalf("event %q data %s: want deltas", ev, data)
+		}
+		got = shown.Add(d)
+	}
+	if got.Text != "Hello, Ada!" || got.Gap {
+		t.Fatalf("streamed %+v", got)
+	}
+	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
+	cost := 0.0
+	for _, ev := range []protocol.Event{
+		{SessionID: "sse-d", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
+		{SessionID: "sse-d", Type: protocol.EvUsage, Outcome: protocol.OutcomeSuccess, Report: &protocol.UsageReport{CostUSD: &cost}},
+	} {
+		if err := pub.Emit(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := next(); ev != string(protocol.EvFinal) {
+		t.Fatalf("event %q after the deltas", ev)
+	}
+	if ev, _ := next(); ev != string(protocol.EvUsage) {
+		t.Fatalf("event %q, want usage", ev)
+	}
+	for sc.Scan() { // the blank line that ends the usage event, then EOF
+		if sc.Text() != "" {
+			t.Fatalf("more after usage: %q", sc.Text())
+		}
+	}
 }

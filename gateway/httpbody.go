@@ -74,7 +74,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, optional bo
 	}
 	parsed, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
+		httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
 		return false
 	}
 	name := reflect.TypeOf(v).Elem().Name()
@@ -91,7 +91,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, optional bo
 	dec := json.NewDecoder(bytes.NewReader(norm))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
+		httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
 		return false
 	}
 	return true

@@ -32,6 +32,8 @@ type apiResponse struct {
 	Doc    string
 	Body   any  // JSON reply type; nil: APIError
 	Events bool // text/event-stream of Body
+	// Also is a second type of event in the stream (its data is one of Body and Also).
+	Also any
 }
 
 // codeDocs says what each code an API route answers with means there. The status of each is
@@ -86,8 +88,9 @@ var apiRoutes = []apiRoute{
 			errs(with(idCodes, protocol.CodeRejected, protocol.CodeTransient, protocol.CodeStorageFull)...)...)},
 	{Pattern: "GET /v1/sessions/{id}", ID: "getSession", Summary: "The session's record: status, outcome, plan, lineage, cancel, budget.",
 		Responses: append([]apiResponse{{Status: 200, Doc: "the session", Body: protocol.Session{}}}, errs(with(namedCodes, protocol.CodeInternal)...)...)},
-	{Pattern: "GET /v1/sessions/{id}/events", ID: "streamEvents", Summary: "The session's trace as server-sent events (`event: <type>`, `data: <Event>`), from the first event until the last usage event.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "one server-sent event per trace event", Body: protocol.Event{}, Events: true}}, errs(with(namedCodes, protocol.CodeTooMany, protocol.CodeInternal)...)...)},
+	{Pattern: "GET /v1/sessions/{id}/events", ID: "streamEvents", Summary: "The session's trace as server-sent events (`event: <type>`, `data: <Event>`), from the first event until the last usage event; " +
+		"between them, from the moment of the request on, the model's text as it is generated (`event: delta`, `data: <Delta>`: kept nowhere, so an earlier turn's text comes only with its trace events).",
+		Responses: append([]apiResponse{{Status: 200, Doc: "one server-sent event per trace event, and one per batch of streamed text (delta)", Body: protocol.Event{}, Events: true, Also: protocol.Delta{}}}, errs(with(namedCodes, protocol.CodeTooMany, protocol.CodeInternal)...)...)},
 	{Pattern: "POST /v1/sessions/{id}/cancel", ID: "cancelSession", Summary: "Cancel the session and its child sessions; a session that already ended is a no-op.",
 		Body: protocol.CancelBody{}, Optional: true,
 		Responses: append([]apiResponse{{Status: 200, Doc: "cancelling, already_cancelled or already_finished", Body: protocol.CancelReply{}}}, errs(with(namedCodes, protocol.CodeInternal)...)...)},
@@ -141,6 +144,9 @@ func buildOpenAPI() ([]byte, error) {
 			values = append(values, r.Body)
 		}
 		for _, rs := range r.Responses {
+			if rs.Also != nil {
+				values = append(values, rs.Also)
+			}
 			if rs.Body == nil {
 				continue
 			}
@@ -210,6 +216,9 @@ func buildOpenAPI() ([]byte, error) {
 				doc = http.StatusText(rs.Status)
 			}
 			schema := ref(rs.Body)
+			if rs.Also != nil {
+				schema = map[string]any{"oneOf": []any{schema, ref(rs.Also)}}
+			}
 			if rs.Events {
 				schema = sseEvent(schema)
 			}

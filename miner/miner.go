@@ -277,7 +277,8 @@ func closeTrace(ctx context.Context, d Deps, s Session, res *Result, calls []Mod
 		acc.Add(c.Model, protocol.RoleMiner, "", c.Usage)
 	}
 	rep := acc.Report()
-	rep.Steps, rep.WallTimeS = s.Report.Steps, s.Report.WallTimeS
+	rep.SetTurns(s.Report.TurnCount())
+	rep.WallTimeS = s.Report.WallTimeS
 	pub := trace.NewPublisher(d.Conn.JS, d.Names, "miner")
 	// The feedback marks go with the decisions, so a reader of the trace sees what the session
 	// taught memory about the guidelines it was given.

@@ -115,7 +115,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	h := &handler{
 		runner: &tools.Runner{
 			DefaultTimeout: time.Duration(cfg.Tools.TimeoutS * float64(time.Second)),
-			MaxOutput:      cfg.Tools.MaxOutput,
+			MaxOutput:      int(cfg.Tools.MaxOutput),
 			Sandbox:        sandboxOf(cfg.Tools.Sandbox),
 		},
 		host: id,

@@ -38,10 +38,14 @@ type Agent struct {
 	Description string `yaml:"description"`
 	// InputSchema is the arguments callers send when this agent is offered as a tool (a JSON
 	// Schema as YAML; empty: {"task": string}). The child session's task is the arguments.
-	InputSchema  map[string]any `yaml:"input_schema"`
-	MaxSteps     int            `yaml:"max_steps"`
-	SystemPrompt string         `yaml:"system_prompt"`
-	Policies     []string       `yaml:"policies"`
+	InputSchema map[string]any `yaml:"input_schema"`
+	// MaxTurns bounds the model turns (calls) one step may take; the step ends incomplete after.
+	MaxTurns int `yaml:"max_turns"`
+	// MaxStepsOldName is max_turns under the name it had until this version ("steps" now means
+	// only a plan's steps); it is read into MaxTurns, and goes in the next version.
+	MaxStepsOldName int      `yaml:"max_steps"`
+	SystemPrompt    string   `yaml:"system_prompt"`
+	Policies        []string `yaml:"policies"`
 	// MaxDepth bounds agent-as-tool recursion.
 	MaxDepth int `yaml:"max_depth"`
 	// Budget limits every task of this agent (tokens, money, time, turns, tool calls, depth,
@@ -86,6 +90,18 @@ type Executor struct {
 	// MaxWaiting bounds the steps that wait for a child agent session without holding one of
 	// the Concurrency places (0: 8 × Concurrency).
 	MaxWaiting int `yaml:"max_waiting"`
+	// Stream publishes the text of model turns on the delta subject as it is generated.
+	Stream Stream `yaml:"stream"`
+}
+
+// Stream is `executor.stream:`: how model answers stream to readers (pkg/delta).
+type Stream struct {
+	// Enabled: publish deltas (default true). Off, readers see each turn's text when it ends.
+	Enabled bool `yaml:"enabled"`
+	// FlushMS is the longest a piece of text waits before it is published (default 50).
+	FlushMS int `yaml:"flush_ms"`
+	// MaxBytes is the most text one delta message carries (default 4096, at most 16384).
+	MaxBytes int `yaml:"max_bytes"`
 }
 
 // Toolhost is the `toolhost:` section.
@@ -134,7 +150,7 @@ type Tools struct {
 	MaxParallel  int       `yaml:"max_parallel"`
 	ResultFormat string    `yaml:"result_format"` // toon | json
 	TimeoutS     float64   `yaml:"timeout_s"`
-	MaxOutput    int       `yaml:"max_output_bytes"`
+	MaxOutput    ByteSize  `yaml:"max_output_bytes"`
 	Agents       []string  `yaml:"agents"` // other agents offered as tools
 	Retrieval    Retrieval `yaml:"retrieval"`
 	// MaxResultTokens caps what one tool result may put in the transcript; a bigger result is
@@ -260,9 +276,9 @@ type TLS struct {
 
 // StreamLimits bound one stream. Zero or empty keeps the default of docs/config.md.
 type StreamLimits struct {
-	MaxAge   string `yaml:"max_age"`
-	MaxBytes int64  `yaml:"max_bytes"`
-	MaxMsgs  int64  `yaml:"max_msgs"`
+	MaxAge   string   `yaml:"max_age"`
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	MaxMsgs  int64    `yaml:"max_msgs"`
 }
 
 // MeshLimits is the `mesh.limits:` section: what the operator lets the mesh keep.
@@ -274,7 +290,7 @@ type MeshLimits struct {
 	Usage   StreamLimits `yaml:"usage"`
 	DLQ     StreamLimits `yaml:"dlq"`
 	// BucketMaxBytes bounds each KV bucket and the object store.
-	BucketMaxBytes int64 `yaml:"bucket_max_bytes"`
+	BucketMaxBytes ByteSize `yaml:"bucket_max_bytes"`
 	// SessionTTL, ToolCallTTL and StepTTL are how long session records, tool call records and
 	// step results are kept (durations).
 	SessionTTL  string `yaml:"session_ttl"`

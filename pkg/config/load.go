@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -27,7 +28,7 @@ func Default() *Config {
 	return &Config{
 		Agent: Agent{
 			Name:         "assistant",
-			MaxSteps:     10,
+			MaxTurns:     10,
 			SystemPrompt: "You are a careful assistant. Use the tools when they help, and answer concisely.",
 			MaxDepth:     3,
 		},
@@ -69,10 +70,11 @@ func Default() *Config {
 			ShareMaxFindings:    3,
 			ShareMaxChars:       300,
 		},
-		Planner: Planner{Mode: "off", MaxItems: 8},
-		Miner:   Miner{Enabled: true},
-		Mesh:    Mesh{Namespace: protocol.DefaultNamespace, Replicas: 1},
-		Gateway: Gateway{MaxEventStreams: 8},
+		Planner:  Planner{Mode: "off", MaxItems: 8},
+		Executor: Executor{Stream: Stream{Enabled: true, FlushMS: 50, MaxBytes: 4096}},
+		Miner:    Miner{Enabled: true},
+		Mesh:     Mesh{Namespace: protocol.DefaultNamespace, Replicas: 1},
+		Gateway:  Gateway{MaxEventStreams: 8},
 	}
 }
 
@@ -124,6 +126,8 @@ func Load(path string) (*Config, error) {
 // Parse decodes data as if read from path.
 func Parse(path string, data []byte) (*Config, error) {
 	cfg := Default()
+	defaultTurns := cfg.Agent.MaxTurns
+	cfg.Agent.MaxTurns = turnsUnset // to tell whether the file sets max_turns
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	// An empty file means "all defaults".
@@ -134,6 +138,14 @@ func Parse(path string, data []byte) (*Config, error) {
 	if err != nil {
 		abs = path
 	}
+	switch a := &cfg.Agent; {
+	case a.MaxTurns != turnsUnset && a.MaxStepsOldName != 0:
+		return nil, &Error{File: abs, Key: "agent.max_steps", Msg: "is the old name of agent.max_turns, which the file sets too: keep max_turns only"}
+	case a.MaxStepsOldName != 0:
+		a.MaxTurns = a.MaxStepsOldName
+	case a.MaxTurns == turnsUnset:
+		a.MaxTurns = defaultTurns
+	}
 	cfg.Path = abs
 	cfg.resolvePaths(filepath.Dir(abs))
 	if errs := cfg.Validate(); len(errs) > 0 {
@@ -141,6 +153,9 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	return cfg, nil
 }
+
+// turnsUnset stands in agent.max_turns while a file is read; no file can write it.
+const turnsUnset = math.MinInt
 
 var (
 	yamlLineRE   = regexp.MustCompile(`^line (\d+): (.*)$`)
@@ -219,6 +234,12 @@ func goTypeName(t string) string {
 		return "true or false"
 	case t == "string":
 		return "a string"
+	case t == "config.ByteSize":
+		return sizeHint
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
 	}
 	return "a mapping"
 }
@@ -263,8 +284,8 @@ func (c *Config) Validate() Errors {
 	if err := protocol.IDAgent.Check(c.Agent.Name); err != nil {
 		bad("agent.name", "%v", err)
 	}
-	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 1000 {
-		bad("agent.max_steps", "must be between 1 and 1000, got %d", c.Agent.MaxSteps)
+	if c.Agent.MaxTurns < 1 || c.Agent.MaxTurns > 1000 {
+		bad("agent.max_turns", "must be between 1 and 1000, got %d", c.Agent.MaxTurns)
 	}
 	if b := c.Agent.Budget; b.MaxInputTokens < 0 || b.MaxOutputTokens < 0 || b.MaxUSD < 0 || b.DeadlineS < 0 ||
 		b.MaxTurns < 0 || b.MaxToolCalls < 0 || b.MaxDepth < 0 || b.MaxFanout < 0 {
@@ -317,6 +338,12 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Executor.MaxWaiting < 0 {
 		bad("executor.max_waiting", "must not be negative (0: 8 × executor.concurrency), got %d", c.Executor.MaxWaiting)
+	}
+	if st := c.Executor.Stream; st.FlushMS < 1 || st.FlushMS > 10000 {
+		bad("executor.stream.flush_ms", "must be 1 to 10000 (milliseconds a piece of text may wait), got %d", st.FlushMS)
+	}
+	if st := c.Executor.Stream; st.MaxBytes < 256 || st.MaxBytes > protocol.MaxDeltaBytes {
+		bad("executor.stream.max_bytes", "must be 256 to %d, got %d", protocol.MaxDeltaBytes, st.MaxBytes)
 	}
 	if c.Toolhost.Concurrency < 0 {
 		bad("toolhost.concurrency", "must not be negative (0 derives it from the machine), got %d", c.Toolhost.Concurrency)

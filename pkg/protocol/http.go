@@ -28,3 +28,7 @@ type APIError struct {
 	Error string `json:"error"`
 	Code  Code   `json:"code"`
 }
+
+// SSEDelta is the server-sent event type of a Delta on GET /v1/sessions/{id}/events; every
+// other event of that stream is named by its trace event's type.
+const SSEDelta = "delta"

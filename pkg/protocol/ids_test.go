@@ -89,7 +89,7 @@ func TestLongestSubject(t *testing.T) {
 	}
 	var all []string
 	for _, group := range [][]string{
-		{n.Submit(), n.Cancel(), n.CancelNotice(session), n.Tool(tool), n.Memory(MemRemember), n.DLQ(StreamResults)},
+		{n.Submit(), n.Cancel(), n.CancelNotice(session), n.Delta(session), n.Tool(tool), n.Memory(MemRemember), n.DLQ(StreamResults)},
 		streamSubject(StreamTasks, n.Task(agent)), streamSubject(StreamWork, n.Work(agent)),
 		streamSubject(StreamResults, n.Result(session)), streamSubject(StreamTrace, n.Trace(session)),
 		streamSubject(StreamUsage, n.Usage(agent)),

@@ -226,7 +226,12 @@ func (u Usage) Add(o Usage) Usage {
 // UsageReport is the last event of every session and the message on the usage subject.
 type UsageReport struct {
 	Usage
-	Calls     int              `msgpack:"calls" json:"calls"`
+	Calls int `msgpack:"calls" json:"calls"`
+	// Turns counts the model turns of every step of the session (a turn is one model call and
+	// what it asked for; a step is one item of the plan).
+	Turns int `msgpack:"turns" json:"turns"`
+	// Steps is Turns under its old name, written until the next version so readers of the old
+	// field keep working; read TurnCount, which also understands reports written before Turns.
 	Steps     int              `msgpack:"steps" json:"steps"`
 	WallTimeS float64          `msgpack:"wall_time_s" json:"wall_time_s"`
 	CostUSD   *float64         `msgpack:"cost_usd" json:"cost_usd"` // nil: a model's price is unknown
@@ -235,6 +240,17 @@ type UsageReport struct {
 	// UnpricedModels lists models whose cost could not be computed.
 	UnpricedModels []string `msgpack:"unpriced_models,omitempty" json:"unpriced_models,omitempty"`
 }
+
+// TurnCount is the report's model turns, from a report of any version.
+func (r UsageReport) TurnCount() int {
+	if r.Turns == 0 {
+		return r.Steps
+	}
+	return r.Turns
+}
+
+// SetTurns records n model turns under both names (see Steps).
+func (r *UsageReport) SetTurns(n int) { r.Turns, r.Steps = n, n }
 
 // ToolSpec is what a model is shown of a tool; toolhost publishes it to the tools KV.
 type ToolSpec struct {

@@ -132,6 +132,12 @@ func (n Names) WorkAll() string          { return n.subj("work", ">") }
 func (n Names) Result(session string) string { return n.subj("result", session) }
 func (n Names) ResultAll() string            { return n.subj("result", ">") }
 
+// Delta is the core NATS subject on which a session's model answers stream as they are
+// generated (Delta messages, batched, not kept in any stream); DeltaAll matches every session.
+// The trace keeps the whole text: a reader that misses deltas loses nothing but the wait.
+func (n Names) Delta(session string) string { return n.subj("delta", session) }
+func (n Names) DeltaAll() string            { return n.subj("delta", ">") }
+
 // Trace is the TRACE subject of one session; TraceAll matches every session.
 func (n Names) Trace(session string) string { return n.subj("trace", session) }
 func (n Names) TraceAll() string            { return n.subj("trace", ">") }

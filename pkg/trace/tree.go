@@ -88,7 +88,7 @@ func Tree(ctx context.Context, js jetstream.JetStream, names protocol.Names, roo
 		return nil, err
 	}
 	if n.Agent == "" && len(n.Steps) == 0 {
-		return nil, fmt.Errorf("no trace for session %s", root)
+		return nil, protocol.Errorf(protocol.CodeNotFound, "no trace for session %s", root)
 	}
 	return n, nil
 }

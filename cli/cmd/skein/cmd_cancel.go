@@ -32,6 +32,9 @@ func newCancelCmd() *cobra.Command {
 		Args: idArg(protocol.IDSession),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withBus(cmd, func(env meshEnv) error {
+				if err := sessionKnown(cmd.Context(), env, args[0]); err != nil {
+					return err
+				}
 				rep, err := cancelSession(cmd.Context(), env.conn, env.names, args[0], cliUser(), reason)
 				if err != nil {
 					return err

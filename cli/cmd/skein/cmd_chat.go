@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/service"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -31,8 +32,9 @@ func newChatCmd() *cobra.Command {
 		Long: "chat reads messages from stdin. The first starts a session (or, with --session-id, continues that\n" +
 			"finished session); every later one continues the conversation with its whole transcript (compacted\n" +
 			"by the usual rules, so the provider's cache keeps reading the stable prefix). Progress lines (tool\n" +
-			"calls, thoughts) stream as they happen; the answer prints whole when the turn ends (the model\n" +
-			"clients do not stream tokens). " + chatHelp + ". Ctrl-C cancels the running turn; a second Ctrl-C leaves.",
+			"calls) stream as they happen, and on a terminal so does the model's text as it is generated;\n" +
+			"elsewhere the answer prints whole when the turn ends. " + chatHelp + ". Ctrl-C cancels the running\n" +
+			"turn; a second Ctrl-C leaves.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkID(protocol.IDSession, conversation); err != nil {
@@ -43,15 +45,15 @@ func newChatCmd() *cobra.Command {
 			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
-				return &exitError{code: 2, msg: err.Error()}
+				return configError(err)
 			}
 			flagURL, _ := cmd.Flags().GetString("nats")
 			if service.NATSURL(flagURL, cfg) == "" {
-				if err := checkKeys(cfg); err != nil {
+				if err := checkKeys(cfg, nil); err != nil {
 					return err
 				}
 			}
-			conn, names, _, closeMesh, err := dialMeshFull(cmd, cfg, true)
+			conn, names, _, closeMesh, err := dialMeshFull(cmd, cfg)
 			if err != nil {
 				return err
 			}
@@ -210,9 +212,21 @@ func (c *chat) send(ctx context.Context, text string) (string, error) {
 	return rep.SessionID, nil
 }
 
-// follow streams a turn's progress and prints its answer.
+// follow streams a turn's progress and prints its answer (as it is generated, on a terminal).
 func (c *chat) follow(ctx context.Context, id string) error {
 	var final protocol.Event
+	var text *textStream
+	if w, h, ok := terminalOut(c.out); ok {
+		text = newTextStream(c.out, w, h, c.agent+"> ")
+		sub, err := delta.Follow(c.env.conn.NC, c.env.names, id, text.add)
+		if err != nil {
+			fmt.Fprintf(c.errw, "skein: the answer shows when it is complete (%v)\n", err)
+			text = nil
+		} else {
+			defer func() { _ = sub.Unsubscribe() }()
+		}
+	}
+	shown := func(s string) bool { return text != nil && text.showed(s) }
 	return trace.Follow(ctx, c.env.conn.JS, c.env.names, id, func(ev protocol.Event) bool {
 		switch {
 		case ev.Type == protocol.EvToolCall:
@@ -222,13 +236,18 @@ func (c *chat) follow(ctx context.Context, id string) error {
 			}
 			fmt.Fprintf(c.errw, "  · %s %s\n", ev.Tool, status)
 		case ev.Type == protocol.EvThought:
-			fmt.Fprintf(c.errw, "  · %s\n", firstLine(ev.Text))
+			if !shown(ev.Text) {
+				fmt.Fprintf(c.errw, "  · %s\n", firstLine(ev.Text))
+			}
 		case ev.Type.Terminal():
 			final = ev
 		case ev.Type == protocol.EvUsage && ev.Role != protocol.RoleMiner:
 			r := ev.Report
 			c.usage[id] = r
-			if final.Text != "" {
+			if text != nil {
+				text.end()
+			}
+			if final.Text != "" && !shown(final.Text) {
 				fmt.Fprintf(c.out, "%s> %s\n", c.agent, final.Text)
 			}
 			line := fmt.Sprintf("  (%s · turn %s", final.Outcome, id)

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/skein-mesh/skein/memoryd"
@@ -24,6 +26,15 @@ import (
 
 func init() {
 	extraCommands = append(extraCommands, newInspectMemoryCmd, newMemoryCmd, newIngestTracesCmd, newReplayCmd)
+}
+
+// noEntry is the exit for an entry memoryd did not give: it answered its health check just
+// before, so a failure that is not the connection's is the entry's absence.
+func noEntry(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		return err
+	}
+	return fail(protocol.ExitNotFound, "%v", err)
 }
 
 func memClient(env meshEnv) memoryd.Client {
@@ -59,7 +70,7 @@ func newInspectMemoryCmd() *cobra.Command {
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tier != "" && tier != string(protocol.TierTactical) && tier != string(protocol.TierStrategic) {
-				return &exitError{code: 2, msg: fmt.Sprintf("skein: --tier must be tactical or strategic, got %q", tier)}
+				return usageError(cmd, fmt.Errorf("--tier must be tactical or strategic, got %q", tier))
 			}
 			if id != "" {
 				return withMesh(cmd, func(env meshEnv) error { return inspectOne(cmd, env, id, asJSON) })
@@ -359,8 +370,10 @@ func newMemoryCmd() *cobra.Command {
 		Use: "import FILE", Short: "Read JSONL entries (from export, or hand-written) into memory", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			entries, err := readJSONL(args[0])
-			if err != nil {
-				return &exitError{code: 2, msg: "skein: " + err.Error()}
+			if errors.Is(err, fs.ErrNotExist) {
+				return fail(protocol.ExitNotFound, "%v", err)
+			} else if err != nil {
+				return fail(protocol.ExitDataErr, "%v", err)
 			}
 			return withMesh(cmd, func(env meshEnv) error {
 				c, err := memReady(cmd, env)
@@ -398,7 +411,7 @@ func newMemoryCmd() *cobra.Command {
 					}
 				}
 				if len(problems) > 0 {
-					return &exitError{code: 1}
+					return &exitError{code: protocol.ExitDataErr} // some entries were refused as they are
 				}
 				return nil
 			})
@@ -551,7 +564,7 @@ func newIngestTracesCmd() *cobra.Command {
 				}
 				r, err := miner.MineSession(cmd.Context(), minerDeps(env), args[0])
 				if errors.Is(err, miner.ErrNoTrace) {
-					return &exitError{code: 1, msg: fmt.Sprintf("skein: no trace for session %s", args[0])}
+					return fail(protocol.ExitNotFound, "no trace for session %s", args[0])
 				}
 				if r != nil {
 					if asJSON {
@@ -609,7 +622,7 @@ func newReplayCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (since > 0) == (fromSeq > 0) {
-				return &exitError{code: 2, msg: "skein: replay needs exactly one of --since DURATION or --from-seq N"}
+				return usageError(cmd, errors.New("replay needs exactly one of --since DURATION or --from-seq N"))
 			}
 			return withMesh(cmd, func(env meshEnv) error {
 				if _, err := memReady(cmd, env); err != nil {

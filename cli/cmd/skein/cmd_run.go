@@ -18,9 +18,11 @@ import (
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/service"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -35,13 +37,15 @@ type runResult struct {
 }
 
 type runUsage struct {
-	InputTokens              int64    `json:"input_tokens"`
-	OutputTokens             int64    `json:"output_tokens"`
-	CacheCreationInputTokens int64    `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64    `json:"cache_read_input_tokens"`
-	Steps                    int      `json:"steps"`
-	WallTimeS                float64  `json:"wall_time_s"`
-	CostUSD                  *float64 `json:"cost_usd"`
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	Turns                    int   `json:"turns"`
+	// Steps is Turns under its old name, printed until the next version (docs/json.md).
+	Steps     int      `json:"steps"`
+	WallTimeS float64  `json:"wall_time_s"`
+	CostUSD   *float64 `json:"cost_usd"`
 }
 
 func newRunCmd() *cobra.Command {
@@ -54,7 +58,10 @@ func newRunCmd() *cobra.Command {
 		Short: "Submit a task, stream its progress and print the result",
 		Long: "run submits TASK to the mesh at --nats / $SKEIN_NATS_URL; with neither it starts an embedded mesh\n" +
 			"for this run, keeping state in $SKEIN_HOME (default ./.skein) so later runs see it.\n" +
-			"Exit status is 0 only for the outcomes success and success_with_recovery.",
+			"Offline, llm.provider: scripted answers from a rule file instead of a model: `skein help script`.\n\n" +
+			"Exit status: 0 for the outcomes success and success_with_recovery, 1 for any other outcome, and\n" +
+			"for a failure before the task ran the class of the failure: 64 usage, 65 task refused, 69 no mesh,\n" +
+			"75 try again later, 77 credentials refused, 78 config (docs/json.md, \"Exit status\").",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkID(protocol.IDSession, sessionID); err != nil {
@@ -63,30 +70,30 @@ func newRunCmd() *cobra.Command {
 			if err := checkID(protocol.IDAgent, agent); err != nil {
 				return err
 			}
+			var budget *protocol.Budget
+			if len(budgetKVs) > 0 {
+				b, err := govern.ParseBudget(budgetKVs)
+				if err != nil {
+					return usageError(cmd, fmt.Errorf("--budget: %w", err))
+				}
+				budget = &b
+			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
-				return &exitError{code: 2, msg: err.Error()}
+				return configError(err)
 			}
 			flagURL, _ := cmd.Flags().GetString("nats")
 			if service.NATSURL(flagURL, cfg) == "" {
 				// Services start in this process: their model keys must be present.
 				others, err := agentConfigs(cmd, cfg)
 				if err != nil {
-					return &exitError{code: 2, msg: err.Error()}
+					return configError(err)
 				}
 				for _, c := range append([]*config.Config{cfg}, others...) {
-					if err := checkKeys(c); err != nil {
+					if err := checkKeys(c, nil); err != nil {
 						return err
 					}
 				}
-			}
-			var budget *protocol.Budget
-			if len(budgetKVs) > 0 {
-				b, err := govern.ParseBudget(budgetKVs)
-				if err != nil {
-					return &exitError{code: 2, msg: "skein: --budget: " + err.Error()}
-				}
-				budget = &b
 			}
 			ctx, stop := context.WithCancel(cmd.Context())
 			defer stop()
@@ -112,7 +119,7 @@ func newRunCmd() *cobra.Command {
 					}
 				}
 			}()
-			conn, names, mesh, closeMesh, err := dialMeshFull(cmd, cfg, true)
+			conn, names, mesh, closeMesh, err := dialMeshFull(cmd, cfg)
 			if err != nil {
 				return err
 			}
@@ -124,6 +131,19 @@ func newRunCmd() *cobra.Command {
 			// try finds the same session instead of making a second one.
 			if sessionID == "" {
 				sessionID = gateway.NewSessionID()
+			}
+			// On a terminal the model's text shows as it is generated: follow the session's
+			// deltas before it exists, so none is missed.
+			var text *textStream
+			if w, h, ok := terminalOut(cmd.OutOrStdout()); ok && !asJSON {
+				text = newTextStream(cmd.OutOrStdout(), w, h, "")
+				sub, err := delta.Follow(conn.NC, names, sessionID, text.add)
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "skein: the answer shows when it is complete (%v)\n", err)
+					text = nil
+				} else {
+					defer func() { _ = sub.Unsubscribe() }()
+				}
 			}
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			var rep protocol.SubmitReply
@@ -150,6 +170,9 @@ func newRunCmd() *cobra.Command {
 			submitted.Store(&onInterrupt)
 			view := newProgress(cmd.ErrOrStderr(), asJSON)
 			view.verbose = verbose
+			if text != nil {
+				view.text, text.before = text, view.clear
+			}
 			res := runResult{SessionID: rep.SessionID}
 			fctx, fcancel := context.WithTimeout(ctx, timeout)
 			defer fcancel()
@@ -173,7 +196,7 @@ func newRunCmd() *cobra.Command {
 					mined = &ev
 				case ev.Type == protocol.EvUsage:
 					if r := ev.Report; r != nil {
-						res.Usage = runUsage{r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens, r.Steps, r.WallTimeS, r.CostUSD}
+						res.Usage = runUsage{r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens, r.TurnCount(), r.TurnCount(), r.WallTimeS, r.CostUSD}
 					}
 					if res.Outcome == "" {
 						res.Outcome = string(ev.Outcome)
@@ -188,6 +211,9 @@ func newRunCmd() *cobra.Command {
 				return true
 			})
 			view.done()
+			if text != nil {
+				text.end()
+			}
 			if ended && followCtx.Err() != nil && fctx.Err() == nil {
 				err = nil // stopped waiting for the miner, not for the session
 			}
@@ -195,7 +221,7 @@ func newRunCmd() *cobra.Command {
 				if err == nil {
 					err = fctx.Err()
 				}
-				return &exitError{code: 1, msg: fmt.Sprintf("skein: session %s did not finish: %v (follow it with `skein trace tail %s`)", rep.SessionID, err, rep.SessionID)}
+				return fail(protocol.ExitTempFail, "session %s did not finish: %v (follow it with `skein trace tail %s`)", rep.SessionID, err, rep.SessionID)
 			}
 			if mesh != nil {
 				// Let the trace mirror write the last lines before the embedded mesh stops.
@@ -208,7 +234,8 @@ func newRunCmd() *cobra.Command {
 					return err
 				}
 			} else {
-				printResult(out, res, service.Home())
+				flagURL, _ := cmd.Flags().GetString("nats")
+				printResult(out, res, service.Home(), flagURL, text != nil && text.showed(res.FinalText))
 			}
 			if mined != nil {
 				switch {
@@ -224,7 +251,7 @@ func newRunCmd() *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "  miner: its decisions come once it has mined the session: skein trace show %s\n", rep.SessionID)
 			}
 			if !protocol.Outcome(res.Outcome).Succeeded() {
-				return &exitError{code: 1}
+				return &exitError{code: protocol.ExitOutcome}
 			}
 			return nil
 		},
@@ -239,25 +266,45 @@ func newRunCmd() *cobra.Command {
 	return cmd
 }
 
-func printResult(w io.Writer, r runResult, home string) {
+// printResult prints the answer (unless streamed shows it was already shown whole, as it was
+// generated) and the summary.
+func printResult(w io.Writer, r runResult, home, natsFlag string, streamed bool) {
 	if r.FinalText != "" {
-		fmt.Fprintln(w, r.FinalText)
+		if !streamed {
+			fmt.Fprintln(w, r.FinalText)
+		}
 		fmt.Fprintln(w)
 	}
-	line := fmt.Sprintf("outcome: %s · session %s · %d step(s) · %.1fs · in %d / out %d tokens (cache write %d, read %d) · cost %s",
-		r.Outcome, r.SessionID, r.Usage.Steps, r.Usage.WallTimeS, r.Usage.InputTokens, r.Usage.OutputTokens,
+	line := fmt.Sprintf("outcome: %s · session %s · %d turn(s) · %.1fs · in %d / out %d tokens (cache write %d, read %d) · cost %s",
+		r.Outcome, r.SessionID, r.Usage.Turns, r.Usage.WallTimeS, r.Usage.InputTokens, r.Usage.OutputTokens,
 		r.Usage.CacheCreationInputTokens, r.Usage.CacheReadInputTokens, trace.Cost(r.Usage.CostUSD))
 	fmt.Fprintln(w, line)
 	if r.Reason != "" {
 		fmt.Fprintln(w, "reason:", r.Reason)
 	}
-	fmt.Fprintf(w, "trace: skein trace show %s  (files: %s, %s)\n", r.SessionID, trace.JSONLPath(home, r.SessionID), trace.LogPath(home, r.SessionID))
+	fmt.Fprintln(w, traceHint(home, r.SessionID, natsFlag))
+}
+
+// traceHint says how to read a session's trace again: the command (with the --nats this run
+// was given, since the next shell may not have it), and the trace files when they are on this
+// machine. Against a remote mesh they are written where its gateway runs, not under this home.
+func traceHint(home, session, natsFlag string) string {
+	show := "skein trace show " + session
+	if natsFlag != "" {
+		show = "skein trace show --nats " + shellWord(redact.URL(natsFlag)) + " " + session
+	}
+	jsonl := trace.JSONLPath(home, session)
+	if _, err := os.Stat(jsonl); err != nil {
+		return "trace: " + show
+	}
+	return fmt.Sprintf("trace: %s  (files: %s, %s)", show, jsonl, trace.LogPath(home, session))
 }
 
 // progress shows a run as it happens: one live status line on a terminal, plain event lines
 // otherwise, nothing with --json.
 type progress struct {
 	w       io.Writer
+	text    *textStream // the model's text on the same terminal: no status line while it writes
 	quiet   bool
 	verbose bool // guidelines with their scores and why, even with --json (on stderr)
 	live    bool
@@ -308,8 +355,15 @@ func (p *progress) event(ev protocol.Event) {
 	default:
 		p.status = string(ev.Type)
 	}
-	p.clear()
-	fmt.Fprintf(p.w, "⋯ %5.1fs · turn %d · %d tool call(s) · %s", time.Since(p.start).Seconds(), p.turn, p.tools, p.status)
+	draw := func() {
+		p.clear()
+		fmt.Fprintf(p.w, "⋯ %5.1fs · turn %d · %d tool call(s) · %s", time.Since(p.start).Seconds(), p.turn, p.tools, p.status)
+	}
+	if p.text != nil {
+		p.text.idle(draw)
+	} else {
+		draw()
+	}
 }
 
 func (p *progress) clear() {

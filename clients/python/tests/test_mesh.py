@@ -4,6 +4,7 @@ name a running mesh and one of its agents."""
 
 import datetime as dt
 import os
+import time
 import unittest
 
 from skein_client import Client, Rejected, SkeinError, SyncClient
@@ -36,6 +37,21 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(again.get("duplicate"), again)
         rep = await self.c.cancel(res.session_id, reason="too late")
         self.assertEqual((rep["status"], rep["no_op"]), ("already_finished", True))
+
+    async def test_answer_streams_as_it_is_written(self):
+        pieces = []
+        res = await self.c.run("Tell me about skein", agent=AGENT, timeout=120,
+                               on_delta=lambda d: pieces.append((time.monotonic(), d)))
+        self.assertTrue(res.succeeded, res)
+        deltas = [d for _, d in pieces]
+        # In order, in several pieces (not the whole answer at once), the last marked done, and
+        # together exactly the answer the trace keeps.
+        self.assertGreater(len(deltas), 2, deltas)
+        self.assertEqual([d["seq"] for d in deltas], list(range(1, len(deltas) + 1)))
+        self.assertEqual({(d["session_id"], d["step_id"], d["turn"]) for d in deltas}, {(res.session_id, deltas[0]["step_id"], deltas[0]["turn"])})
+        self.assertTrue(deltas[-1].get("done") and not any(d.get("done") for d in deltas[:-1]), deltas)
+        self.assertEqual("".join(d.get("text", "") for d in deltas), res.final_text)
+        self.assertLess(pieces[0][0], pieces[-1][0])
 
     async def test_refusals(self):
         with self.assertRaises(Rejected) as cm:

@@ -36,7 +36,7 @@ class WireTest(unittest.TestCase):
         d = json.loads(r.to_json())
         self.assertEqual(list(d), ["session_id", "outcome", "final_text", "usage"])  # reason only when set
         self.assertEqual(list(d["usage"]), ["input_tokens", "output_tokens", "cache_creation_input_tokens",
-                                            "cache_read_input_tokens", "steps", "wall_time_s", "cost_usd"])
+                                            "cache_read_input_tokens", "turns", "steps", "wall_time_s", "cost_usd"])
         self.assertIsNone(d["usage"]["cost_usd"])
 
     def test_retryable_codes_are_the_contracts(self):

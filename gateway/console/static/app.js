@@ -210,6 +210,8 @@ async function followEvents(id) {
         buf = buf.slice(i + 2);
         const line = chunk.split('\n').find((l) => l.startsWith('data: '));
         if (!line) continue;
+        const kind = (chunk.split('\n').find((l) => l.startsWith('event: ')) || '').slice(7);
+        if (kind === 'delta') { if (current === id) showDelta(JSON.parse(line.slice(6)), t0); continue; }
         const ev = JSON.parse(line.slice(6));
         if (t0 === null) t0 = new Date(ev.time);
         $('d-events').append(eventItem(ev, t0));
@@ -219,6 +221,28 @@ async function followEvents(id) {
   } catch (e) {
     if (e.name !== 'AbortError') showError(e);
   }
+}
+
+// The model's text as it is generated (event: delta): one timeline item per model turn whose
+// text grows batch by batch; restart empties it, done marks it complete. A missing batch (seq
+// gap) is said: the turn's trace events hold the whole text.
+function showDelta(d, t0) {
+  const key = `${d.step_id}/${d.turn}`;
+  let li = [...$('d-events').querySelectorAll('li[data-type="delta"]')].find((e) => e.dataset.key === key);
+  if (!li) {
+    const dt = t0 === null ? '' : '+' + ((Date.now() - t0) / 1000).toFixed(2) + 's';
+    li = el('li', { 'data-type': 'delta', 'data-key': key, class: 'streaming' }, el('span', { class: 't' }, dt),
+      el('span', { class: 'ty' }, 'answer'), el('span', { class: 'mono muted' }, ` [${d.step_id}] turn ${d.turn} `),
+      el('div', { class: 'stream' }));
+    li.dataset.next = '1';
+    $('d-events').append(li);
+  }
+  const text = li.querySelector('.stream');
+  if (String(d.seq) !== li.dataset.next && !li.querySelector('.gap')) li.append(el('div', { class: 'gap muted' }, 'part of the text was missed while it streamed; the trace events below hold it whole'));
+  li.dataset.next = String(d.seq + 1);
+  if (d.restart) text.textContent = '';
+  if (d.text) text.textContent += d.text;
+  if (d.done) li.classList.remove('streaming');
 }
 
 function eventItem(ev, t0) {

@@ -57,6 +57,8 @@ func Channels() []Channel {
 			Doc: "Cancel a session and its child sessions. A session that already ended is a no-op (no_op, outcome)."},
 		{ID: "cancel-notice", Address: n.CancelNotice("{session_id}"), Params: []string{"session_id"}, Kind: Notice, Message: protocol.CancelNotice{},
 			Doc: "Broadcast when a session is cancelled, so every process working for it stops."},
+		{ID: "delta", Address: n.Delta("{session_id}"), Params: []string{"session_id"}, Kind: Notice, Message: protocol.Delta{},
+			Doc: "A session's model answers as they are generated, batched (about every 50 ms): plain NATS, kept nowhere. Seq numbers the pieces of one (step_id, turn); restart voids that turn's text so far; done ends it. The trace keeps the whole text: show it once the turn's events arrive."},
 		{ID: "task", Address: n.Task("{agent}"), Params: []string{"agent"}, Kind: Stream, Store: n.Stream(protocol.StreamTasks), Message: protocol.Task{},
 			Doc: "Accepted tasks for the planners (work queue)."},
 		{ID: "work", Address: n.Work("{agent}"), Params: []string{"agent"}, Kind: Stream, Store: n.Stream(protocol.StreamWork), Message: protocol.Step{},

@@ -3,6 +3,7 @@
 from .client import (
     Client,
     Message,
+    OnDelta,
     Rejected,
     RunResult,
     SkeinError,
@@ -18,6 +19,7 @@ __all__ = [
     "SyncClient",
     "RunResult",
     "Message",
+    "OnDelta",
     "SkeinError",
     "Rejected",
     "Unavailable",

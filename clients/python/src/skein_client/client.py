@@ -12,13 +12,15 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional, Set
+from typing import Any, AsyncGenerator, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Union
 
 import nats
 import nats.errors
 import nats.js.api as jsapi
 import nats.js.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from . import creds as _creds
 from . import wire
@@ -37,6 +39,13 @@ SUCCESS_OUTCOMES = frozenset({"success", "success_with_recovery"})
 TERMINAL_EVENTS = frozenset({"final", "incomplete", "failed"})
 
 Message = Dict[str, Any]
+# Called with every Delta of a session (docs/json.md): {"session_id", "step_id", "turn", "seq",
+# "text"?, "restart"?, "done"?}. It may be a coroutine function.
+OnDelta = Callable[[Message], Union[None, Awaitable[None]]]
+# Pending limits of a delta subscription (as pkg/delta's): a reader this far behind loses pieces
+# (a seq gap says so), never memory. The trace keeps every turn's whole text either way.
+DELTA_PENDING_MSGS = 4096
+DELTA_PENDING_BYTES = 16 << 20
 
 
 # The error codes with which the same request may succeed later: the retryable column of the
@@ -95,7 +104,8 @@ class RunResult:
             "output_tokens": u.get("output_tokens", 0),
             "cache_creation_input_tokens": u.get("cache_creation_input_tokens", 0),
             "cache_read_input_tokens": u.get("cache_read_input_tokens", 0),
-            "steps": u.get("steps", 0),
+            "turns": u.get("turns", u.get("steps", 0)),
+            "steps": u.get("turns", u.get("steps", 0)),  # the old name of turns, until the next version
             "wall_time_s": float(u.get("wall_time_s", 0.0)),
             "cost_usd": None if u.get("cost_usd") is None else float(u["cost_usd"]),
         }
@@ -305,6 +315,30 @@ class Client:
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError, nats.errors.BadSubscriptionError):
                 pass  # closing the connection ends the subscription anyway
 
+    async def follow_deltas(self, session_id: str, on_delta: OnDelta) -> Subscription:
+        """Calls on_delta with every piece of the session's model answers published from now on,
+        as the model writes them (plain NATS, kept nowhere: follow before you submit, with a
+        session id you minted, to see a turn from its first word). The pieces of one model turn
+        (step_id, turn) carry seq 1, 2, 3 ...; restart voids the turn's text so far, done ends
+        it. Unsubscribe the returned subscription when done."""
+        _check_token("session id", session_id)
+
+        async def cb(msg: Msg) -> None:
+            try:
+                d = wire.decode(msg.data)
+            except (ValueError, wire.VersionError):
+                return
+            if d.get("session_id") != session_id:
+                return
+            r = on_delta(d)
+            if r is not None:
+                await r
+
+        sub = await self.nc.subscribe(self.subject("delta", session_id), cb=cb,
+                                      pending_msgs_limit=DELTA_PENDING_MSGS, pending_bytes_limit=DELTA_PENDING_BYTES)
+        await self.nc.flush()  # the server has the subscription: nothing published after is missed
+        return sub
+
     async def trace(self, session_id: str) -> List[Message]:
         """Every event of the session written so far."""
         return [ev async for ev in self.events(session_id, follow=False)]
@@ -334,10 +368,20 @@ class Client:
             raise Unavailable("session %s did not finish within %ss" % (session_id, timeout)) from e
 
     async def run(self, task: str, *, agent: Optional[str] = None, session_id: Optional[str] = None,
-                  budget: Optional[Mapping[str, float]] = None, timeout: Optional[float] = None) -> RunResult:
-        """Submits a task and waits for its result."""
-        rep = await self.submit(task, agent=agent, session_id=session_id, budget=budget)
-        return await self.wait(rep["session_id"], timeout=timeout)
+                  budget: Optional[Mapping[str, float]] = None, timeout: Optional[float] = None,
+                  on_delta: Optional[OnDelta] = None) -> RunResult:
+        """Submits a task and waits for its result. on_delta, when given, sees the session's model
+        answers as they are written (see follow_deltas); the result is the same either way."""
+        session_id = session_id or new_session_id()
+        sub = await self.follow_deltas(session_id, on_delta) if on_delta else None
+        try:
+            rep = await self.submit(task, agent=agent, session_id=session_id, budget=budget)
+            return await self.wait(rep["session_id"], timeout=timeout)
+        finally:
+            if sub is not None:
+                with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
+                                         nats.errors.BadSubscriptionError):
+                    await sub.unsubscribe()
 
     async def usage_reports(self, since: Optional[_dt.timedelta] = None) -> Dict[str, Message]:
         """The last usage event of every session on the usage stream (ended within since)."""

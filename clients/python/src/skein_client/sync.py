@@ -7,7 +7,7 @@ import datetime as _dt
 import threading
 from typing import Any, Awaitable, Dict, Iterator, List, Mapping, Optional, TypeVar
 
-from .client import Client, Message, RunResult
+from .client import Client, Message, OnDelta, RunResult
 
 T = TypeVar("T")
 
@@ -78,8 +78,11 @@ class SyncClient:
         return self._call(self.client.wait(session_id, timeout=timeout))
 
     def run(self, task: str, *, agent: Optional[str] = None, session_id: Optional[str] = None,
-            budget: Optional[Mapping[str, float]] = None, timeout: Optional[float] = None) -> RunResult:
-        return self._call(self.client.run(task, agent=agent, session_id=session_id, budget=budget, timeout=timeout))
+            budget: Optional[Mapping[str, float]] = None, timeout: Optional[float] = None,
+            on_delta: Optional[OnDelta] = None) -> RunResult:
+        """As Client.run; on_delta runs on the client's event loop thread."""
+        return self._call(self.client.run(task, agent=agent, session_id=session_id, budget=budget, timeout=timeout,
+                                          on_delta=on_delta))
 
     def usage(self, by: str = "agent", since: Optional[_dt.timedelta] = None) -> Dict[str, Any]:
         return self._call(self.client.usage(by=by, since=since))
