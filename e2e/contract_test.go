@@ -256,6 +256,10 @@ func checkHTTPAgainstOpenAPI(t *testing.T, root, base, home, session string) {
 		rs, _ := op["responses"].(map[string]any)["200"].(map[string]any)
 		c, _ := rs["content"].(map[string]any)[contentType].(map[string]any)
 		s, _ := c["schema"].(map[string]any)
+		if strings.HasSuffix(contentType, "event-stream") { // each event's object: its data's schema
+			data, _ := s["properties"].(map[string]any)["data"].(map[string]any)
+			s, _ = data["contentSchema"].(map[string]any)
+		}
 		refs := []any{s}
 		if one, ok := s["oneOf"].([]any); ok {
 			refs = one

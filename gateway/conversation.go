@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
@@ -71,7 +74,7 @@ func (g *Gateway) continueConversation(ctx context.Context, prev protocol.Sessio
 		}
 		n := max(root.TurnCount, 1) + 1
 		next := in
-		next.SessionID = fmt.Sprintf("%s-%d", rootID, n)
+		next.SessionID = turnSessionID(rootID, n)
 		rep, err := g.submit(ctx, next, turnLink{conversation: rootID, previous: last.SessionID})
 		if errors.Is(err, errTurnTaken) {
 			// Another message holds turn n: make the conversation name it, then look again
@@ -159,6 +162,18 @@ func (g *Gateway) fork(ctx context.Context, in *protocol.SubmitRequest) (turnLin
 		return turnLink{}, fmt.Errorf("%w: turn %s has not ended: fork it once it has", ErrRejected, in.From)
 	}
 	return turnLink{previous: in.From, fork: true}, nil
+}
+
+// turnSessionID is the id of turn n of conversation rootID: <rootID>-<n>, or, when that would
+// be longer than a session id may be, rootID cut short and told apart by a hash of it whole.
+func turnSessionID(rootID string, n int) string {
+	suffix := "-" + strconv.Itoa(n)
+	if len(rootID)+len(suffix) <= protocol.IDSession.Max {
+		return rootID + suffix
+	}
+	sum := sha256.Sum256([]byte(rootID))
+	hash := "-" + hex.EncodeToString(sum[:6])
+	return rootID[:protocol.IDSession.Max-len(hash)-len(suffix)] + hash + suffix
 }
 
 func (g *Gateway) readSession(ctx context.Context, id string) (protocol.Session, error) {

@@ -227,3 +227,33 @@ func TestTurnIDsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// A conversation whose first session id is as long as an id may be still takes follow-ups: each
+// turn's id fits, and two such conversations that share the first 100 characters stay apart.
+func TestFollowUpToALongestIDFits(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	prefix := strings.Repeat("a", 100)
+	var turns []string
+	for _, tail := range []string{strings.Repeat("b", protocol.IDSession.Max-100), strings.Repeat("c", protocol.IDSession.Max-100)} {
+		id := prefix + tail
+		if _, err := f.gw.Submit(ctx, protocol.SubmitRequest{Task: "my name is Ada", SessionID: id}); err != nil {
+			t.Fatal(err)
+		}
+		f.finish(t, id)
+		rep, err := f.gw.Submit(ctx, protocol.SubmitRequest{Task: "what is my name", SessionID: id})
+		if err != nil {
+			t.Fatalf("follow-up to a %d-character id: %v", len(id), err)
+		}
+		if err := protocol.IDSession.Check(rep.SessionID); err != nil {
+			t.Fatalf("turn id %q: %v", rep.SessionID, err)
+		}
+		if root := f.session(t, id); root.LastTurn != rep.SessionID || f.session(t, rep.SessionID).Conversation != id {
+			t.Fatalf("root's last turn %q, turn %q", root.LastTurn, rep.SessionID)
+		}
+		turns = append(turns, rep.SessionID)
+	}
+	if turns[0] == turns[1] {
+		t.Fatalf("two conversations got the same turn id %q", turns[0])
+	}
+}

@@ -394,6 +394,9 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 	case !utf8.ValidString(in.Task):
 		return fmt.Errorf("%w: the task is not valid UTF-8", ErrRejected)
 	}
+	if err := in.Budget.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
+	}
 	// Every id becomes part of a subject or key: one too long would cost the gateway its
 	// connection, so the ids are checked before anything is read or written with them.
 	if err := protocol.CheckIDs(in); err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -41,8 +40,8 @@ import (
 // The console (package console) is served beside it at /console/, outside the token check: its
 // files are public; every request it makes carries the token like any other client's.
 //
-// Every request needs the bearer token; bodies must be application/json; browsers' cross-site
-// requests are refused; each rejection is {"error", "code"} (see httpsec.go).
+// Every request needs the bearer token; a body, where one is sent, must be application/json;
+// browsers' cross-site requests are refused; each rejection is {"error", "code"} (see httpsec.go).
 func (g *Gateway) Handler() http.Handler {
 	mux := newRouteMux(&g.patterns) // docs/openapi.json must describe every route (openapi.go)
 	mux.HandleFunc("GET /v1/openapi.json", g.httpOpenAPI)
@@ -61,11 +60,10 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/memory/search", g.httpMemorySearch)
 	mux.HandleFunc("GET /v1/memory/{id}", g.httpMemoryGet)
 	mux.HandleFunc("POST /v1/memory/{id}/retire", g.httpMemoryRetire)
-	mux.HandleFunc("/", httpNoRoute) // JSON, not the mux's plain-text 404 and 405
 	root := http.NewServeMux()
 	root.Handle("/console/", console.Handler())
 	root.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
-	root.Handle("/", g.guard.wrap(mux))
+	root.Handle("/", g.guard.wrap(mux.ServeMux)) // answers 404 and 405 itself, in JSON
 	return root
 }
 
@@ -102,16 +100,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	var in protocol.TaskBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			httpError(w, protocol.CodeTooLarge, fmt.Sprintf(
-				"request body over %d bytes; a task may be at most %d bytes (put large inputs in a file a tool can read)", tooLarge.Limit, protocol.MaxTaskBytes))
-			return
-		}
-		httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
+	if !decodeBody(w, r, protocol.MaxTaskBytes+4096, false, &in) {
 		return
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http", Budget: in.Budget})
@@ -265,13 +254,8 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in protocol.CancelBody
-	if r.ContentLength != 0 {
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil && !errors.Is(err, io.EOF) {
-			httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
-			return
-		}
+	if !decodeBody(w, r, smallBodyBytes, true, &in) {
+		return
 	}
 	rep, err := g.Cancel(r.Context(), protocol.CancelRequest{SessionID: r.PathValue("id"), Reason: in.Reason, By: "http " + r.RemoteAddr})
 	if err != nil {
@@ -311,10 +295,7 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in protocol.MessageBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
+	if !decodeBody(w, r, protocol.MaxTaskBytes+4096, false, &in) {
 		return
 	}
 	turn := in.TurnID
@@ -338,10 +319,7 @@ func (g *Gateway) httpFork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in protocol.ForkBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		httpError(w, protocol.CodeBadRequest, "malformed request body: "+protocol.DescribeJSONError(err))
+	if !decodeBody(w, r, protocol.MaxTaskBytes+4096, false, &in) {
 		return
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: in.SessionID, From: s.SessionID,

@@ -2,13 +2,9 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -31,25 +27,14 @@ const (
 	taskPreviewBytes  = 240
 )
 
-// listParams reads since (a Go duration) and limit from the query, answering a bad one itself.
+// listParams reads since and limit, answering a bad one itself.
 func listParams(w http.ResponseWriter, r *http.Request) (from time.Time, limit int, ok bool) {
-	since, limit := defaultSince, defaultListLimit
-	q := r.URL.Query()
-	if v := q.Get("since"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			httpError(w, protocol.CodeBadRequest, "since must be a positive duration such as 24h, got "+strconv.Quote(v))
-			return from, 0, false
-		}
-		since = d
+	since, ok := qSince.read(w, r)
+	if !ok {
+		return from, 0, false
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 || n > maxListLimit {
-			httpError(w, protocol.CodeBadRequest, fmt.Sprintf("limit must be 1..%d, got %q", maxListLimit, v))
-			return from, 0, false
-		}
-		limit = n
+	if limit, ok = qListLimit.read(w, r); !ok {
+		return from, 0, false
 	}
 	return time.Now().Add(-since), limit, true
 }
@@ -78,15 +63,19 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	agent, ok := qAgent.read(w, r)
 	if !ok {
 		return
 	}
-	text, ok := queryText(w, r, "q")
+	text, ok := qText.read(w, r)
 	if !ok {
 		return
 	}
-	status, text := r.URL.Query().Get("status"), strings.ToLower(text)
+	status, ok := qStatus.read(w, r)
+	if !ok {
+		return
+	}
+	text = strings.ToLower(text)
 	ctx := r.Context()
 	watch, err := g.sessions.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -284,70 +273,51 @@ func (g *Gateway) memoryCall(w http.ResponseWriter, r *http.Request, op string, 
 	return true
 }
 
-func tierParam(w http.ResponseWriter, r *http.Request) (protocol.Tier, bool) {
-	switch t := protocol.Tier(r.URL.Query().Get("tier")); t {
-	case "", protocol.TierStrategic, protocol.TierTactical:
-		return t, true
-	default:
-		httpError(w, protocol.CodeBadRequest, "tier must be strategic or tactical, got "+strconv.Quote(string(t)))
+// memoryKind reads ?kind= (qKind): absent is def, what each endpoint showed before kinds existed;
+// "all" is every kind (memory.KindAny).
+func memoryKind(w http.ResponseWriter, r *http.Request, def string) (string, bool) {
+	k, ok := qKind.read(w, r)
+	switch {
+	case !ok:
 		return "", false
-	}
-}
-
-// kindParam reads ?kind=guideline|case|skill|all ("" is def: what each endpoint showed before
-// kinds existed).
-func kindParam(w http.ResponseWriter, r *http.Request, def string) (string, bool) {
-	switch k := r.URL.Query().Get("kind"); k {
-	case "":
+	case k == "":
 		return def, true
-	case "all":
-		return "*", true
-	case protocol.KindGuideline, protocol.KindCase, protocol.KindSkill:
-		return k, true
-	default:
-		httpError(w, protocol.CodeBadRequest, "kind must be guideline, case, skill or all, got "+strconv.Quote(k))
-		return "", false
+	case k == "all":
+		return memory.KindAny, true
 	}
+	return k, true
 }
 
 // httpMemoryList pages through entries: GET /v1/memory?agent=&kind=&tier=&status=active|superseded|retired|quarantined|all&offset=&limit=
 func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	tier, ok := tierParam(w, r)
+	tier, ok := qTier.read(w, r)
 	if !ok {
 		return
 	}
-	kind, ok := kindParam(w, r, protocol.KindGuideline)
+	kind, ok := memoryKind(w, r, protocol.KindGuideline)
 	if !ok {
 		return
 	}
-	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	agent, ok := qAgent.read(w, r)
 	if !ok {
 		return
 	}
-	req := protocol.MemoryListRequest{Agent: agent, Kind: kind, Tier: tier}
-	switch st := q.Get("status"); st {
+	status, ok := qMemStatus.read(w, r)
+	if !ok {
+		return
+	}
+	req := protocol.MemoryListRequest{Agent: agent, Kind: kind, Tier: protocol.Tier(tier), Status: protocol.MemoryStatus(status)}
+	switch status {
 	case "", string(protocol.MemoryActive):
+		req.Status = "" // memoryd's default
 	case "all":
 		req.Status = memory.StatusAny
-	case string(protocol.MemorySuperseded), string(protocol.MemoryRetired), string(protocol.MemoryQuarantined):
-		req.Status = protocol.MemoryStatus(st)
-	default:
-		httpError(w, protocol.CodeBadRequest, "status must be active, superseded, retired, quarantined or all, got "+strconv.Quote(st))
+	}
+	if req.Offset, ok = qOffset.read(w, r); !ok {
 		return
 	}
-	for name, dst := range map[string]*int{"offset": &req.Offset, "limit": &req.Limit} {
-		if v := q.Get(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				httpError(w, protocol.CodeBadRequest, name+" must be a whole number, got "+strconv.Quote(v))
-				return
-			}
-			*dst = n
-		}
-	}
-	if req.Limit == 0 || req.Limit > defaultListLimit {
-		req.Limit = defaultListLimit
+	if req.Limit, ok = qMemLimit.read(w, r); !ok {
+		return
 	}
 	var rep protocol.MemoryListReply
 	if g.memoryCall(w, r, protocol.MemList, &req, &rep) {
@@ -358,34 +328,25 @@ func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 // httpMemorySearch is inspect-memory over HTTP: counts per agent, tier and status, and the
 // entries nearest q ranked as retrieval ranks them (the most established without q).
 func (g *Gateway) httpMemorySearch(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	tier, ok := tierParam(w, r)
+	tier, ok := qTier.read(w, r)
 	if !ok {
 		return
 	}
-	kind, ok := kindParam(w, r, "")
+	kind, ok := memoryKind(w, r, memory.KindAny)
 	if !ok {
 		return
 	}
-	if kind == "*" {
-		kind = ""
-	}
-	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	agent, ok := qAgent.read(w, r)
 	if !ok {
 		return
 	}
-	text, ok := queryText(w, r, "q")
+	text, ok := qText.read(w, r)
 	if !ok {
 		return
 	}
-	req := protocol.MemoryInspectRequest{Agent: agent, Kind: kind, Query: text, Tier: tier}
-	if v := q.Get("top_k"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 || n > 100 {
-			httpError(w, protocol.CodeBadRequest, "top_k must be 1..100, got "+strconv.Quote(v))
-			return
-		}
-		req.TopK = n
+	req := protocol.MemoryInspectRequest{Agent: agent, Kind: kind, Query: text, Tier: protocol.Tier(tier)}
+	if req.TopK, ok = qTopK.read(w, r); !ok {
+		return
 	}
 	var rep protocol.MemoryInspectReply
 	if g.memoryCall(w, r, protocol.MemInspect, &req, &rep) {
@@ -418,7 +379,7 @@ func (g *Gateway) httpMemoryRetire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in RetireBody
-	if !decodeSmall(w, r, &in) {
+	if !decodeBody(w, r, smallBodyBytes, true, &in) {
 		return
 	}
 	req := protocol.MemoryRetireRequest{ID: id, Evict: in.Evict, Reason: in.Reason, By: "http " + r.RemoteAddr}
@@ -426,19 +387,4 @@ func (g *Gateway) httpMemoryRetire(w http.ResponseWriter, r *http.Request) {
 	if g.memoryCall(w, r, protocol.MemRetire, &req, &rep) {
 		writeJSON(w, http.StatusOK, rep)
 	}
-}
-
-// decodeSmall reads an optional small JSON body into v (an empty body leaves v as it is),
-// answering a malformed one itself.
-func decodeSmall(w http.ResponseWriter, r *http.Request, v any) bool {
-	if r.ContentLength == 0 {
-		return true
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		httpError(w, protocol.CodeBadRequest, "malformed request body: "+err.Error())
-		return false
-	}
-	return true
 }

@@ -90,6 +90,11 @@ func TestHTTPRejections(t *testing.T) {
 		{"rejected", req("POST", "/v1/tasks", `{"task": ""}`, "Content-Type", "application/json", "Authorization", auth), 422, "rejected"},
 		{"wrong method", req("GET", "/v1/tasks", "", "Authorization", auth), 405, "method_not_allowed"},
 		{"wrong method on a session", req("DELETE", "/v1/sessions/x", "", "Authorization", auth), 405, "method_not_allowed"},
+		// The method is wrong before any body is: 405, not 415 for a missing Content-Type.
+		{"PUT without a body", req("PUT", "/v1/sessions/x", "", "Authorization", auth), 405, "method_not_allowed"},
+		{"PUT with a text body", req("PUT", "/v1/tasks", "x", "Content-Type", "text/plain", "Authorization", auth), 405, "method_not_allowed"},
+		{"TRACE on health", req("TRACE", "/v1/health", "", "Authorization", auth), 405, "method_not_allowed"},
+		{"scheme only", req("GET", "/v1/sessions/x", "", "Authorization", "Bearer"), 401, "unauthorized"},
 		{"no such route", req("GET", "/v2/anything", "", "Authorization", auth), 404, "not_found"},
 	}
 	for _, c := range cases {
@@ -103,20 +108,25 @@ func TestHTTPRejections(t *testing.T) {
 		if status == 401 && !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
 			t.Errorf("%s: 401 without a Bearer challenge", c.name)
 		}
+		if status == 405 && hdr.Get("Allow") == "" {
+			t.Errorf("%s: 405 without Allow", c.name)
+		}
 	}
 	// What a same-origin browser page and a plain client send is accepted.
 	for _, headers := range [][]string{
 		{"Origin", "http://" + host, "Sec-Fetch-Site", "same-origin"},
 		{"Sec-Fetch-Site", "none"},
 		{"Content-Type", "application/json; charset=utf-8"},
+		{"Authorization", "bearer " + testToken}, // the scheme's name in any case (RFC 9110)
+		{"Authorization", "BEARER  " + testToken},
 	} {
 		h := append([]string{"Content-Type", "application/json", "Authorization", auth}, headers...)
 		if status, out, _ := do(t, req("POST", "/v1/tasks", task, h...)); status != http.StatusAccepted {
 			t.Errorf("headers %v: %d %v; want 202", headers, status, out)
 		}
 	}
-	if n := f.taskCount(t, testAgent); n != 3 {
-		t.Errorf("%d tasks queued; want only the 3 accepted ones", n)
+	if n := f.taskCount(t, testAgent); n != 5 {
+		t.Errorf("%d tasks queued; want only the 5 accepted ones", n)
 	}
 }
 
@@ -481,8 +491,8 @@ func TestHTTPRoutesRefuseOverlongIDsAndKeepServing(t *testing.T) {
 			urls = append(urls, strings.ReplaceAll(path, "{id}", long))
 		}
 		for _, q := range r.Query {
-			if q == "agent" || q == "q" {
-				urls = append(urls, path+"?"+q+"="+long)
+			if n := q.name(); n == "agent" || n == "q" {
+				urls = append(urls, path+"?"+n+"="+long)
 			}
 		}
 		for _, u := range urls {

@@ -23,7 +23,7 @@ type apiRoute struct {
 	Summary   string
 	Body      any // the JSON request body's type; nil: none
 	Optional  bool
-	Query     []string // optional query parameters (strings; the summary says what they take)
+	Query     []queryParam // optional query parameters (httpquery.go)
 	Responses []apiResponse
 }
 
@@ -39,7 +39,7 @@ type apiResponse struct {
 // codeDocs says what each code an API route answers with means there. The status of each is
 // its code's (protocol's table): errs groups the codes of a route by status.
 var codeDocs = map[protocol.Code]string{
-	protocol.CodeBadRequest:       "the body, an id or a parameter cannot be read",
+	protocol.CodeBadRequest:       "the body does not match its schema, or an id or a parameter cannot be read",
 	protocol.CodeNotFound:         "no such session, memory entry or route",
 	protocol.CodeTooLarge:         "the body, an id or a search text is over its limit",
 	protocol.CodeRejected:         "the task is refused as it is (sending it again will not help)",
@@ -106,19 +106,19 @@ var apiRoutes = []apiRoute{
 	{Pattern: "GET /v1/openapi.json", ID: "openapi", Summary: "This document.",
 		Responses: []apiResponse{{Status: 200, Doc: "the OpenAPI document", Body: struct{}{}}}},
 	{Pattern: "GET /v1/sessions", ID: "listSessions", Summary: "Sessions updated within `since` (a duration, default 168h), newest first, at most `limit` (1..2000, default 200); `agent`, `status` (status or outcome) and `q` (substring of id or task) filter.",
-		Query:     []string{"since", "limit", "agent", "status", "q"},
+		Query:     []queryParam{qSince, qListLimit, qAgent, qStatus, qText},
 		Responses: append([]apiResponse{{Status: 200, Doc: "the sessions", Body: SessionList{}}}, errs(with(idCodes, protocol.CodeInternal)...)...)},
 	{Pattern: "GET /v1/usage", ID: "listUsage", Summary: "Each session's last usage report within `since`, oldest first, with each model's cost.",
-		Query:     []string{"since", "limit"},
+		Query:     []queryParam{qSince, qListLimit},
 		Responses: append([]apiResponse{{Status: 200, Doc: "the usage reports", Body: UsageList{}}}, errs(protocol.CodeBadRequest, protocol.CodeInternal)...)},
 	{Pattern: "GET /v1/dlq", ID: "listDeadLetters", Summary: "The newest dead letters within `since`, with their origin and reason.",
-		Query:     []string{"since", "limit"},
+		Query:     []queryParam{qSince, qListLimit},
 		Responses: append([]apiResponse{{Status: 200, Doc: "the dead letters", Body: []DeadLetter{}}}, errs(protocol.CodeBadRequest, protocol.CodeInternal)...)},
 	{Pattern: "GET /v1/memory", ID: "listMemory", Summary: "Memory entries by `agent`, `kind` (guideline, the default, case, skill or all), `tier`, `status` (active, superseded, retired, quarantined or all), paged by `offset` and `limit` (at most 200).",
-		Query:     []string{"agent", "kind", "tier", "status", "offset", "limit"},
+		Query:     []queryParam{qAgent, qKind, qTier, qMemStatus, qOffset, qMemLimit},
 		Responses: append([]apiResponse{{Status: 200, Doc: "the entries", Body: protocol.MemoryListReply{}}}, errs(with(idCodes, memoryCodes...)...)...)},
 	{Pattern: "GET /v1/memory/search", ID: "searchMemory", Summary: "Counts per agent, kind, tier and status, and the entries nearest `q` ranked as retrieval ranks them (`kind` narrows them: guideline, case, skill or all, the default; `top_k` 1..100).",
-		Query:     []string{"q", "agent", "kind", "tier", "top_k"},
+		Query:     []queryParam{qText, qAgent, qKind, qTier, qTopK},
 		Responses: append([]apiResponse{{Status: 200, Doc: "counts and ranked hits", Body: protocol.MemoryInspectReply{}}}, errs(with(idCodes, memoryCodes...)...)...)},
 	{Pattern: "GET /v1/memory/{id}", ID: "getMemoryEntry", Summary: "One memory entry.",
 		Responses: append([]apiResponse{{Status: 200, Doc: "the entry", Body: protocol.MemoryEntry{}}}, errs(with(namedCodes, memoryCodes...)...)...)},
@@ -194,14 +194,7 @@ func buildOpenAPI() ([]byte, error) {
 				"schema": idSchema(kind)})
 		}
 		for _, q := range r.Query {
-			p := map[string]any{"name": q, "in": "query", "required": false, "schema": map[string]any{"type": "string"}}
-			switch q {
-			case "agent":
-				p["description"], p["schema"] = protocol.IDAgent.Doc(), idSchema(protocol.IDAgent)
-			case "q":
-				p["schema"] = map[string]any{"type": "string", "maxLength": protocol.MaxQueryBytes}
-			}
-			params = append(params, p)
+			params = append(params, map[string]any{"name": q.name(), "in": "query", "required": false, "description": q.doc(), "schema": q.schema()})
 		}
 		if params != nil {
 			op["parameters"] = params
@@ -228,6 +221,9 @@ func buildOpenAPI() ([]byte, error) {
 			if rs.Also != nil {
 				schema = map[string]any{"oneOf": []any{schema, ref(rs.Also)}}
 			}
+			if rs.Events {
+				schema = sseEvent(schema)
+			}
 			responses[strconv.Itoa(rs.Status)] = map[string]any{"description": doc,
 				"content": map[string]any{ct: map[string]any{"schema": schema}}}
 		}
@@ -241,7 +237,8 @@ func buildOpenAPI() ([]byte, error) {
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "skein gateway HTTP API", "version": strconv.Itoa(protocol.SchemaVersion),
 			"description": "Every request needs the bearer token (`Authorization: Bearer <token>`; `skein up --http` says where it is). " +
-				"Bodies are application/json; unknown fields are refused. Every refusal is an APIError {error, code}, " +
+				"A body, where one is sent, is application/json and must match its schema here (unknown fields, names in another case and null where the schema has none are refused; an optional body may be left out). " +
+				"A query parameter that is given must have a value (leave it out for the default). Every refusal is an APIError {error, code}, " +
 				"with the HTTP status of its code (the table of codes, their statuses and whether to retry is in docs/contract.md). " +
 				"Replies that are mesh messages carry \"v\", the schema version (docs/asyncapi.json describes the NATS side)."},
 		"security":   []any{map[string]any{"bearer": []any{}}},
@@ -253,6 +250,16 @@ func buildOpenAPI() ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// sseEvent is the schema of one server-sent event whose data is JSON of schema data: before
+// OpenAPI 3.2 (itemSchema), a text/event-stream's schema describes each event as an object of
+// its fields (the convention 3.2 writes down, and the one schemathesis reads).
+func sseEvent(data map[string]any) map[string]any {
+	return map[string]any{"type": "object", "required": []string{"event", "data"}, "properties": map[string]any{
+		"event": map[string]any{"type": "string"},
+		"data":  map[string]any{"type": "string", "contentMediaType": "application/json", "contentSchema": data},
+	}}
 }
 
 // idSchema is the JSON Schema of an identifier of kind k.

@@ -5,7 +5,7 @@ package protocol
 
 // TaskBody is the body of POST /v1/tasks.
 type TaskBody struct {
-	Task      string  `json:"task"`
+	Task      string  `json:"task" text:"task"`
 	Agent     string  `json:"agent,omitempty" id:"agent"`
 	SessionID string  `json:"session_id,omitempty" id:"session"`
 	Budget    *Budget `json:"budget,omitempty"`
@@ -14,7 +14,7 @@ type TaskBody struct {
 // MessageBody is the body of POST /v1/sessions/{id}/messages: the conversation's next turn.
 // TurnID, minted by the client before its first try, makes a retried POST the same turn.
 type MessageBody struct {
-	Text   string  `json:"text"`
+	Text   string  `json:"text" text:"task"`
 	Budget *Budget `json:"budget,omitempty"`
 	TurnID string  `json:"turn_id,omitempty" id:"turn"`
 }
@@ -23,7 +23,7 @@ type MessageBody struct {
 // transcript of turn {id}, with Text as its first message. SessionID, minted by the client
 // before its first try, makes a retried POST the same fork (the gateway mints one when empty).
 type ForkBody struct {
-	Text      string  `json:"text"`
+	Text      string  `json:"text" text:"task"`
 	SessionID string  `json:"session_id,omitempty" id:"session"`
 	Budget    *Budget `json:"budget,omitempty"`
 }

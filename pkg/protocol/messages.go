@@ -61,6 +61,12 @@ const (
 	MaxInlineResult = 256 << 10
 )
 
+// TaskTextPattern is what a task's text must contain: a character that is not white space as
+// Go's unicode.IsSpace has it (the gateway trims the text and refuses an empty one). Documents
+// fields tagged `text:"task"` (JSON Schema; unanchored, so one such character anywhere). The
+// characters are literal, so every regular expression dialect reads the class alike.
+const TaskTextPattern = "[^\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+
 // SubmitRequest asks the gateway to start a session.
 type SubmitRequest struct {
 	Header

@@ -60,6 +60,7 @@ func Schemas(values ...any) (map[string]json.RawMessage, error) {
 	for name, d := range defs {
 		if t, ok := types[name]; ok {
 			identifiers(t, d)
+			taskTexts(t, d)
 			nullable(t, d)
 		}
 		if d.Properties != nil { // an object (the code enum is not)
@@ -119,6 +120,27 @@ func identifiers(t reflect.Type, s *jsonschema.Schema) {
 		// An absent id is written as "" where Go has no omitempty (a refusal's session_id).
 		limit := uint64(kind.Max)
 		p.MaxLength, p.Pattern = &limit, "^("+strings.TrimSuffix(strings.TrimPrefix(kind.Pattern(), "^"), "$")+")?$"
+	}
+}
+
+// taskTexts bounds the properties that hold a task's text (fields tagged `text:"task"`): a
+// character that is not white space, at most protocol.MaxTaskBytes (JSON Schema counts
+// characters: exact for ASCII, a text of many-byte characters can be refused under it).
+func taskTexts(t reflect.Type, s *jsonschema.Schema) {
+	if t.Kind() != reflect.Struct || s.Properties == nil {
+		return
+	}
+	for _, f := range reflect.VisibleFields(t) {
+		if f.Tag.Get("text") != "task" || !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		p, ok := s.Properties.Get(name)
+		if !ok || p == nil || p.Type != "string" {
+			panic(fmt.Sprintf("contract: %s.%s is tagged text:task but is no string property", t, f.Name))
+		}
+		maxLen := uint64(protocol.MaxTaskBytes) // the pattern asks for one character at least
+		p.MaxLength, p.Pattern = &maxLen, protocol.TaskTextPattern
 	}
 }
 
