@@ -85,15 +85,17 @@ func runnable(lang string) bool {
 }
 
 var (
-	fenceRe     = regexp.MustCompile("^\\s*(```+|~~~+)\\s*([^\\s`]*)")
-	markerRe    = regexp.MustCompile(`^\s*<!--\s*example:\s*(.*?)\s*-->\s*$`)
-	refusedRe   = regexp.MustCompile(`(?i)(permissions|authorization) violation`)
-	pageSkipRe  = regexp.MustCompile(`(?m)^\s*<!--\s*examples:\s*skip:\s*(.*?)\s*-->\s*$`)
-	fencedClose = func(open, line string) bool {
-		l := strings.TrimSpace(line)
-		return strings.HasPrefix(l, open) && strings.Trim(l, open[:1]) == ""
-	}
+	fenceRe    = regexp.MustCompile("^\\s*(```+|~~~+)\\s*([^\\s`]*)")
+	markerRe   = regexp.MustCompile(`^\s*<!--\s*example:\s*(.*?)\s*-->\s*$`)
+	refusedRe  = regexp.MustCompile(`(?i)(permissions|authorization) violation`)
+	pageSkipRe = regexp.MustCompile(`(?m)^\s*<!--\s*examples:\s*skip:\s*(.*?)\s*-->\s*$`)
 )
+
+// closes says whether line closes a block opened by the fence open (as long or longer, nothing else).
+func closes(open, line string) bool {
+	l := strings.TrimSpace(line)
+	return strings.HasPrefix(l, open) && strings.Trim(l, open[:1]) == ""
+}
 
 // extract returns a page's fenced blocks with their markers, and the mistakes in how the page
 // marks them (a fence without a language, a marker not followed by a fence, an unknown marker).
@@ -120,7 +122,7 @@ func extract(rel string, text []byte) ([]example, []string) {
 		n++
 		line := sc.Text()
 		if cur != nil {
-			if fencedClose(open, line) {
+			if closes(open, line) {
 				cur.body = body.String()
 				out = append(out, *cur)
 				cur = nil
