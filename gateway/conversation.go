@@ -2,10 +2,11 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
-	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session"
 )
 
 // turnLink places a new session in a conversation.
@@ -41,14 +42,14 @@ func (g *Gateway) continueConversation(ctx context.Context, prev protocol.Sessio
 			"wait for it to end (or cancel it), then send the follow-up", ErrRejected, in.SessionID, last.SessionID)
 	}
 	var turnID string
-	_, _, err = g.updateSession(ctx, rootID, func(s *protocol.Session) error {
+	_, _, err = g.updateSession(ctx, rootID, func(s *protocol.Session) (bool, error) {
 		if s.LastTurn != root.LastTurn {
-			return fmt.Errorf("%w: another follow-up to %s was sent at the same time; send yours again once it has ended", ErrRejected, rootID)
+			return false, fmt.Errorf("%w: another follow-up to %s was sent at the same time; send yours again once it has ended", ErrRejected, rootID)
 		}
 		n := max(s.TurnCount, 1) + 1
 		turnID = fmt.Sprintf("%s-%d", rootID, n)
 		s.TurnCount, s.LastTurn = n, turnID
-		return nil
+		return true, nil
 	})
 	if err != nil {
 		return protocol.SubmitReply{}, err
@@ -59,16 +60,9 @@ func (g *Gateway) continueConversation(ctx context.Context, prev protocol.Sessio
 }
 
 func (g *Gateway) readSession(ctx context.Context, id string) (protocol.Session, error) {
-	var s protocol.Session
-	e, err := g.sessions.Get(ctx, id)
-	if err != nil {
-		if bus.IsNotFound(err) {
-			return s, fmt.Errorf("%w: no session %s", ErrRejected, id)
-		}
-		return s, fmt.Errorf("read session %s: %w", id, err)
+	s, err := g.sessions.Get(ctx, id)
+	if errors.Is(err, session.ErrNotFound) {
+		return s, fmt.Errorf("%w: no session %s", ErrRejected, id)
 	}
-	if err := protocol.Unmarshal(e.Value(), &s); err != nil {
-		return s, fmt.Errorf("read session %s: %w", id, err)
-	}
-	return s, nil
+	return s, err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -125,21 +127,11 @@ type traceListItem struct {
 
 // sessionTree reads a session tree, taking each session's children from its record.
 func sessionTree(ctx context.Context, conn *bus.Conn, names protocol.Names, id string) (*trace.TreeNode, error) {
-	kv, err := bus.KV(ctx, conn.JS, names, protocol.BucketSessions)
+	records, err := session.Open(ctx, conn.JS, names)
 	if err != nil {
 		return nil, err
 	}
-	return trace.Tree(ctx, conn.JS, names, id, func(s string) []string {
-		e, err := kv.Get(ctx, s)
-		if err != nil {
-			return nil
-		}
-		var rec protocol.Session
-		if protocol.Unmarshal(e.Value(), &rec) != nil {
-			return nil
-		}
-		return rec.Children
-	})
+	return trace.Tree(ctx, conn.JS, names, id, func(s string) []string { return records.Children(ctx, s) })
 }
 
 func printEvent(cmd *cobra.Command, ev protocol.Event, asJSON bool) {
@@ -164,8 +156,8 @@ func sessionKnown(ctx context.Context, env meshEnv, id string) error {
 	if err := checkID(protocol.IDSession, id); err != nil {
 		return err
 	}
-	if kv, err := bus.KV(ctx, env.conn.JS, env.names, protocol.BucketSessions); err == nil {
-		if _, err := kv.Get(ctx, id); err == nil {
+	if records, err := session.Open(ctx, env.conn.JS, env.names); err == nil {
+		if _, err := records.Get(ctx, id); err == nil || errors.Is(err, session.ErrUnreadable) {
 			return nil
 		}
 	}
