@@ -18,7 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/pkg/tools/schema"
 	"github.com/skein-mesh/skein/pkg/usage"
 )
 
@@ -296,13 +296,13 @@ func (c *Config) validateModels(bad reporter) {
 
 // validateAgentTool checks what an agent offered as a tool declares: description, input schema, depth.
 func (c *Config) validateAgentTool(bad reporter) {
-	if len(c.Agent.Description) > tools.MaxDescription {
-		bad("agent.description", "at most %d bytes, got %d", tools.MaxDescription, len(c.Agent.Description))
+	if len(c.Agent.Description) > protocol.MaxToolDescription {
+		bad("agent.description", "at most %d bytes, got %d", protocol.MaxToolDescription, len(c.Agent.Description))
 	}
 	if c.Agent.InputSchema != nil {
 		if raw, err := json.Marshal(c.Agent.InputSchema); err != nil {
 			bad("agent.input_schema", "cannot be written as JSON: %v", err)
-		} else if _, err := tools.CompileSchema(raw); err != nil {
+		} else if _, err := schema.Compile(raw); err != nil {
 			bad("agent.input_schema", "%v", err)
 		}
 	}

@@ -243,6 +243,9 @@ type ToolSpec struct {
 	TimeoutS float64 `msgpack:"timeout_s,omitempty" json:"timeout_s,omitempty"`
 }
 
+// MaxToolDescription is the longest description a tool (or an agent offered as one) may have.
+const MaxToolDescription = 4096
+
 // Built-in tools answered by the executor itself, never by a toolhost: find_tools widens a
 // step's retrieved tool set; read_result pages through a result too big for the transcript,
 // stored in the ObjectPayloads store. Manifests may not use these names.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools/schema"
 )
 
 // Manifest is a tool's JSON file exactly as an author writes it.
@@ -42,16 +43,12 @@ type Manifest struct {
 
 // Limits on manifest values, so a typo cannot make a call unbounded.
 const (
-	MaxTimeoutS       = 3600
-	MaxOutputCeiling  = 64 << 20
-	maxManifestBytes  = 1 << 20
-	maxDescriptionLen = MaxDescription
+	MaxTimeoutS      = 3600
+	MaxOutputCeiling = 64 << 20
+	maxManifestBytes = 1 << 20
 )
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// MaxDescription is the longest description a tool (or an agent offered as one) may have.
-const MaxDescription = 4096
 
 // Tool is a loaded, validated manifest ready to run.
 type Tool struct {
@@ -63,12 +60,20 @@ type Tool struct {
 	// path or a bare name looked up on PATH when the tool starts.
 	Argv []string
 
-	schema *argSchema
+	schema *schema.Schema
 }
 
 // Spec is what a model is shown of the tool.
 func (t *Tool) Spec() protocol.ToolSpec {
 	return protocol.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, TimeoutS: t.TimeoutS}
+}
+
+// ValidateArgs checks args (a JSON object; empty means {}) against the tool's input_schema.
+func (t *Tool) ValidateArgs(args json.RawMessage) error {
+	if t.schema == nil {
+		return errors.New("tool has no compiled input_schema (not loaded with LoadFile)")
+	}
+	return t.schema.Validate(args)
 }
 
 // Timeout is the manifest's limit, or def when the manifest leaves it to the host.
@@ -134,8 +139,8 @@ func LoadFile(path string) (*Tool, error) {
 	switch d := strings.TrimSpace(m.Description); {
 	case d == "":
 		bad("description", "is required: the model chooses tools by it")
-	case len(d) > maxDescriptionLen:
-		bad("description", "is %d bytes, at most %d", len(d), maxDescriptionLen)
+	case len(d) > protocol.MaxToolDescription:
+		bad("description", "is %d bytes, at most %d", len(d), protocol.MaxToolDescription)
 	}
 	if len(m.Command) == 0 || m.Command[0] == "" {
 		bad("command", "is required: an argv list such as [\"python3\", \"./tool.py\"]")
@@ -144,7 +149,7 @@ func LoadFile(path string) (*Tool, error) {
 	}
 	if len(bytes.TrimSpace(m.InputSchema)) == 0 || string(bytes.TrimSpace(m.InputSchema)) == "null" {
 		bad("input_schema", "is required: a JSON Schema of type object")
-	} else if s, err := compileSchema(path, m.InputSchema); err != nil {
+	} else if s, err := schema.Compile(m.InputSchema); err != nil {
 		bad("input_schema", "%v", err)
 	} else {
 		t.schema = s
