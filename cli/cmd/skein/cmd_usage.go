@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/usage"
 )
@@ -51,45 +52,27 @@ type sessionUsage struct {
 }
 
 func readUsage(cmd *cobra.Command, env meshEnv, since time.Duration) (map[string]sessionUsage, error) {
-	ctx := cmd.Context()
-	s, err := env.conn.JS.Stream(ctx, env.names.Stream(protocol.StreamUsage))
-	if err != nil {
-		return nil, fmt.Errorf("usage stream: %w", err)
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{env.names.UsageAll()}}
-	if since > 0 {
-		t := time.Now().Add(-since)
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
-	}
-	c, err := s.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("usage stream: %w", err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]sessionUsage{}
-	for pending := info.NumPending; pending > 0; {
-		batch, err := c.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
+	err := bus.ReadStream(cmd.Context(), env.conn.JS, env.names.Stream(protocol.StreamUsage), env.names.UsageAll(), readFrom(since),
+		func(m *jetstream.RawStreamMsg) bool {
 			var ev protocol.Event
-			if protocol.Unmarshal(msg.Data(), &ev) != nil || ev.Report == nil {
-				continue
+			if protocol.Unmarshal(m.Data, &ev) == nil && ev.Report != nil {
+				out[ev.SessionID] = sessionUsage{agent: ev.Agent, day: ev.Time.Local().Format("2006-01-02"), r: *ev.Report}
 			}
-			out[ev.SessionID] = sessionUsage{agent: ev.Agent, day: ev.Time.Local().Format("2006-01-02"), r: *ev.Report}
-		}
-		if n == 0 {
-			break
-		}
-		pending -= uint64(n)
+			return true
+		})
+	if err != nil {
+		return nil, fmt.Errorf("usage stream: %w", err)
 	}
 	return out, nil
+}
+
+// readFrom is where a listing with --since starts: since ago, or the stream's first message.
+func readFrom(since time.Duration) bus.ReadFrom {
+	if since <= 0 {
+		return bus.ReadFrom{}
+	}
+	return bus.ReadFrom{Time: time.Now().Add(-since)}
 }
 
 // usageRow is one row of `skein usage --json`.
