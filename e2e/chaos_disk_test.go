@@ -66,7 +66,7 @@ func TestChaosDiskFull(t *testing.T) {
 	tools := filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")
 	cfg := writeProject(t, strings.NewReplacer("$FAULT_TOOLS", tools, "$RESERVE", fmt.Sprint(reserveMiB<<20)).Replace(diskAgent),
 		strings.ReplaceAll(chaosScript, "$TOOL_S", fmt.Sprint(toolWait)))
-	effects := filepath.Join(writableTempDir(t), "effects.jsonl")
+	effects := effectLog(t) // writable by every uid the sandbox runs tools as
 	env := []string{"SKEIN_HOME=" + home, "EFFECT_LOG=" + effects}
 	natsAddr, httpAddr := freePort(t), freePort(t)
 	url := "nats://" + natsAddr

@@ -236,7 +236,7 @@ func TestChaos(t *testing.T) {
 	tools := filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")
 	cfg := writeProject(t, strings.NewReplacer("$FAULT_TOOLS", tools, "$NATS_URLS", `"`+url+`"`).Replace(chaosAgent),
 		strings.ReplaceAll(chaosScript, "$TOOL_S", fmt.Sprint(toolWait)))
-	effects := filepath.Join(writableTempDir(t), "effects.jsonl")
+	effects := effectLog(t)
 	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effects}
 	args := []string{"--nats", url, "--config", cfg}
 	roles := map[string]*proc{}

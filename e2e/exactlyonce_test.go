@@ -38,7 +38,7 @@ func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
 	url := natsServer(t)
 	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")), effectScript)
 	c := connect(t, url)
-	effects := filepath.Join(writableTempDir(t), "effects.jsonl")
+	effects := effectLog(t)
 	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effects}
 	args := []string{"--nats", url, "--config", cfg}
 	start(t, env, "toolhost", "toolhost", args...)
@@ -48,6 +48,7 @@ func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
 	start(t, env, "gateway", "gateway", args...)
 	waitAgent(t, c, "assistant")
 	waitPullers(t, c, "assistant", 2)
+	waitTools(t, c, "effect")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

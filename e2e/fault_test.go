@@ -55,6 +55,7 @@ func TestCrashesLoseNoAcceptedTask(t *testing.T) {
 	start(t, env, "gateway", "gateway", args...)
 	waitAgent(t, c, "assistant")
 	waitPullers(t, c, "assistant", 2)
+	waitTools(t, c, "slow")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

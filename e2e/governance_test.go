@@ -123,14 +123,9 @@ func startGovMesh(t *testing.T) *govMesh {
 	t.Helper()
 	root := devtest.RepoRoot(t)
 	dir := reachableTempDir(t)
-	pids := filepath.Join(dir, "pids")
-	// The tools write their pids here, and run as nobody when the tests run as root.
-	if err := os.MkdirAll(pids, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(pids, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	// The tools write their pids here: a folder they see (not in /tmp, each call may have its
+	// own) and may write (they run as other users when the tests run as root).
+	pids := devtest.SharedDir(t)
 	repl := strings.NewReplacer("$TOOLS", filepath.Join(root, "examples", "tools"),
 		"$TESTTOOLS", filepath.Join(root, "e2e", "testdata", "tools"), "$PIDS", pids)
 	write := func(name, body string) string {
@@ -158,6 +153,7 @@ func startGovMesh(t *testing.T) *govMesh {
 	waitAgent(t, c, "helper")
 	waitPullers(t, c, "assistant", 1)
 	waitPullers(t, c, "helper", 1)
+	waitTools(t, c, "hang", "slow", "echo")
 	return &govMesh{url: url, assistantCfg: acfg, pids: pids, c: c}
 }
 

@@ -245,6 +245,48 @@ func waitAgent(t *testing.T, c *bus.Conn, agent string) {
 	}
 }
 
+// effectLog is the side-effect log the effect tool appends to: made here, writable by all,
+// since each call runs as a uid of its own when the tests run as root.
+func effectLog(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(devtest.SharedDir(t), "effects.jsonl")
+	if err := os.WriteFile(p, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o666); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	return p
+}
+
+// waitTools waits until a toolhost has published every one of names to the tools catalog, so
+// that an executor offers them: a toolhost probes its sandbox before it publishes, and the
+// agent and its pullers may be there first.
+func waitTools(t *testing.T, c *bus.Conn, names ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv, err := bus.KV(ctx, c.JS, protocol.NewNames(""), protocol.BucketTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		w, err := kv.Watch(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for found := false; !found; {
+			select {
+			case e := <-w.Updates():
+				found = e != nil
+			case <-ctx.Done():
+				t.Fatalf("no toolhost published tool %q within a minute", name)
+			}
+		}
+		_ = w.Stop()
+	}
+}
+
 // waitPullers waits until n processes are pulling from the agent's shared executor consumer.
 func waitPullers(t *testing.T, c *bus.Conn, agent string, n int) {
 	t.Helper()
@@ -290,18 +332,9 @@ func waitMemoryd(t *testing.T, c *bus.Conn) {
 	}
 }
 
-// writableTempDir is a reachableTempDir that tools may also write into (side-effect logs).
-func writableTempDir(t *testing.T) string {
-	t.Helper()
-	dir := reachableTempDir(t)
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // reachableTempDir is t.TempDir() opened for other users to enter: a scaffolded project's tools
-// run as nobody when the tests run as root, and nobody must reach their files.
+// run as other users when the tests run as root, and those must reach their files. (Such tools,
+// in /tmp, keep the host's /tmp: see tools.Runner.HostTmpReason.)
 func reachableTempDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()

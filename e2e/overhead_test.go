@@ -227,7 +227,9 @@ func overheadTool(t *testing.T) (dir, what string) {
 	default:
 		t.Fatalf("SKEIN_OVERHEAD_TOOL=%q: want c (the default) or go", os.Getenv("SKEIN_OVERHEAD_TOOL"))
 	}
-	dir = reachableTempDir(t) // the tools may run as nobody
+	// Outside /tmp, so that the tool's calls get their own /tmp as any installed tool's do (a tool
+	// in /tmp keeps the host's), and reachable by the tools' users.
+	dir = devtest.SharedDir(t)
 	cc := exec.Command("cc", "-O2", "-static", "-o", filepath.Join(dir, "sum"), filepath.Join(root, "e2e", "testdata", "csum", "sum.c"))
 	if out, err := cc.CombinedOutput(); err != nil {
 		t.Fatalf("build the C sum tool (a C compiler and a static libc are needed; SKEIN_OVERHEAD_TOOL=go uses the Go one): %v\n%s", err, out)

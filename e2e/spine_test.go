@@ -61,6 +61,7 @@ func TestSpineAcrossProcesses(t *testing.T) {
 	start(t, env, "gateway", "gateway", args...)
 	waitAgent(t, c, "assistant")
 	waitPullers(t, c, "assistant", 2)
+	waitTools(t, c, "sum", "echo", "wordcount")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

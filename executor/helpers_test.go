@@ -236,18 +236,3 @@ func toolUses(req llm.Request) []*llm.ToolCall {
 	}
 	return nil
 }
-
-// sharedDir is a temp folder a tool can write to: tools run as nobody when the tests run as
-// root, and t.TempDir() is private to the test's user.
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "skein-executor-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}

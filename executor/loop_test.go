@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -54,7 +55,7 @@ func toolArrivals(t *testing.T, evs []protocol.Event) []arrival {
 // must still reach the model in its own order, each paired with its call id.
 func TestToolCallsRunConcurrentlyAndAnswerInModelOrder(t *testing.T) {
 	m := startMesh(t, testdata(t, "tools"), testTools...)
-	dir := sharedDir(t)
+	dir := devtest.SharedDir(t)
 	cfg := testConfig(testdata(t, "tools"), testTools...)
 	rec := &recorder{Backend: scriptBackend(t, rendezvousScript(dir,
 		`, await: [b.started, b.done]`, `, await: [a.started]`))}
@@ -97,7 +98,7 @@ func TestToolCallsRunConcurrentlyAndAnswerInModelOrder(t *testing.T) {
 // With max_parallel 1 the second call to run must find the first one finished.
 func TestMaxParallelOneSerializes(t *testing.T) {
 	m := startMesh(t, testdata(t, "tools"), testTools...)
-	dir := sharedDir(t)
+	dir := devtest.SharedDir(t)
 	cfg := testConfig(testdata(t, "tools"), testTools...)
 	cfg.Tools.MaxParallel = 1
 	x := m.executor(t, cfg, scriptBackend(t, rendezvousScript(dir, "", "")))
@@ -233,7 +234,7 @@ func TestTraceAndResultFormat(t *testing.T) {
 	m := startMesh(t, testdata(t, "tools"), testTools...)
 	for _, format := range []string{"toon", "json"} {
 		t.Run(format, func(t *testing.T) {
-			dir := sharedDir(t)
+			dir := devtest.SharedDir(t)
 			cfg := testConfig(testdata(t, "tools"), testTools...)
 			cfg.Tools.ResultFormat = format
 			rec := &recorder{Backend: scriptBackend(t, rendezvousScript(dir, "", ""))}

@@ -34,16 +34,14 @@ type effectLine struct {
 func effectHost(t *testing.T, m *bustest.Mesh, ids ...string) string {
 	t.Helper()
 	devtest.NeedProgram(t, "python3")
-	// Tools run as nobody when the tests run as root: the log's folder must be theirs to write.
-	dir, err := os.MkdirTemp("", "skein-toolhost-test-")
-	if err != nil {
+	// Each call runs as a uid of its own when the tests run as root: the log is everyone's.
+	log := filepath.Join(devtest.SharedDir(t), "effects.jsonl")
+	if err := os.WriteFile(log, nil, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o777); err != nil {
+	if err := os.Chmod(log, 0o666); err != nil { // whatever the umask
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	log := filepath.Join(dir, "effects.jsonl")
 	t.Setenv("EFFECT_LOG", log)
 	cfg := config.Default()
 	cfg.Tools.ManifestDirs = []string{filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")}

@@ -141,6 +141,9 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		if err := h.runner.Check(t); err != nil {
 			log.Warn("tool cannot start yet; calls will fail with cannot_start until this is fixed", "tool", t.Name, "err", err)
 		}
+		if why := h.runner.HostTmpReason(t); why != "" {
+			log.Warn("tool sandbox: "+why, "tool", t.Name)
+		}
 	}
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
 		Name:        protocol.ServiceToolhost,
@@ -188,6 +191,10 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		host.stop()
 		killRunning()
 		return nil, fmt.Errorf("toolhost: tools cannot run: %w", err)
+	}
+	// What this machine cannot confine, one line each with what that leaves open.
+	for _, gap := range h.runner.SandboxGaps() {
+		log.Warn("tool sandbox: " + gap)
 	}
 	// Published last, so that a tool in the catalog is one that answers: executors offer the
 	// catalog's tools to the model, and a caller that read it finds the endpoint there.
@@ -454,8 +461,9 @@ func (h *handler) admit(req protocol.ToolRequest) (context.Context, func(), *pro
 // sandboxOf maps tools.sandbox of the config onto the runner's sandbox.
 func sandboxOf(c config.ToolSandbox) tools.Sandbox {
 	return tools.Sandbox{
-		Limits:     tools.Limits{CPUSeconds: c.CPUSeconds, AddressSpaceMB: c.AddressSpaceMB, OpenFiles: c.OpenFiles, Processes: c.Processes},
+		Limits:     tools.Limits{CPUSeconds: c.CPUSeconds, AddressSpaceMB: c.AddressSpaceMB, OpenFiles: c.OpenFiles, Processes: c.Processes, ShmMB: c.ShmMB},
 		RunAs:      c.RunAs,
+		UIDs:       c.UIDs,
 		Cgroup:     c.Cgroup,
 		Start:      c.Start,
 		Trampoline: c.Trampoline,

@@ -152,7 +152,9 @@ type ToolSandbox struct {
 	AddressSpaceMB int    `yaml:"address_space_mb"`
 	OpenFiles      int    `yaml:"open_files"`
 	Processes      int    `yaml:"processes"`
+	ShmMB          int    `yaml:"shm_mb"`
 	RunAs          string `yaml:"run_as"`      // auto | current | a user name or uid
+	UIDs           string `yaml:"uids"`        // first-last: each call's own uid under run_as auto on a root host
 	Cgroup         string `yaml:"cgroup"`      // auto | off
 	Start          string `yaml:"start"`       // auto | trampoline
 	Trampoline     string `yaml:"trampoline"`  // "" = skein-tool-sandbox next to the binary, else the binary itself

@@ -403,7 +403,7 @@ func (c *Config) validateGateway(bad reporter) {
 // validateSandbox checks `tools.sandbox:`.
 func (c *Config) validateSandbox(bad reporter) {
 	sb := c.Tools.Sandbox
-	for key, v := range map[string]int{"cpu_s": sb.CPUSeconds, "address_space_mb": sb.AddressSpaceMB, "open_files": sb.OpenFiles, "processes": sb.Processes} {
+	for key, v := range map[string]int{"cpu_s": sb.CPUSeconds, "address_space_mb": sb.AddressSpaceMB, "open_files": sb.OpenFiles, "processes": sb.Processes, "shm_mb": sb.ShmMB} {
 		if v < 0 {
 			bad("tools.sandbox."+key, "must not be negative (0 = default), got %d", v)
 		}
@@ -417,6 +417,11 @@ func (c *Config) validateSandbox(bad reporter) {
 	case "", "auto", "trampoline":
 	default:
 		bad("tools.sandbox.start", "must be auto or trampoline, got %q", sb.Start)
+	}
+	if sb.UIDs != "" {
+		if _, _, err := tools.ParseUIDRange(sb.UIDs); err != nil {
+			bad("tools.sandbox.uids", "%v", err)
+		}
 	}
 	if sb.RunAs != "" && strings.TrimSpace(sb.RunAs) != sb.RunAs {
 		bad("tools.sandbox.run_as", "has surrounding spaces: %q", sb.RunAs)

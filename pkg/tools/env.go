@@ -139,7 +139,7 @@ func reachablePATH(path string, uid, gid int) string {
 // own PATH, and the program and any script named in argv must be readable by that user, so the
 // error says what to fix instead of a bare "permission denied".
 func lookPathAs(argv []string, pathList string, uid, gid int) (string, error) {
-	fix := fmt.Sprintf("tools run as uid %d because the host runs as root: make it and its folders readable by that user, or set tools.sandbox.run_as", uid)
+	fix := fmt.Sprintf("tools run as uid %d, not as the host's user: make it and its folders readable by that user (by all users, for the uids of tools.sandbox.uids), or set tools.sandbox.run_as", uid)
 	p := argv[0]
 	if !filepath.IsAbs(p) {
 		found := ""

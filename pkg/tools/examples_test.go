@@ -27,7 +27,7 @@ func exampleTools(t testing.TB) map[string]*tools.Tool {
 		m[tl.Name] = tl
 	}
 	if sum := m["sum"]; sum != nil && sum.CheckExecutable() != nil {
-		bin := filepath.Join(openTempDir(t), "sum")
+		bin := filepath.Join(devtest.SharedDir(t), "sum")
 		cmd := exec.Command("go", "build", "-o", bin, ".")
 		cmd.Dir = filepath.Join(dir, "sum")
 		cmd.Env = append(os.Environ(), "GOWORK=off")

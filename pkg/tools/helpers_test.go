@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -94,17 +95,13 @@ func isZombie(pid int) bool {
 	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
 
-// openTempDir is a temp folder every user can write and reach: tools run as nobody when the
-// tests run as root, and t.TempDir() is private to the test's user.
-func openTempDir(t testing.TB) string {
+// privateTmp reports whether a default Runner gives each call its own /tmp here.
+func privateTmp(t testing.TB) bool {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "skein-tools-test-")
+	var r tools.Runner
+	info, err := r.SandboxInfo()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
+	return strings.Contains(info, "own /tmp")
 }

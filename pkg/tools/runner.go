@@ -96,11 +96,18 @@ type Prepared struct {
 	env     []string
 	dir     string
 	scratch string
-	spare   spareKey // where scratch goes back to
+	ns      *callNS  // the mount namespace with scratch as its /tmp (nil: not made yet)
+	spare   spareKey // where scratch and ns go back to
 	// failed is why the call cannot start; Run returns it.
 	failed *protocol.ToolResult
 	conf   *callConf
 	ran    bool
+
+	hs         *hostSandbox
+	user       callUser // the call's user, given back at Close
+	hasUser    bool
+	allow      uint32 // seccomp groups the tool may use
+	privateTmp bool   // the call gets its own /tmp, /var/tmp, /dev/shm (scratch is its /tmp)
 }
 
 // Prepare does everything for a call of t with args that comes before starting its process. A
@@ -128,6 +135,12 @@ func (r *Runner) Prepare(ctx context.Context, t *Tool, args json.RawMessage) *Pr
 	if err != nil {
 		return fail(protocol.ToolErrStart, "cannot start tool: sandbox: "+err.Error())
 	}
+	c.hs = hs
+	if t.Sandbox != nil {
+		if c.allow, err = seccompAllowMask(t.Sandbox.SeccompAllow); err != nil {
+			return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
+		}
+	}
 	lookup := r.LookupEnv
 	if lookup == nil {
 		lookup = os.LookupEnv
@@ -136,9 +149,9 @@ func (r *Runner) Prepare(ctx context.Context, t *Tool, args json.RawMessage) *Pr
 	if callID != "" {
 		env = append(env, protocol.EnvCallID+"="+callID)
 	}
-	if hs.uid >= 0 {
+	if uid, gid := hs.checkUser(); uid >= 0 {
 		var reachable string
-		reachable, c.path, err = resolveAs(t.Argv, envValue(env, "PATH"), hs.uid, hs.gid)
+		reachable, c.path, err = resolveAs(t.Argv, envValue(env, "PATH"), uid, gid)
 		env = setEnv(env, "PATH", reachable)
 	} else {
 		c.path, err = lookPath(t.Argv[0])
@@ -146,28 +159,49 @@ func (r *Runner) Prepare(ctx context.Context, t *Tool, args json.RawMessage) *Pr
 	if err != nil {
 		return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
 	}
-	scratch, spare, dir, home, err := r.callDirs(t, hs.uid, hs.gid)
+	c.privateTmp = hs.callTmp(t, c.path)
+	if c.user, err = hs.takeUser(); err != nil {
+		return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
+	}
+	c.hasUser = true
+	scratch, ns, spare, dir, home, err := r.callDirs(t, c.user.uid, c.user.gid)
 	if err != nil {
 		return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
 	}
-	c.scratch, c.spare, c.dir = scratch, spare, dir
+	c.scratch, c.ns, c.spare, c.dir = scratch, ns, spare, dir
+	// With its own /tmp, the call sees its scratch folder there, and only there.
+	tmp := scratch
+	if c.privateTmp {
+		tmp = privateTmpDir
+		if c.dir == scratch {
+			c.dir = tmp
+		}
+		if home == scratch {
+			home = tmp
+		}
+	}
 	if home != "" {
 		env = setEnv(env, "HOME", home)
 	}
-	c.env = env
+	c.env = setEnv(env, "TMPDIR", tmp)
 	return c
 }
 
-// Close removes the call's cgroup and frees its scratch folder: removed, or kept for the next
-// call of the tool when left empty (see spares). The call's processes are gone by then: Run
-// kills them all before it returns.
+// Close removes the call's cgroup and frees its scratch folder and mount namespace: removed, or
+// kept for the next call of the tool when left empty (see spares). The call's processes are gone
+// by then: Run kills them all before it returns.
 func (c *Prepared) Close() {
+	lingering := c.conf != nil && c.conf.lingering
 	c.conf.release()
 	c.conf = nil
 	if c.scratch != "" {
-		spares.put(c.spare, c.scratch)
+		spares.put(c.spare, c.scratch, c.ns, !lingering)
 	}
-	c.scratch = ""
+	c.scratch, c.ns = "", nil
+	if c.hasUser {
+		c.hs.putUser(c.user, !lingering)
+		c.hasUser = false
+	}
 }
 
 // Run starts the prepared call, waits for it within the tool's time limit or until ctx ends,
@@ -185,7 +219,7 @@ func (c *Prepared) Run(ctx context.Context) protocol.ToolResult {
 		return failure(protocol.ToolErrTimeout, fmt.Sprintf("call abandoned before the tool started (%v)", context.Cause(ctx)), "")
 	}
 	r, t := c.r, c.t
-	p, err := r.start(c.path, t, c.env, c.dir)
+	p, err := r.start(c)
 	if err != nil {
 		return failure(protocol.ToolErrStart, "cannot start tool: "+err.Error(), "")
 	}
@@ -240,13 +274,13 @@ func (r *Runner) Check(t *Tool) error {
 	if err != nil {
 		return fmt.Errorf("tool %s: sandbox: %w", t.Name, err)
 	}
-	if hs.uid >= 0 {
+	if uid, gid := hs.checkUser(); uid >= 0 {
 		lookup := r.LookupEnv
 		if lookup == nil {
 			lookup = os.LookupEnv
 		}
-		path := reachablePATH(envValue(scrubbedEnv(lookup, t.Env), "PATH"), hs.uid, hs.gid)
-		_, err = lookPathAs(t.Argv, path, hs.uid, hs.gid)
+		path := reachablePATH(envValue(scrubbedEnv(lookup, t.Env), "PATH"), uid, gid)
+		_, err = lookPathAs(t.Argv, path, uid, gid)
 	} else {
 		_, err = lookPath(t.Argv[0])
 	}
@@ -271,7 +305,8 @@ type proc struct {
 	reads  sync.WaitGroup
 }
 
-func (r *Runner) start(path string, t *Tool, env []string, dir string) (*proc, error) {
+func (r *Runner) start(c *Prepared) (*proc, error) {
+	t := c.t
 	// Plain pipes (not io.Writers) so Wait returns when the process exits even if a grandchild
 	// still holds stdout; reading is ours and is ended by killing the group.
 	inR, inW, err := os.Pipe()
@@ -289,11 +324,12 @@ func (r *Runner) start(path string, t *Tool, env []string, dir string) (*proc, e
 		return nil, err
 	}
 	newCmd := func() *exec.Cmd {
-		return &exec.Cmd{Path: path, Args: append([]string(nil), t.Argv...), Dir: dir, Env: env, Stdin: inR, Stdout: outW, Stderr: errW}
+		return &exec.Cmd{Path: c.path, Args: append([]string(nil), t.Argv...), Dir: c.dir, Env: c.env, Stdin: inR, Stdout: outW, Stderr: errW}
 	}
 	cmd := newCmd()
-	// Its own process group, parent-death signal, uid, limits and cgroup: see confine.
-	conf, err := r.confine(cmd, t, false)
+	// Its own process group, parent-death signal, uid, namespaces, cgroup, limits, Landlock
+	// domain and seccomp filter: see confine.
+	conf, err := r.confine(cmd, c, false)
 	if err == nil {
 		err = conf.startTool(cmd)
 	}
@@ -303,7 +339,7 @@ func (r *Runner) start(path string, t *Tool, env []string, dir string) (*proc, e
 		// read): this call starts through the trampoline.
 		conf.release()
 		cmd = newCmd()
-		if conf, err = r.confine(cmd, t, true); err == nil {
+		if conf, err = r.confine(cmd, c, true); err == nil {
 			err = conf.startTool(cmd)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
@@ -60,7 +61,7 @@ func TestCannotStart(t *testing.T) {
 }
 
 func TestTimeoutKillsTheWholeProcessGroup(t *testing.T) {
-	pidfile := filepath.Join(openTempDir(t), "grandchild.pid")
+	pidfile := filepath.Join(devtest.SharedDir(t), "grandchild.pid")
 	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
 	tl := fixture(t, "sleeper")
 	tl.TimeoutS = 2 // room for a slow start; the tool would otherwise run 300s
@@ -70,7 +71,7 @@ func TestTimeoutKillsTheWholeProcessGroup(t *testing.T) {
 }
 
 func TestBackgroundProcessesDoNotOutliveTheCall(t *testing.T) {
-	pidfile := filepath.Join(openTempDir(t), "straggler.pid")
+	pidfile := filepath.Join(devtest.SharedDir(t), "straggler.pid")
 	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
 	res := run(t, fixture(t, "straggler"), `{}`)
 	if !res.OK || string(res.Result) != `"done"` {
@@ -147,20 +148,31 @@ func TestResultShapes(t *testing.T) {
 
 func TestArgumentsArriveOnStdinAndToolRunsInAScratchFolder(t *testing.T) {
 	tl := fixture(t, "stdincopy")
-	res := run(t, tl, `{"n": 7}`)
+	var r tools.Runner
+	p := r.Prepare(context.Background(), tl, json.RawMessage(`{"n": 7}`))
+	scratch := p.ScratchDir()
+	res := p.Run(context.Background())
+	p.Close()
 	var got struct {
-		Args map[string]int `json:"args"`
-		Cwd  string         `json:"cwd"`
-		Home string         `json:"home"`
+		Args   map[string]int `json:"args"`
+		Cwd    string         `json:"cwd"`
+		Home   string         `json:"home"`
+		TmpDir string         `json:"tmpdir"`
 	}
 	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
 		t.Fatalf("got %+v", res)
 	}
-	if got.Args["n"] != 7 || got.Cwd == tl.Dir || !strings.Contains(filepath.Base(got.Cwd), "skein-tool-stdincopy-") || got.Home != got.Cwd {
-		t.Errorf("got args %v in %s (HOME %s), want n=7 in a per-call scratch folder that is also HOME", got.Args, got.Cwd, got.Home)
+	// Where the call has its own /tmp, its scratch folder is that /tmp; elsewhere the tool sees
+	// it where the host made it.
+	want := scratch
+	if privateTmp(t) {
+		want = "/tmp"
 	}
-	if ents, err := os.ReadDir(got.Cwd); err == nil && len(ents) > 0 {
-		t.Errorf("scratch folder %s outlived the call with %d entries", got.Cwd, len(ents))
+	if got.Args["n"] != 7 || !strings.Contains(filepath.Base(scratch), "skein-tool-stdincopy-") || got.Cwd != want || got.Home != want || got.TmpDir != want {
+		t.Errorf("got args %v in %s (HOME %s, TMPDIR %s), want n=7 in the per-call scratch folder %s, also HOME and TMPDIR", got.Args, got.Cwd, got.Home, got.TmpDir, want)
+	}
+	if ents, err := os.ReadDir(scratch); err == nil && len(ents) > 0 {
+		t.Errorf("scratch folder %s outlived the call with %d entries", scratch, len(ents))
 	}
 	// A manifest may ask for its own folder and the host's HOME.
 	tl.Sandbox = &tools.ManifestSandbox{Workdir: "tool", Home: "host"}
@@ -209,7 +221,7 @@ func TestEnvironmentIsScrubbed(t *testing.T) {
 }
 
 func TestCancelledContextKillsTheTool(t *testing.T) {
-	pidfile := filepath.Join(openTempDir(t), "grandchild.pid")
+	pidfile := filepath.Join(devtest.SharedDir(t), "grandchild.pid")
 	t.Setenv("SKEIN_TEST_PIDFILE", pidfile)
 	tl := fixture(t, "sleeper")
 	tl.TimeoutS = 600
@@ -229,22 +241,22 @@ func TestAPreparedCallKeepsItsScratchFolderUntilClosedAndRunsOnce(t *testing.T) 
 	tl := fixture(t, "stdincopy")
 	var r tools.Runner
 	p := r.Prepare(context.Background(), tl, json.RawMessage(`{"n": 3}`))
+	scratch := p.ScratchDir()
 	res := p.Run(context.Background())
 	var got struct {
 		Args map[string]int `json:"args"`
-		Cwd  string         `json:"cwd"`
 	}
 	if !res.OK || json.Unmarshal(res.Result, &got) != nil || got.Args["n"] != 3 {
 		t.Fatalf("got %+v", res)
 	}
 	// The host answers first and cleans up after: the folder is still there until Close.
-	if _, err := os.Stat(got.Cwd); err != nil {
+	if _, err := os.Stat(scratch); err != nil {
 		t.Errorf("scratch folder gone before Close: %v", err)
 	}
 	wantFail(t, p.Run(context.Background()), protocol.ToolErrStart, "already ran")
 	p.Close()
-	if ents, err := os.ReadDir(got.Cwd); err == nil && len(ents) > 0 {
-		t.Errorf("scratch folder %s outlived Close with %d entries", got.Cwd, len(ents))
+	if ents, err := os.ReadDir(scratch); err == nil && len(ents) > 0 {
+		t.Errorf("scratch folder %s outlived Close with %d entries", scratch, len(ents))
 	}
 
 	// A call prepared and never run (its id was found already recorded) leaves nothing behind
@@ -274,21 +286,17 @@ func TestAPreparedCallKeepsItsScratchFolderUntilClosedAndRunsOnce(t *testing.T) 
 // at once.
 func TestEmptyScratchFoldersAreReusedAndOthersAreNot(t *testing.T) {
 	tl := fixture(t, "stdincopy")
-	r := tools.Runner{Sandbox: tools.Sandbox{ScratchDir: openTempDir(t)}}
+	r := tools.Runner{Sandbox: tools.Sandbox{ScratchDir: devtest.SharedDir(t)}}
 	base := ""
 	call := func() string {
 		t.Helper()
 		p := r.Prepare(context.Background(), tl, json.RawMessage(`{"n": 1}`))
 		defer p.Close()
-		res := p.Run(context.Background())
-		var got struct {
-			Cwd string `json:"cwd"`
-		}
-		if !res.OK || json.Unmarshal(res.Result, &got) != nil {
+		if res := p.Run(context.Background()); !res.OK {
 			t.Fatalf("got %+v", res)
 		}
-		base = filepath.Dir(got.Cwd)
-		return got.Cwd
+		base = filepath.Dir(p.ScratchDir())
+		return p.ScratchDir()
 	}
 	folders := func() int {
 		t.Helper()
@@ -362,7 +370,7 @@ func TestEmptyScratchFoldersAreReusedAndOthersAreNot(t *testing.T) {
 // A host killed during a call cannot remove the call's scratch folder: the next host to use
 // the same parent folder removes what hosts that no longer run left there, and only that.
 func TestScratchFoldersOfHostsThatDiedAreRemoved(t *testing.T) {
-	parent := openTempDir(t)
+	parent := devtest.SharedDir(t)
 	gone := exec.Command("true")
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
@@ -382,16 +390,16 @@ func TestScratchFoldersOfHostsThatDiedAreRemoved(t *testing.T) {
 	_ = os.Chmod(filepath.Join(stale, "ro"), 0o500) // a tool may leave folders read-only
 
 	r := tools.Runner{Sandbox: tools.Sandbox{ScratchDir: parent}}
-	res := r.Run(context.Background(), fixture(t, "stdincopy"), json.RawMessage(`{"n": 1}`))
-	var got struct {
-		Cwd string `json:"cwd"`
-	}
-	if !res.OK || json.Unmarshal(res.Result, &got) != nil {
+	p := r.Prepare(context.Background(), fixture(t, "stdincopy"), json.RawMessage(`{"n": 1}`))
+	scratch := p.ScratchDir()
+	res := p.Run(context.Background())
+	p.Close()
+	if !res.OK {
 		t.Fatalf("got %+v", res)
 	}
 	own := filepath.Join(parent, tools.ScratchBaseName(os.Getpid()))
-	if filepath.Dir(got.Cwd) != own {
-		t.Errorf("the call ran in %s, want a folder under this host's %s", got.Cwd, own)
+	if filepath.Dir(scratch) != own {
+		t.Errorf("the call ran in %s, want a folder under this host's %s", scratch, own)
 	}
 	if _, err := os.Stat(filepath.Dir(stale)); !os.IsNotExist(err) {
 		t.Errorf("the scratch folders of a host that died are still there (stat: %v)", err)

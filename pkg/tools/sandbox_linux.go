@@ -25,10 +25,12 @@ import (
 )
 
 // Where the traced start is not possible (see releaseTraced), a tool starts as a fresh copy of
-// this binary (the trampoline, package internal/trampoline): the kernel has already given it the
-// tool's uid, process group, cgroup and parent-death signal; the trampoline sets the resource
-// limits on itself and execs the tool. Limits set either way hold from the tool's first
-// instruction, whereas prlimit on a running child races with the child's first fork.
+// this binary or the small skein-tool-sandbox program (the trampoline, package
+// internal/trampoline): the kernel has already given it the tool's uid, process group, cgroup,
+// namespaces and parent-death signal; the trampoline runs the prologue on itself and execs the
+// tool. Set either way, everything holds from the tool's first instruction, whereas prlimit on a
+// running child races with the child's first fork, and no_new_privs, a Landlock domain and a
+// seccomp filter can only be taken on by a process itself.
 const trampolineArg0 = trampoline.Arg0
 
 // rlimit is one resource limit of a call, with the kernel's resource number.
@@ -50,55 +52,39 @@ func callRlimits(l Limits, nprocBase int) []rlimit {
 	}
 }
 
-// trampolineSpec encodes limits for the trampoline's command line.
-func trampolineSpec(ls []rlimit) string {
-	parts := make([]string, len(ls))
-	for i, l := range ls {
-		parts[i] = fmt.Sprintf("%d:%d:%d", l.res, l.cur, l.max)
-	}
-	return strings.Join(parts, ",")
-}
-
 // A tool started "traced" is exec'd directly (no trampoline) with PTRACE_TRACEME: the kernel
-// stops it right after the exec, before its first instruction, and tells the host, which sets
-// the call's limits on it (prlimit) and detaches. The limits hold from the tool's first
-// instruction as with the trampoline, and the start costs one exec instead of two (the
-// trampoline's exec is a Go runtime start of the whole host binary). Where ptrace is not
-// allowed (seccomp, Yama ptrace_scope 3) the probe at start fails and the trampoline is used.
+// stops it right after the exec, before its first instruction, and tells the host, which has it
+// run its prologue on itself (setupInside) and detaches. The start costs one exec instead of two
+// (the trampoline's exec is a Go runtime's start). The seccomp filter, which denies ptrace, is
+// the prologue's last call: it binds the tool, not its tracer, and the host's tracing began
+// before it (PTRACE_TRACEME, in the child before the exec). Where ptrace is not allowed (a
+// seccomp filter on the host, Yama ptrace_scope 3) or on other architectures than amd64, the
+// probe at start fails and the trampoline is used.
 
-// releaseTraced sets limits on pid, which is stopped at its exec as the tracee of the calling
-// thread, and lets it run. inside: the tracee sets them on itself (setLimitsInside), for hosts
-// that may not set them from outside.
-func releaseTraced(pid int, limits []rlimit, inside bool) error {
+// releaseTraced runs the prologue in pid, which is stopped at its exec as the tracee of the
+// calling thread, and lets it run.
+func releaseTraced(pid int, p prologue) error {
 	if err := waitStopped(pid); err != nil {
 		return fmt.Errorf("wait for the tool to stop at its exec: %w", err)
 	}
-	if inside {
-		if failInside {
-			return &insideError{errors.New("failInside is set")}
-		}
-		if err := setLimitsInside(pid, limits); err != nil {
-			return err
-		}
-	} else {
-		for _, l := range limits {
-			if err := unix.Prlimit(pid, l.res, &unix.Rlimit{Cur: l.cur, Max: l.max}, nil); err != nil {
-				return fmt.Errorf("set resource limit %d: %w", l.res, err)
-			}
-		}
+	if failInside {
+		return &insideError{errors.New("failInside is set")}
+	}
+	if err := setupInside(pid, p.selfCalls()); err != nil {
+		return err
 	}
 	if err := syscall.PtraceDetach(pid); err != nil {
-		return fmt.Errorf("release the tool after setting its limits: %w", err)
+		return fmt.Errorf("release the tool after its prologue: %w", err)
 	}
 	return nil
 }
 
-// insideError is a tool that could not set its own limits (setLimitsInside): that call starts
+// insideError is a tool that could not run its own prologue (setupInside): that call starts
 // through the trampoline instead.
 type insideError struct{ err error }
 
 func (e *insideError) Error() string {
-	return "the tool could not set its own limits: " + e.err.Error()
+	return "the tool could not set itself up at its exec: " + e.err.Error()
 }
 func (e *insideError) Unwrap() error { return e.err }
 
@@ -127,52 +113,42 @@ func waitStop(pid int) (syscall.WaitStatus, error) {
 	return ws, nil
 }
 
-// probeTraced reports whether a process of the tools' user can be started traced, given its
-// limits and released (nil), by starting the trampoline's probe that way. Setting limits on a
-// process of another user needs CAP_SYS_RESOURCE, which containers often drop; there the probe
-// tries again with the tool setting them on itself (inside). Where ptrace is not allowed, tools
-// start through the trampoline.
-func probeTraced(cred *syscall.Credential) (inside bool, err error) {
-	probe := func(inside bool) error {
-		cmd := exec.Command("/proc/self/exe")
-		cmd.Args = []string{trampolineArg0 + "-probe"}
-		cmd.Env = []string{}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Setpgid: true, Credential: cred}
-		lim := callRlimits(DefaultLimits, 0)
-		if err := startLocked(cmd, func(pid int) error { return releaseTraced(pid, lim, inside) }); err != nil {
-			return err
-		}
-		if err := cmd.Wait(); err != nil {
-			return fmt.Errorf("probe: %w", err)
-		}
-		return nil
+// probeTraced reports whether a process of the tools' user can be started traced, run the
+// prologue and be released (nil), by starting the trampoline's probe that way.
+func probeTraced(cred *syscall.Credential, p prologue, extra []*os.File) error {
+	if !canSetupInside {
+		return fmt.Errorf("a tool sets itself up at its exec on amd64 only, not %s", runtime.GOARCH)
 	}
-	if !forceInside {
-		err = probe(false)
-		if err == nil || !errors.Is(err, syscall.EPERM) || !canSetLimitsInside {
-			return false, err
-		}
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{trampolineArg0 + "-probe"}
+	cmd.Env = []string{}
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Setpgid: true, Credential: cred}
+	if err := startLocked(cmd, func(pid int) error { return releaseTraced(pid, p) }); err != nil {
+		return err
 	}
-	if ierr := probe(true); ierr != nil {
-		if err == nil {
-			return false, ierr
-		}
-		return false, fmt.Errorf("%w; and with the tool setting them itself: %v", err, ierr)
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("probe: %w", err)
 	}
-	return true, nil
+	return nil
 }
 
-// forceInside makes tools set their own limits even where the host could, and failInside makes
-// that fail: tests use them to run those paths on any host.
-var forceInside, failInside = false, false
+// noLandlock makes new hosts do without Landlock, as on a kernel without it: tests use it to
+// show what Landlock stops.
+var noLandlock = false
 
-// findTrampoline picks the program calls start through when the host cannot set their limits:
-// the one configured (it must work), else skein-tool-sandbox next to the host's binary where it
+// failInside makes every tool's attempt to set itself up at its exec fail after the probe, as
+// for a program the host cannot step: tests use it to run that path on any host.
+var failInside = false
+
+// findTrampoline picks the program calls start through when they are not started traced: the
+// one configured (it must work), else skein-tool-sandbox next to the host's binary where it
 // works, else a copy of the host binary, which always does but costs a couple of milliseconds
-// more per call (a large Go program's start). It says which in words for the startup line.
-func findTrampoline(configured string, cred *syscall.Credential) (path, which string, err error) {
+// more per call (a large Go program's start). It says which in words for the startup line. A
+// program in a folder calls see replaced by their own (privateTmp) cannot serve.
+func findTrampoline(configured string, cred *syscall.Credential, p prologue, extra []*os.File, privateTmp bool) (path, which string, err error) {
 	if configured != "" {
-		if err := probeTrampoline(configured, cred); err != nil {
+		if err := probeTrampoline(configured, cred, p, extra, privateTmp); err != nil {
 			return "", "", fmt.Errorf("tools.sandbox.trampoline %s: %w", configured, err)
 		}
 		return configured, configured, nil
@@ -186,17 +162,22 @@ func findTrampoline(configured string, cred *syscall.Credential) (path, which st
 	if _, err := os.Stat(near); err != nil {
 		return "/proc/self/exe", self + " (install " + trampolineArg0 + " next to it for faster starts)", nil
 	}
-	if err := probeTrampoline(near, cred); err != nil {
+	if err := probeTrampoline(near, cred, p, extra, privateTmp); err != nil {
 		return "/proc/self/exe", fmt.Sprintf("%s (%s next to it does not work: %v)", self, trampolineArg0, err), nil
 	}
 	return near, near, nil
 }
 
-// probeTrampoline starts path as the trampoline's probe, as the tools' user.
-func probeTrampoline(path string, cred *syscall.Credential) error {
+// probeTrampoline starts path as the tools' user with the prologue of a call, to exec the
+// trampoline's probe.
+func probeTrampoline(path string, cred *syscall.Credential, p prologue, extra []*os.File, privateTmp bool) error {
+	if hidden, ok := hiddenByPrivateTmp(path); ok && privateTmp {
+		return fmt.Errorf("%s is in a folder each call gets its own of (%s), so calls cannot see it", hidden, strings.Join(privateDirs, ", "))
+	}
 	cmd := exec.Command(path)
-	cmd.Args = []string{trampolineArg0 + "-probe"}
+	cmd.Args = []string{trampolineArg0, p.spec(), "/proc/self/exe", trampolineArg0 + "-probe"}
 	cmd.Env = []string{}
+	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("probe: %w %s", err, bytes.TrimSpace(out))
@@ -206,17 +187,25 @@ func probeTrampoline(path string, cred *syscall.Credential) error {
 
 // hostSandbox is what a Runner decided once about confining its tools.
 type hostSandbox struct {
-	uid, gid int // the tools' ids; -1 when they run as the host's user
+	// uid and gid: the one user every call runs as, -1 for the host's own; with pool, each call
+	// takes a uid of its own from it instead.
+	uid, gid int
 	cred     *syscall.Credential
+	pool     *uidPool
 	who      string
 	cg       *cgroupBase // nil: the subreaper fallback
-	// traced: tools are exec'd directly and get their limits while stopped at the exec (see
-	// releaseTraced); else through the trampoline. inside: the tool sets them on itself.
-	traced, inside bool
+	// traced: tools are exec'd directly and run their prologue while stopped at the exec (see
+	// releaseTraced); else they start through the trampoline.
+	traced bool
 	// trampoline is the program a call starts through when not traced, or when its program
-	// could not set its own limits (see insideError).
+	// could not run its prologue (see insideError).
 	trampoline string
+	landlock   *landlockRuleset // nil: no Landlock domain per call
+	seccomp    bool             // calls get the seccomp filter
+	privateTmp bool             // calls get their own /tmp, /var/tmp, /dev/shm and IPC namespace
 	info       string
+	// gaps are the mechanisms this host lacks, each with what that leaves open.
+	gaps []string
 }
 
 func (r *Runner) hostSandbox() (*hostSandbox, error) {
@@ -230,10 +219,19 @@ func newHostSandbox(s Sandbox) (*hostSandbox, error) {
 	if runAs == "" || runAs == "auto" {
 		runAs = "current"
 		if os.Geteuid() == 0 {
-			runAs = "nobody"
+			runAs = ""
 		}
 	}
-	if runAs != "current" {
+	switch runAs {
+	case "":
+		pool, err := newUIDPool(s.UIDs)
+		if err != nil {
+			return nil, fmt.Errorf("tools.sandbox.uids: %w", err)
+		}
+		hs.pool = pool
+		hs.who = fmt.Sprintf("a uid of their own per call (of %d-%d)", pool.first, pool.first+pool.count-1)
+	case "current":
+	default:
 		uid, gid, err := lookupUser(runAs)
 		if err != nil {
 			return nil, fmt.Errorf("tools.sandbox.run_as %q: %w", runAs, err)
@@ -247,6 +245,7 @@ func newHostSandbox(s Sandbox) (*hostSandbox, error) {
 			hs.who = fmt.Sprintf("%s (uid %d)", runAs, uid)
 		}
 	}
+	shared := hs.pool == nil // every call runs as the same uid
 	var why string
 	switch s.Cgroup {
 	case "", "auto":
@@ -256,46 +255,210 @@ func newHostSandbox(s Sandbox) (*hostSandbox, error) {
 	default:
 		return nil, fmt.Errorf("tools.sandbox.cgroup must be auto or off, got %q", s.Cgroup)
 	}
-	var start string
+	gap := func(format string, a ...any) { hs.gaps = append(hs.gaps, fmt.Sprintf(format, a...)) }
+	if shared {
+		gap("calls share one uid (%s; a uid per call needs a root host and tools.sandbox.run_as: auto): they may read each other's files, and without Landlock trace and signal each other", hs.who)
+	}
+
+	if err := seccompSupported(); err != nil {
+		gap("no seccomp filter (%v): tools may make the ptrace, mount, module, keyring and namespace system calls their uid is allowed", err)
+	} else if !canSetupInside && !trampoline.HasSeccomp {
+		gap("no seccomp filter (the trampoline does not know seccomp's system call number on %s): tools may make the ptrace, mount, module, keyring and namespace system calls their uid is allowed", runtime.GOARCH)
+	} else if _, err := filterFor(0); err != nil {
+		return nil, err
+	} else {
+		hs.seccomp = true
+	}
+	ll, err := newLandlockRuleset()
+	if noLandlock {
+		ll, err = nil, errors.New("turned off for a test")
+	}
+	if err != nil {
+		if shared {
+			gap("no Landlock domain per call (%v): calls of the shared uid can trace, read the /proc files of and signal each other", err)
+		}
+	} else {
+		hs.landlock = ll
+		if shared && !ll.signals() {
+			gap("Landlock ABI %d does not scope signals (ABI 6, Linux 6.12): calls of the shared uid can signal each other", ll.abi)
+		}
+	}
+	if err := probeMountNS(); err != nil {
+		gap("no private /tmp, /var/tmp and /dev/shm per call (%v; a mount namespace needs CAP_SYS_ADMIN): files a call leaves there stay, and other calls may see them (TMPDIR still points at each call's own folder)", err)
+	} else {
+		hs.privateTmp = true
+	}
+	pids := "process limit: RLIMIT_NPROC of the call's own uid"
+	switch {
+	case hs.cg != nil && hs.cg.pids:
+		pids = "process limit: pids.max of the call's cgroup"
+	case shared:
+		reason := why
+		if hs.cg != nil {
+			reason = "the cgroup's pids controller is not delegated to " + hs.cg.dir
+		}
+		gap("no process limit per call (%s): RLIMIT_NPROC counts every process of the shared uid, so a call that forks many leaves the others fewer", reason)
+		pids = "process limit: RLIMIT_NPROC over what the uid runs"
+	}
+
+	// The probes run as a tool would, with a call's prologue.
+	cred := hs.cred
+	if hs.pool != nil {
+		uid, err := hs.pool.take()
+		if err != nil {
+			return nil, fmt.Errorf("tools.sandbox.uids: %w", err)
+		}
+		defer hs.pool.put(uid)
+		cred = poolCred(uid)
+	}
+	p, err := hs.prologue(callRlimits(DefaultLimits, 0), 0)
+	if err != nil {
+		return nil, err
+	}
+	var start, which string
 	switch s.Start {
 	case "", "auto":
-		if inside, err := probeTraced(hs.cred); err != nil {
+		if err := probeTraced(cred, p, hs.extraFiles()); err != nil {
 			start = fmt.Sprintf("a traced start failed: %v", err)
 		} else {
-			hs.traced, hs.inside = true, inside
-			start = "limits set at exec under ptrace"
-			if inside {
-				start += ", by the tool on itself (the host may not set another user's limits: no CAP_SYS_RESOURCE)"
-			}
+			hs.traced = true
+			start = "set up by the tool on itself at its exec, under ptrace"
 		}
 	case "trampoline":
 		start = "tools.sandbox.start"
 	default:
 		return nil, fmt.Errorf("tools.sandbox.start must be auto or trampoline, got %q", s.Start)
 	}
-	// A traced start needs the trampoline too, for a program the tool cannot step when it sets
-	// its own limits.
-	trampoline, which, err := findTrampoline(s.Trampoline, hs.cred)
+	// A traced start needs the trampoline too, for a program that cannot run its prologue at
+	// its exec (a 32-bit one).
+	hs.trampoline, which, err = findTrampoline(s.Trampoline, cred, p, hs.extraFiles(), hs.privateTmp)
 	if err != nil {
 		return nil, err
 	}
-	hs.trampoline = trampoline
 	if !hs.traced {
-		start = fmt.Sprintf("limits set by a trampoline exec, %s (%s)", which, start)
+		start = fmt.Sprintf("set up by a trampoline exec, %s (%s)", which, start)
 	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "tools run as %s; ", hs.who)
 	if hs.cg == nil {
 		if err := enableSubreaper(); err != nil {
 			return nil, fmt.Errorf("no way to kill a tool's whole process tree: no cgroup v2 (%s) and %w", why, err)
 		}
-		hs.info = fmt.Sprintf("tools run as %s; process tree killed by child subreaper (%s)", hs.who, why)
+		fmt.Fprintf(&b, "process tree killed by child subreaper (%s)", why)
 	} else {
-		hs.info = fmt.Sprintf("tools run as %s; process tree killed by cgroup v2 %s", hs.who, hs.cg.dir)
-		if hs.cg.pids {
-			hs.info += " (pids.max per call)"
+		fmt.Fprintf(&b, "process tree killed by cgroup v2 %s", hs.cg.dir)
+	}
+	fmt.Fprintf(&b, "; %s; limits, no_new_privs", pids)
+	if hs.landlock != nil {
+		fmt.Fprintf(&b, ", Landlock (ABI %d)", hs.landlock.abi)
+	}
+	if hs.seccomp {
+		b.WriteString(", seccomp")
+	}
+	fmt.Fprintf(&b, " %s", start)
+	if hs.privateTmp {
+		b.WriteString("; own /tmp, /var/tmp, /dev/shm and IPC namespace per call")
+	}
+	hs.info = b.String()
+	return hs, nil
+}
+
+// prologue is a call's prologue with these limits and seccomp groups allowed.
+func (hs *hostSandbox) prologue(limits []rlimit, allow uint32) (prologue, error) {
+	p := prologue{limits: limits, landlock: -1}
+	if hs.landlock != nil {
+		p.landlock = landlockFD
+	}
+	if hs.seccomp {
+		f, err := filterFor(allow)
+		if err != nil {
+			return p, err
+		}
+		p.filter = f
+	}
+	return p, nil
+}
+
+// extraFiles are the files a tool's process starts with after stdin, stdout and stderr, for its
+// prologue (the first is landlockFD).
+func (hs *hostSandbox) extraFiles() []*os.File {
+	if hs.landlock == nil {
+		return nil
+	}
+	return []*os.File{hs.landlock.file}
+}
+
+func poolCred(uid int) *syscall.Credential {
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
+}
+
+// takeUser is the user a call runs as: a uid of its own from the pool, or the host's one.
+func (hs *hostSandbox) takeUser() (callUser, error) {
+	if hs.pool == nil {
+		return callUser{uid: hs.uid, gid: hs.gid}, nil
+	}
+	uid, err := hs.pool.take()
+	if err != nil {
+		return callUser{}, fmt.Errorf("no uid for the call: %w", err)
+	}
+	return callUser{uid: uid, gid: uid, pooled: true}, nil
+}
+
+// putUser gives back a call's uid once its processes are gone (clean), or keeps it from every
+// later call when some may be left (a cgroup that did not empty): the pool has plenty.
+func (hs *hostSandbox) putUser(u callUser, clean bool) {
+	if u.pooled && clean {
+		hs.pool.put(u.uid)
+	}
+}
+
+// checkUser is the user whose access to a tool's files decides whether it can start: a pool's
+// uids own no file, so its first stands for all of them.
+func (hs *hostSandbox) checkUser() (uid, gid int) {
+	if hs.pool != nil {
+		return hs.pool.first, hs.pool.first
+	}
+	return hs.uid, hs.gid
+}
+
+// callTmp says whether a call of t, whose program is program, gets its own /tmp: not where the
+// host cannot give it, the manifest says tmp: host, or the tool lives in a folder the call would
+// see replaced (see HostTmpReason).
+func (hs *hostSandbox) callTmp(t *Tool, program string) bool {
+	if !hs.privateTmp || (t.Sandbox != nil && t.Sandbox.Tmp == "host") {
+		return false
+	}
+	_, hidden := livesInPrivateDirs(t, program)
+	return !hidden
+}
+
+// livesInPrivateDirs reports the program, script or manifest folder of t that lies in a folder
+// a call with its own /tmp sees replaced.
+func livesInPrivateDirs(t *Tool, program string) (string, bool) {
+	paths := append([]string{program, t.Dir}, t.Argv...)
+	for _, p := range paths {
+		if filepath.IsAbs(p) {
+			if p, hidden := hiddenByPrivateTmp(p); hidden {
+				return p, true
+			}
 		}
 	}
-	hs.info += "; " + start
-	return hs, nil
+	return "", false
+}
+
+// HostTmpReason says why calls of t keep the host's /tmp, /var/tmp and /dev/shm where this host
+// gives calls their own ("": they get their own, or the host gives none): its program, a script
+// or its manifest's folder lies in one of them, where the call would not see it. A host logs it
+// at start.
+func (r *Runner) HostTmpReason(t *Tool) string {
+	hs, err := r.hostSandbox()
+	if err != nil || !hs.privateTmp || (t.Sandbox != nil && t.Sandbox.Tmp == "host") {
+		return ""
+	}
+	if p, hidden := livesInPrivateDirs(t, t.Argv[0]); hidden {
+		return fmt.Sprintf("%s is in %s, which each call gets its own of: calls of this tool keep the host's (move it elsewhere to give them their own)", p, strings.Join(privateDirs, ", "))
+	}
+	return ""
 }
 
 func lookupUser(name string) (uid, gid int, err error) {
@@ -324,40 +487,69 @@ func (r *Runner) SandboxInfo() (string, error) {
 	return hs.info, nil
 }
 
-// confine sets up cmd (the tool) with everything the kernel applies at fork: own process group,
-// parent-death signal, uid, cgroup; and its limits: set at the exec stop (traced) or by the
-// trampoline, which cmd then starts.
-func (r *Runner) confine(cmd *exec.Cmd, t *Tool, viaTrampoline bool) (*callConf, error) {
+// SandboxGaps are the confinements this host cannot give its tools, one line each with what
+// that leaves open, for a host to log at start.
+func (r *Runner) SandboxGaps() []string {
+	hs, err := r.hostSandbox()
+	if err != nil {
+		return nil
+	}
+	return hs.gaps
+}
+
+// confine sets up cmd (the tool of call c) with everything the kernel applies at fork: own
+// process group, parent-death signal, uid, cgroup, IPC namespace; and its prologue: run at the
+// exec stop (traced) or by the trampoline, which cmd then starts.
+func (r *Runner) confine(cmd *exec.Cmd, c *Prepared, viaTrampoline bool) (*callConf, error) {
 	hs, err := r.hostSandbox()
 	if err != nil {
 		return nil, err
 	}
+	t := c.t
 	lim := DefaultLimits.over(r.Sandbox.Limits)
 	if t.Sandbox != nil {
 		lim = lim.over(t.Sandbox.Limits)
 	}
-	cc := &callConf{hs: hs, id: newCallID()}
-	uid := hs.uid
+	cc := &callConf{hs: hs, id: newCallID(), poolUID: -1}
+	uid := c.user.uid
 	if uid < 0 {
 		uid = os.Getuid()
 	}
 	// RLIMIT_NPROC counts every task of the uid on the machine, so "processes" is what the call
-	// may add to what that user already runs.
+	// may add to what that user already runs: nothing, for a uid of the call's own.
 	base := 0
-	if uid != 0 {
+	if c.user.pooled {
+		cc.poolUID = uid
+	} else if uid != 0 {
 		base = tasksOf(uid)
 	}
-	limits := callRlimits(lim, base)
-	attr := &syscall.SysProcAttr{
-		Setpgid:    true,
-		Pdeathsig:  syscall.SIGKILL,
-		Credential: hs.cred,
+	p, err := hs.prologue(callRlimits(lim, base), c.allow)
+	if err != nil {
+		return nil, err
 	}
+	attr := &syscall.SysProcAttr{
+		Setpgid:   true,
+		Pdeathsig: syscall.SIGKILL,
+	}
+	switch {
+	case c.user.pooled:
+		attr.Credential = poolCred(uid)
+	case c.user.uid >= 0:
+		attr.Credential = hs.cred
+	}
+	if c.privateTmp {
+		attr.Cloneflags = syscall.CLONE_NEWIPC
+		if c.ns == nil {
+			c.ns = newCallNS(c.scratch, lim.ShmMB)
+		}
+		cc.ns = c.ns
+	}
+	cmd.ExtraFiles = hs.extraFiles()
 	if hs.traced && !viaTrampoline {
 		attr.Ptrace = true
-		cc.limits = limits
+		cc.prologue = &p
 	} else {
-		cmd.Args = append([]string{trampolineArg0, trampolineSpec(limits), cmd.Path}, cmd.Args...)
+		cmd.Args = append([]string{trampolineArg0, p.spec(), cmd.Path}, cmd.Args...)
 		cmd.Path = hs.trampoline
 	}
 	cmd.Env = setEnv(cmd.Env, SandboxEnvVar, cc.id)
@@ -375,21 +567,26 @@ func (r *Runner) confine(cmd *exec.Cmd, t *Tool, viaTrampoline bool) (*callConf,
 
 // callConf is one call's confinement.
 type callConf struct {
-	hs     *hostSandbox
-	id     string
-	cg     *callCgroup
-	root   int
-	limits []rlimit // set by the host at the exec stop (traced start); nil with the trampoline
+	hs       *hostSandbox
+	id       string
+	cg       *callCgroup
+	ns       *callNS // the call's (owned by its Prepared); nil: it shares the host's
+	root     int
+	poolUID  int       // the call's own uid, or -1
+	prologue *prologue // run at the exec stop (traced start); nil with the trampoline
+	// lingering: some of the call's processes may outlive it (its cgroup did not empty).
+	lingering bool
 }
 
 // startTool starts cmd as confine set it up.
 func (c *callConf) startTool(cmd *exec.Cmd) error {
-	if c.limits == nil {
-		return startLocked(cmd, nil)
+	if c.prologue == nil {
+		return startIn(cmd, c.ns, nil)
 	}
-	err := startLocked(cmd, func(pid int) error { return releaseTraced(pid, c.limits, c.hs.inside) })
-	if err != nil && c.hs.uid >= 0 && (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)) {
-		err = fmt.Errorf("%w (the tool runs as uid %d: its program, interpreter and their folders must be readable by that user; see tools.sandbox.run_as)", err, c.hs.uid)
+	p := *c.prologue
+	err := startIn(cmd, c.ns, func(pid int) error { return releaseTraced(pid, p) })
+	if err != nil && cmd.SysProcAttr.Credential != nil && (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)) {
+		err = fmt.Errorf("%w (the tool runs as uid %d: its program, interpreter and their folders must be readable by that user; see tools.sandbox.run_as)", err, cmd.SysProcAttr.Credential.Uid)
 	}
 	return err
 }
@@ -417,11 +614,11 @@ func (c *callConf) killAll() {
 		return
 	}
 	if c.cg != nil {
-		c.cg.kill()
+		c.lingering = !c.cg.kill()
 		return
 	}
 	liveRoots.Delete(c.root)
-	sweepOrphans(c.id)
+	sweepOrphans(c.id, c.poolUID)
 }
 
 // release frees what the call held (its cgroup).
@@ -431,38 +628,83 @@ func (c *callConf) release() {
 	}
 }
 
-// startLocked runs cmd.Start on one OS thread that never exits: the parent-death signal fires
-// when the thread that forked the child ends, not the process, and Go may end threads. The
-// thread is also the tracer of a traced start: traced, when not nil, runs on it right after the
-// start; when it fails the process is killed and reaped.
-func startLocked(cmd *exec.Cmd, traced func(pid int) error) error {
+// onForker runs f on the one OS thread that starts tools, which never exits: the parent-death
+// signal fires when the thread that forked the child ends, not the process, and Go may end
+// threads. The thread is also the tracer of traced starts, and the one that moves into a call's
+// mount namespace to start its tool there (it has a file system context of its own for that).
+func onForker(f func()) {
 	forkerOnce.Do(func() {
 		forker = make(chan func())
+		ready := make(chan struct{})
 		go func() {
 			runtime.LockOSThread()
+			// A file system context of its own, so that it may enter mount namespaces.
+			_ = unix.Unshare(unix.CLONE_FS)
+			// The way back from calls' mount namespaces (see callNS); without it no call gets
+			// one (probeMountNS fails).
+			if fd, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+				hostMountNS = fd
+			}
+			close(ready)
 			for f := range forker {
 				f()
 			}
 		}()
+		<-ready
 	})
-	done := make(chan error, 1)
-	forker <- func() {
-		err := cmd.Start()
+	done := make(chan struct{})
+	forker <- func() { f(); close(done) }
+	<-done
+}
+
+var (
+	forkerOnce sync.Once
+	forker     chan func()
+	// forkerLost is set when the forker thread could not return to the host's mount namespace:
+	// no tool may start from it then.
+	forkerLost error
+)
+
+// startLocked runs cmd.Start on the forker thread; traced, when not nil, runs on it right after
+// the start; when it fails the process is killed and reaped.
+func startLocked(cmd *exec.Cmd, traced func(pid int) error) error {
+	return startIn(cmd, nil, traced)
+}
+
+// startIn is startLocked with the tool started in its own mount namespace ns (nil: the host's).
+func startIn(cmd *exec.Cmd, ns *callNS, traced func(pid int) error) error {
+	var err error
+	onForker(func() {
+		if err = forkerLost; err != nil {
+			return
+		}
+		entered := false
+		if ns != nil {
+			entered, err = ns.enter()
+		}
+		if err == nil {
+			err = cmd.Start()
+		}
+		if entered {
+			if lerr := leaveCallNS(); lerr != nil {
+				forkerLost = fmt.Errorf("tools cannot start any more: %w", lerr)
+				if err == nil {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+				}
+				err = forkerLost
+				return
+			}
+		}
 		if err == nil && traced != nil {
 			if err = traced(cmd.Process.Pid); err != nil {
 				_ = cmd.Process.Kill()
 				_ = cmd.Wait()
 			}
 		}
-		done <- err
-	}
-	return <-done
+	})
+	return err
 }
-
-var (
-	forkerOnce sync.Once
-	forker     chan func()
-)
 
 // ---- cgroup v2 ----
 
@@ -607,18 +849,19 @@ func (c *callCgroup) closeFD() {
 }
 
 // kill kills every process in the call's cgroup, however it was started, and waits until the
-// cgroup is empty.
-func (c *callCgroup) kill() {
+// cgroup is empty; false if it did not empty within 5 s.
+func (c *callCgroup) kill() bool {
 	c.closeFD()
 	_ = os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0)
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		ev, err := os.ReadFile(filepath.Join(c.dir, "cgroup.events"))
 		if err != nil || bytes.Contains(ev, []byte("populated 0")) {
-			return
+			return true
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return false
 }
 
 func (c *callCgroup) remove() {
@@ -685,6 +928,23 @@ func readProcs() map[int]procInfo {
 		out[pid] = procInfo{pid: pid, ppid: ppid, pgid: pgid, state: f[0][0]}
 	}
 	return out
+}
+
+// uidOf reads a process's real uid (-1 if gone).
+func uidOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 // callIDOf reads the sandbox marker from a process's initial environment ("" if none).
@@ -779,11 +1039,12 @@ func liveTree() processTree {
 }
 
 // sweepOrphans kills the orphans of call id that were reparented to this process, with all
-// their descendants, and reaps them. An orphan belongs to the call when its environment carries
-// the call's id, or the id of a call that has ended; orphans of calls still running are left to
-// them. Rounds repeat until nothing is left, since a killed parent's children are reparented in
-// turn.
-func sweepOrphans(id string) {
+// their descendants, and reaps them. An orphan belongs to the call when it runs as the call's own
+// uid (uid, -1 when calls share one), or when its environment carries the call's id, or the id
+// of a call that has ended; orphans of calls still running are left to them. A process can
+// clear its environment, not change its uid. Rounds repeat until nothing is left, since a killed
+// parent's children are reparented in turn.
+func sweepOrphans(id string, uid int) {
 	sweepMu.Lock()
 	defer sweepMu.Unlock()
 	self, ourPgid := os.Getpid(), syscall.Getpgrp()
@@ -804,9 +1065,11 @@ func sweepOrphans(id string) {
 				zombies = append(zombies, pid)
 				continue
 			}
-			owner := callIDOf(pid)
-			if owner == "" || (owner != id && running[owner]) {
-				continue
+			if uid < 0 || uidOf(pid) != uid {
+				owner := callIDOf(pid)
+				if owner == "" || (owner != id && running[owner]) {
+					continue
+				}
 			}
 			// The orphan and everything below it.
 			orphans = append(orphans, pid)

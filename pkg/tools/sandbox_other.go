@@ -24,9 +24,20 @@ func (r *Runner) SandboxInfo() (string, error) {
 	return hs.info, nil
 }
 
-type callConf struct{}
+// SandboxGaps: none to report beyond SandboxInfo's line.
+func (r *Runner) SandboxGaps() []string { return nil }
 
-func (r *Runner) confine(cmd *exec.Cmd, t *Tool, _ bool) (*callConf, error) {
+func (hs *hostSandbox) checkUser() (uid, gid int)   { return -1, -1 }
+func (hs *hostSandbox) takeUser() (callUser, error) { return callUser{uid: -1, gid: -1}, nil }
+func (hs *hostSandbox) putUser(callUser, bool)      {}
+func (hs *hostSandbox) callTmp(*Tool, string) bool  { return false }
+
+// HostTmpReason: calls keep the host's /tmp outside Linux.
+func (r *Runner) HostTmpReason(*Tool) string { return "" }
+
+type callConf struct{ lingering bool }
+
+func (r *Runner) confine(cmd *exec.Cmd, _ *Prepared, _ bool) (*callConf, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return &callConf{}, nil
 }
@@ -34,6 +45,14 @@ func (r *Runner) confine(cmd *exec.Cmd, t *Tool, _ bool) (*callConf, error) {
 func (c *callConf) started(pid int) {}
 func (c *callConf) killAll()        {}
 func (c *callConf) release()        {}
+
+const privateTmpDir = "/tmp"
+
+// callNS: no mount namespace per call outside Linux.
+type callNS struct{}
+
+func (n *callNS) empty() bool { return true }
+func (n *callNS) release()    {}
 
 func (c *callConf) startTool(cmd *exec.Cmd) error { return cmd.Start() }
 

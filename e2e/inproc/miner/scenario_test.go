@@ -290,7 +290,10 @@ func TestInjectionCorpusEndToEnd(t *testing.T) {
 		}
 		gs, _ := s.session(t, it.agent+"-after", it.agent, task, []string{it.tool}, protocol.OutcomeSuccess, call{it.tool, `{}`, true, ""})
 		strategic, tactical := retrieve.Render(gs)
-		es, err := s.mem.ListAll(ctx, protocol.MemoryListRequest{Agent: it.agent, Status: memory.StatusAny})
+		// Each request has its own deadline: the whole corpus takes minutes on a loaded machine.
+		lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		es, err := s.mem.ListAll(lctx, protocol.MemoryListRequest{Agent: it.agent, Status: memory.StatusAny})
+		lcancel()
 		if err != nil {
 			t.Fatal(err)
 		}

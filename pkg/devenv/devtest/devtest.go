@@ -3,8 +3,11 @@
 package devtest
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
+
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -52,4 +55,25 @@ func CPUTime() time.Duration {
 // ReportCPU reports the CPU time spent since start per iteration of b, in milliseconds.
 func ReportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(CPUTime()-start)/1e6/float64(b.N), "cpu-ms/op")
+}
+
+// SharedDir is a folder a test and the tools it runs can both write: open to every user (tools
+// run as other users when the tests run as root) and outside /tmp, /var/tmp and /dev/shm, which
+// each tool call may have its own of. It is made in the repository's .test-tmp folder and
+// removed after the test.
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	parent := filepath.Join(RepoRoot(t), ".test-tmp")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(parent, "shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }

@@ -21,6 +21,8 @@ const (
 	// with Prefix.
 	Exit   = 127
 	Prefix = "skein-sandbox: "
+	// HasSeccomp: the trampoline can install a seccomp filter on this architecture.
+	HasSeccomp = sysSeccomp != 0
 )
 
 func init() {
@@ -94,29 +96,35 @@ func itoa(n int) string {
 	return string(b[i:])
 }
 
-// run applies spec ("resource:cur:max,..." with the kernel's resource numbers) and execs path.
+// run applies spec (see prologue.spec in package tools: "resource:cur:max,..." with the
+// kernel's resource numbers, then ";n" for no_new_privs, ";l<fd>" for a Landlock ruleset to
+// enter and close, ";s<hex>" for a seccomp filter's instructions) and execs path.
 func run(spec, path string, argv []string) {
 	type limit struct{ res, cur, max uint64 }
 	var limits []limit
-	var field [3]uint64
-	k := 0
-	for i := 0; i <= len(spec); i++ {
-		if i == len(spec) || spec[i] == ',' {
-			if k != 2 {
+	var nnp bool
+	landlock := -1
+	var filter []byte
+	items := split(spec, ';')
+	for _, item := range items[1:] {
+		switch {
+		case item == "n":
+			nnp = true
+		case len(item) > 1 && item[0] == 'l':
+			landlock = int(number(item[1:], spec))
+		case len(item) > 1 && item[0] == 's' && len(item)%16 == 1:
+			filter = unhex(item[1:], spec)
+		default:
+			fail("bad spec " + spec)
+		}
+	}
+	if items[0] != "" {
+		for _, l := range split(items[0], ',') {
+			f := split(l, ':')
+			if len(f) != 3 {
 				fail("bad limit spec " + spec)
 			}
-			limits = append(limits, limit{field[0], field[1], field[2]})
-			field, k = [3]uint64{}, 0
-			continue
-		}
-		c := spec[i]
-		switch {
-		case c == ':' && k < 2:
-			k++
-		case c >= '0' && c <= '9':
-			field[k] = field[k]*10 + uint64(c-'0')
-		default:
-			fail("bad limit spec " + spec)
+			limits = append(limits, limit{number(f[0], spec), number(f[1], spec), number(f[2], spec)})
 		}
 	}
 	// Everything that allocates happens before the limits: once RLIMIT_AS is set, this runtime
@@ -133,11 +141,40 @@ func run(spec, path string, argv []string) {
 	if err != nil {
 		fail("environment: " + err.Error())
 	}
+	// struct sock_fprog: the number of instructions, then a pointer to them.
+	var fprog struct {
+		n      uint16
+		filter *byte
+	}
+	if len(filter) > 0 {
+		fprog.n, fprog.filter = uint16(len(filter)/8), &filter[0]
+	}
 	hint := " (the tool runs as uid " + itoa(syscall.Getuid()) + ": its program, interpreter and their folders must be readable by that user; see tools.sandbox.run_as)"
 	for _, l := range limits {
 		rl := [2]uint64{l.cur, l.max}
 		if _, _, e := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 0, uintptr(l.res), uintptr(unsafe.Pointer(&rl)), 0, 0, 0); e != 0 {
 			fail("set resource limit " + itoa(int(l.res)) + ": " + e.Error())
+		}
+	}
+	// This thread (package initialization runs on the main thread) makes the exec: no_new_privs,
+	// the Landlock domain and the seccomp filter are its own, and the exec keeps them.
+	if nnp {
+		if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0, 0, 0, 0); e != 0 {
+			fail("set no_new_privs: " + e.Error())
+		}
+	}
+	if landlock >= 0 {
+		if _, _, e := syscall.RawSyscall(sysLandlockRestrictSelf, uintptr(landlock), 0, 0); e != 0 {
+			fail("enter a Landlock domain: " + e.Error())
+		}
+		syscall.Close(landlock)
+	}
+	if len(filter) > 0 {
+		if !HasSeccomp {
+			fail("install the seccomp filter: not known on this architecture")
+		}
+		if _, _, e := syscall.RawSyscall(sysSeccomp, seccompSetModeFilter, 0, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+			fail("install the seccomp filter: " + e.Error())
 		}
 	}
 	_, _, errno := syscall.RawSyscall(syscall.SYS_EXECVE,
@@ -146,4 +183,57 @@ func run(spec, path string, argv []string) {
 		fail("exec " + path + ": " + errno.Error() + hint)
 	}
 	fail("exec " + path + ": " + errno.Error())
+}
+
+// The kernel's numbers the syscall package does not name (the same on every architecture:
+// these calls are newer than the per-architecture tables).
+const (
+	prSetNoNewPrivs         = 38
+	seccompSetModeFilter    = 1
+	sysLandlockRestrictSelf = 446
+)
+
+func split(s string, sep byte) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == sep {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return out
+}
+
+func number(s, spec string) uint64 {
+	if s == "" {
+		fail("bad spec " + spec)
+	}
+	var n uint64
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			fail("bad spec " + spec)
+		}
+		n = n*10 + uint64(s[i]-'0')
+	}
+	return n
+}
+
+func unhex(s, spec string) []byte {
+	out := make([]byte, len(s)/2)
+	for i := range out {
+		out[i] = nibble(s[2*i], spec)<<4 | nibble(s[2*i+1], spec)
+	}
+	return out
+}
+
+func nibble(c byte, spec string) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	}
+	fail("bad spec " + spec)
+	return 0
 }

@@ -2,4 +2,4 @@ import json
 import os
 import sys
 
-print(json.dumps({"ok": True, "result": {"args": json.load(sys.stdin), "cwd": os.getcwd(), "home": os.environ.get("HOME")}}))
+print(json.dumps({"ok": True, "result": {"args": json.load(sys.stdin), "cwd": os.getcwd(), "home": os.environ.get("HOME"), "tmpdir": os.environ.get("TMPDIR")}}))
