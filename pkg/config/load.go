@@ -19,6 +19,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools/schema"
+	"github.com/skein-mesh/skein/pkg/tools/uidrange"
 	"github.com/skein-mesh/skein/pkg/usage"
 )
 
@@ -419,7 +420,7 @@ func (c *Config) validateSandbox(bad reporter) {
 		bad("tools.sandbox.start", "must be auto or trampoline, got %q", sb.Start)
 	}
 	if sb.UIDs != "" {
-		if _, _, err := tools.ParseUIDRange(sb.UIDs); err != nil {
+		if _, _, err := uidrange.Parse(sb.UIDs); err != nil {
 			bad("tools.sandbox.uids", "%v", err)
 		}
 	}

@@ -175,17 +175,6 @@ const (
 // users) and below 2^31, which some programs take for negative.
 const DefaultUIDs = "1879048192-1879113727"
 
-// ParseUIDRange reads "first-last" (tools.sandbox.uids).
-func ParseUIDRange(s string) (first, count int, err error) {
-	a, b, ok := strings.Cut(s, "-")
-	lo, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
-	hi, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 32)
-	if !ok || err1 != nil || err2 != nil || lo == 0 || hi < lo || hi >= 1<<32-1 {
-		return 0, 0, fmt.Errorf("want first-last, two uids with 0 < first <= last < 4294967295, got %q", s)
-	}
-	return int(lo), int(hi-lo) + 1, nil
-}
-
 // callUser is the user one call runs as.
 type callUser struct {
 	uid, gid int // -1: the host's user
