@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 // The `skein` CLI as a new user meets it: the built binary, run from a temp project folder, with
@@ -174,7 +175,7 @@ func TestCLIInit(t *testing.T) {
 
 var usageKeys = []string{
 	"cache_creation_input_tokens", "cache_read_input_tokens", "cost_usd", "input_tokens",
-	"output_tokens", "steps", "wall_time_s",
+	"output_tokens", "steps", "turns", "wall_time_s",
 }
 
 type runJSON struct {
@@ -185,7 +186,8 @@ type runJSON struct {
 	Usage     struct {
 		InputTokens  int64    `json:"input_tokens"`
 		OutputTokens int64    `json:"output_tokens"`
-		Steps        int      `json:"steps"`
+		Turns        int      `json:"turns"`
+		Steps        int      `json:"steps"` // the old name of turns, printed until the next version
 		WallTimeS    float64  `json:"wall_time_s"`
 		CostUSD      *float64 `json:"cost_usd"`
 	} `json:"usage"`
@@ -293,8 +295,8 @@ func TestCLINewUser(t *testing.T) {
 	if res.SessionID != "first-run" || res.Outcome != "success_with_recovery" || !strings.Contains(res.FinalText, "Hello, Ada") {
 		t.Errorf("result %+v", res)
 	}
-	if res.Usage.InputTokens <= 0 || res.Usage.OutputTokens <= 0 || res.Usage.Steps <= 0 || res.Usage.WallTimeS <= 0 {
-		t.Errorf("usage %+v; want tokens, steps and wall time counted", res.Usage)
+	if res.Usage.InputTokens <= 0 || res.Usage.OutputTokens <= 0 || res.Usage.Turns <= 0 || res.Usage.Steps != res.Usage.Turns || res.Usage.WallTimeS <= 0 {
+		t.Errorf("usage %+v; want tokens, turns (also under the old name steps) and wall time counted", res.Usage)
 	}
 	if res.Usage.CostUSD == nil || *res.Usage.CostUSD != 0 {
 		t.Errorf("cost_usd %v; want 0 for the scripted model", res.Usage.CostUSD)
@@ -438,7 +440,7 @@ func checkUsage(t *testing.T, dir string, env []string, input int64) {
 		}
 	}
 	r := skein(t, dir, env, "", "usage", "--by", "bogus")
-	if r.code != 2 || !strings.Contains(r.stderr, "--by") {
+	if r.code != protocol.ExitUsage || !strings.Contains(r.stderr, "--by") {
 		t.Errorf("usage --by bogus: %s", r)
 	}
 }
@@ -481,7 +483,7 @@ func TestCLIRunUnsuccessfulExitsOne(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("stubborn.yaml", "agent: {name: stubborn, max_steps: 2}\nllm: {provider: scripted, model: scripted, script: stubborn.script.yaml}\n"+
+	write("stubborn.yaml", "agent: {name: stubborn, max_turns: 2}\nllm: {provider: scripted, model: scripted, script: stubborn.script.yaml}\n"+
 		"tools: {manifest_dirs: [tools/agent_tools], enabled: [hello]}\n")
 	write("stubborn.script.yaml", stubbornScript)
 	write("muted.yaml", "agent: {name: muted}\nllm: {provider: scripted, model: scripted, script: muted.script.yaml}\n"+
@@ -490,10 +492,10 @@ func TestCLIRunUnsuccessfulExitsOne(t *testing.T) {
 
 	r := skein(t, dir, env, "", "run", "--config", "stubborn.yaml", "--json", "Greet Ada")
 	if r.code != 1 {
-		t.Errorf("step limit: exit %d; want 1\n%s", r.code, r)
+		t.Errorf("turn limit: exit %d; want 1\n%s", r.code, r)
 	}
 	if res := parseRunJSON(t, r); res.Outcome != "incomplete" {
-		t.Errorf("step limit: outcome %q; want incomplete", res.Outcome)
+		t.Errorf("turn limit: outcome %q; want incomplete", res.Outcome)
 	}
 
 	r = skein(t, dir, env, "", "run", "--config", "muted.yaml", "--json", "Greet Ada")
@@ -507,7 +509,7 @@ func TestCLIRunUnsuccessfulExitsOne(t *testing.T) {
 	checkTraceFiles(t, home, res.SessionID, "failed")
 }
 
-// Config mistakes stop the CLI with exit 2 and a message naming the file and the key, before
+// Config mistakes stop the CLI with exit 78 (ExitConfig) and a message naming the file and the key, before
 // any mesh starts.
 func TestCLIConfigErrors(t *testing.T) {
 	dir := t.TempDir()
@@ -518,7 +520,7 @@ func TestCLIConfigErrors(t *testing.T) {
 		want       []string
 	}{
 		{"unknown-key.yaml", "agent:\n  name: x\n  colour: red\n", []string{"unknown-key.yaml:3", "agent.colour", "unknown key"}},
-		{"wrong-type.yaml", "agent:\n  max_steps: lots\n", []string{"wrong-type.yaml:2", "agent.max_steps", "wrong type", "integer"}},
+		{"wrong-type.yaml", "agent:\n  max_turns: lots\n", []string{"wrong-type.yaml:2", "agent.max_turns", "wrong type", "integer"}},
 		{"no-script.yaml", "llm:\n  provider: scripted\n  model: scripted\n  script: missing.yaml\n", []string{"no-script.yaml", "llm.script", "missing.yaml"}},
 		{"bad-yaml.yaml", "agent: [\n", []string{"bad-yaml.yaml:", "YAML"}},
 	}
@@ -529,8 +531,8 @@ func TestCLIConfigErrors(t *testing.T) {
 			}
 			for _, args := range [][]string{{"run", "--config", c.name, "hi"}, {"up", "--config", c.name}} {
 				r := skein(t, dir, env, "", args...)
-				if r.code != 2 {
-					t.Errorf("%v: exit %d; want 2\n%s", args, r.code, r)
+				if r.code != protocol.ExitConfig {
+					t.Errorf("%v: exit %d; want %d\n%s", args, r.code, protocol.ExitConfig, r)
 				}
 				for _, w := range c.want {
 					if !strings.Contains(r.stderr, w) {
@@ -562,8 +564,8 @@ func TestCLIMissingAPIKey(t *testing.T) {
 		{"up", "--listen", "127.0.0.1:0"},
 	} {
 		r := skein(t, dir, env, "", args...)
-		if r.code != 2 {
-			t.Errorf("%v: exit %d; want 2\n%s", args, r.code, r)
+		if r.code != protocol.ExitConfig {
+			t.Errorf("%v: exit %d; want %d\n%s", args, r.code, protocol.ExitConfig, r)
 		}
 		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
 		if len(lines) != 1 || !strings.Contains(lines[0], "ANTHROPIC_API_KEY") {
@@ -620,7 +622,8 @@ func TestCLIUpAndJoin(t *testing.T) {
 	httpAddr := freePort(t)
 	up := start(t, env, "skein-up", "skein", "up", "--listen", addr, "--http", httpAddr, "--config", filepath.Join(dir, "agent.offline.yaml"))
 	waitForLine(t, up, "skein mesh up")
-	if b, _ := os.ReadFile(up.log); !strings.Contains(string(b), "executor --nats "+url) {
+	// It says how to join it with the same binary and the config it was given (not agent.yaml).
+	if b, _ := os.ReadFile(up.log); !strings.Contains(string(b), "skein up --roles executor --nats "+url+" --config "+filepath.Join(dir, "agent.offline.yaml")+"\n") {
 		t.Errorf("up does not say how to join it:\n%s", b)
 	}
 
@@ -635,8 +638,15 @@ func TestCLIUpAndJoin(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("run --nats: %s", r)
 	}
-	if res := parseRunJSON(t, r); res.Outcome != "success_with_recovery" {
-		t.Errorf("run --nats: %+v", res)
+	first := parseRunJSON(t, r)
+	if first.Outcome != "success_with_recovery" {
+		t.Errorf("run --nats: %+v", first)
+	}
+	// A read-only command without --nats finds the mesh running on its home, through the
+	// home's lock file, instead of refusing or opening the same files a second time.
+	r = skein(t, dir, env, "", "trace", "list")
+	if r.code != 0 || !strings.Contains(r.stdout, first.SessionID) {
+		t.Errorf("trace list while up runs on the same home: %s", r)
 	}
 	// Authentication is on: from another home (no credentials there) the run is refused with one
 	// line naming the fix, and --creds with the client file of up's home lets it in.
@@ -668,15 +678,15 @@ func TestCLIUpAndJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = skein(t, dir, env, "", "run", "--nats", url, "--config", "helper.yaml", "--json", "Greet Ada")
-	if r.code != 2 || !strings.Contains(r.stderr, `"helper"`) || !strings.Contains(r.stderr, "executor") {
-		t.Errorf("run for an agent nobody serves: want exit 2 saying how to start an executor; %s", r)
+	if r.code != protocol.ExitDataErr || !strings.Contains(r.stderr, `"helper"`) || !strings.Contains(r.stderr, "executor") {
+		t.Errorf("run for an agent nobody serves: want exit %d (refused) saying how to start an executor; %s", protocol.ExitDataErr, r)
 	}
 	exec1 := start(t, env, "executor-helper", "executor", "--nats", url, "--config", helper)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
 		r = skein(t, dir, env, "", "run", "--nats", url, "--config", "helper.yaml", "--json", "Greet Ada")
-		if r.code != 2 || ctx.Err() != nil {
+		if r.code != protocol.ExitDataErr || ctx.Err() != nil {
 			break // registered (or out of time)
 		}
 		time.Sleep(200 * time.Millisecond)

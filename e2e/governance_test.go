@@ -703,8 +703,8 @@ func TestGovernance(t *testing.T) {
 		}
 		bad := exec.Command(filepath.Join(binaries(t), "skein"), "run", "--nats", m.url, "--config", m.assistantCfg, "--budget", "colour=red", "loop")
 		msg, err := bad.CombinedOutput()
-		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(msg), "max_usd") {
-			t.Fatalf("bad --budget: %v %s; want exit 2 listing the keys", err, msg)
+		if !errors.As(err, &ee) || ee.ExitCode() != protocol.ExitUsage || !strings.Contains(string(msg), "max_usd") {
+			t.Fatalf("bad --budget: %v %s; want exit %d (usage) listing the keys", err, msg, protocol.ExitUsage)
 		}
 	})
 

@@ -147,7 +147,7 @@ func TestLongIDsAtEveryDoorLeaveEveryRoleServing(t *testing.T) {
 		msg := ask(client, names.Submit(), req)
 		tooLarge(what, msg)
 		var rep protocol.SubmitReply
-		if err := protocol.Unmarshal(msg.Data, &rep); err != nil || rep.Code != string(protocol.CodeTooLarge) {
+		if err := protocol.Unmarshal(msg.Data, &rep); err != nil || rep.Code != protocol.CodeTooLarge {
 			t.Errorf("%s: reply %+v (%v), want code too_large", what, rep, err)
 		}
 	}
@@ -196,9 +196,12 @@ func TestLongIDsAtEveryDoorLeaveEveryRoleServing(t *testing.T) {
 		"agent":      {Tool: "sum", Args: args, Agent: long},
 	} {
 		var rep protocol.ToolReply
-		if err := protocol.Unmarshal(ask(executor, tool, req).Data, &rep); err != nil || rep.Kind != protocol.ToolErrBadArgs || !strings.Contains(rep.Error, "at most") {
-			t.Errorf("tool call with a long %s: %+v (%v), want invalid_arguments naming the limit", what, rep.ToolResult, err)
+		msg := ask(executor, tool, req)
+		if err := protocol.Unmarshal(msg.Data, &rep); err != nil || rep.Kind != protocol.ToolErrBadArgs || !strings.Contains(rep.Error, "at most") ||
+			rep.Code != protocol.CodeTooLarge {
+			t.Errorf("tool call with a long %s: %+v (%v), want invalid_arguments naming the limit, code too_large", what, rep.ToolResult, err)
 		}
+		tooLarge("tool call with a long "+what, msg)
 	}
 
 	// The same process still serves every role.
@@ -210,8 +213,8 @@ func TestLongIDsAtEveryDoorLeaveEveryRoleServing(t *testing.T) {
 	}
 	var got protocol.MemoryGetReply
 	if msg := ask(client, names.Memory(protocol.MemGet), &protocol.MemoryGetRequest{ID: "no-such-entry"}); protocol.Unmarshal(msg.Data, &got) != nil ||
-		!strings.Contains(got.Error, "not found") {
-		t.Errorf("memoryd after the long ids: get %q %q", msg.Data, got.Error)
+		got.Code != protocol.CodeNotFound {
+		t.Errorf("memoryd after the long ids: get %q %+v", msg.Data, got.Fault)
 	}
 	var sum protocol.ToolReply
 	if err := protocol.Unmarshal(ask(executor, tool, &protocol.ToolRequest{Tool: "sum", Args: args, SessionID: "s-1", StepID: "s1", CallID: "s-1.s1.t1.c0"}).Data, &sum); err != nil || !sum.OK {

@@ -85,18 +85,25 @@ func learningLoop(t *testing.T, edit func(string) string) {
 		t.Fatalf("skein init: %v\n%s", err, out)
 	}
 	cfg := filepath.Join(project, "agent.offline.yaml")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// This loop is the guidelines': no worked example. Session 1's case would show session 2 the
+	// tool's error and the call that worked, and the scaffold's script answers that error with
+	// the right call, so session 2 would not fail first (docs/memory.md#cases-and-skills).
+	edited := strings.Replace(string(b), "\nmemory:\n", "\nmemory:\n  cases: {examples: 0}\n", 1)
+	if edited == string(b) {
+		t.Fatal("the scaffold's config has no memory section")
+	}
 	if edit != nil {
-		b, err := os.ReadFile(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		edited := edit(string(b))
-		if edited == string(b) {
+		before := edited
+		if edited = edit(edited); edited == before {
 			t.Fatal("config edit changed nothing")
 		}
-		if err := os.WriteFile(cfg, []byte(edited), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	}
+	if err := os.WriteFile(cfg, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	url := natsServer(t)
 	c := connect(t, url)

@@ -144,7 +144,7 @@ func checkCompleteTrace(t *testing.T, session string, evs []protocol.Event) {
 		t.Fatalf("%s: final = %s %q", session, final.Outcome, final.Text)
 	}
 	u := evs[len(evs)-1].Report
-	if u == nil || u.InputTokens == 0 || u.OutputTokens == 0 || u.Steps != 2 {
+	if u == nil || u.InputTokens == 0 || u.OutputTokens == 0 || u.Turns != 2 || u.Steps != 2 {
 		t.Fatalf("%s: usage report %+v", session, u)
 	}
 }

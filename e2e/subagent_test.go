@@ -10,6 +10,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 // Sub-agents as a user meets them: several agents, one file each, served by one `skein run`.
@@ -107,7 +108,7 @@ func TestSubagentConfigMistakes(t *testing.T) {
 		"s.yaml": "rules: []\n",
 	})
 	r := skein(t, dir, env, "", "run", "--config", "a.yaml", "--config", "b.yaml", "hi")
-	if r.code != 2 || !strings.Contains(r.stderr, `both declare agent "same"`) {
+	if r.code != protocol.ExitConfig || !strings.Contains(r.stderr, `both declare agent "same"`) {
 		t.Errorf("two files, one agent: %s", r)
 	}
 	r = skein(t, dir, env, "", "trace", "list", "--config", "a.yaml", "--config", "b.yaml")
@@ -283,7 +284,7 @@ func TestSubagentUpServesEveryConfig(t *testing.T) {
 	}
 	// Several --config need the embedded mesh: with --nats, say what to do instead.
 	r = skein(t, dir, env, "", "run", "--nats", "nats://"+addr, "--config", "boss.yaml", "--config", "geographer.yaml", "hi")
-	if r.code != 2 || !strings.Contains(r.stderr, "start an executor") {
+	if r.code != protocol.ExitUsage || !strings.Contains(r.stderr, "start an executor") {
 		t.Errorf("run --nats with two configs: %s", r)
 	}
 }

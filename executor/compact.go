@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/skein-mesh/skein/pkg/llm"
@@ -52,9 +53,9 @@ func (r *run) compact(ctx context.Context, turn int) {
 	r.noteCompaction(turn, before-size, "dropped bodies of old tool results")
 	if size > budget && len(r.msgs) > keepRecent+1 {
 		before = size
-		r.foldOldTurns(names)
+		kept := r.foldOldTurns(ctx, turn, names)
 		size = r.transcriptTokens()
-		r.noteCompaction(turn, before-size, "summarized older turns")
+		r.noteCompaction(turn, before-size, "summarized older turns: "+kept)
 	}
 	if size > budget {
 		// The newest results are over the budget on their own: each is stored whole and the
@@ -106,34 +107,33 @@ func (r *run) noteCompaction(turn, saved int, reason string) {
 		TokensSaved: int64(saved), Reason: reason})
 }
 
-// foldOldTurns replaces the turns between the task and the newest exchange with a digest of the
-// calls made and how they ended. The cut starts at an assistant message so that every remaining
-// tool result still follows its call.
-func (r *run) foldOldTurns(names map[string]string) {
+// foldOldTurns replaces the turns between the task and the newest exchange with a summary: the
+// notes of what the user said in them (extractNotes), then a digest of the calls made and how
+// they ended. The summary is one block of the first message, replaced by the next fold, which
+// carries its notes over; the system blocks, and so the cache breakpoints, are not touched. The
+// cut starts at an assistant message so that every remaining tool result still follows its call.
+func (r *run) foldOldTurns(ctx context.Context, turn int, names map[string]string) string {
 	end := len(r.msgs) - keepRecent
 	if end <= 1 || r.msgs[end].Role != llm.RoleAssistant {
-		return
+		return ""
 	}
-	var digest strings.Builder
-	digest.WriteString("Summary of earlier turns (compacted):")
-	for _, m := range r.msgs[1:end] {
-		for _, b := range m.Content {
-			switch {
-			case b.Type == llm.BlockToolUse:
-				fmt.Fprintf(&digest, "\n- called %s %s", b.ToolUse.Name, clipString(string(b.ToolUse.Args), 120))
-			case b.Type == llm.BlockToolResult && b.ToolResult.IsError:
-				fmt.Fprintf(&digest, " → failed (%s)", names[b.ToolResult.CallID])
-			case b.Type == llm.BlockToolResult:
-				fmt.Fprintf(&digest, " → ok")
-			case b.Type == llm.BlockText && m.Role == llm.RoleAssistant:
-				fmt.Fprintf(&digest, "\n- noted: %s", clipString(b.Text, 160))
-			}
-		}
-	}
+	folded := r.msgs[1:end]
+	prev, at := notesOf(r.msgs[0])
+	notes, by := r.extractNotes(ctx, turn, prev.notes, folded)
+	sum := summary{notes: notes, calls: append(prev.calls, callLines(folded, names)...)}
+	block := llm.Block{Type: llm.BlockText, Text: sum.render(r.summaryBudget())}
 	first := r.msgs[0]
-	first.Content = append(append([]llm.Block{}, first.Content...), llm.Block{Type: llm.BlockText, Text: digest.String()})
+	first.Content = slices.Clone(first.Content)
+	if at >= 0 {
+		first.Content[at] = block
+	} else {
+		first.Content = append(first.Content, block)
+	}
 	r.msgs = append([]llm.Message{first}, r.msgs[end:]...)
 	r.sizes = nil // recounted on demand; folding is rare
+	r.offerFacts(ctx, turn, prev.notes, notes)
+	kept := parseSummary(block.Text)
+	return fmt.Sprintf("%d note(s) of what the user said kept (%s), %d call line(s)", len(kept.notes), by, len(kept.calls))
 }
 
 func (r *run) callNames() map[string]string {

@@ -67,6 +67,8 @@ type Executor struct {
 	// objects is the payloads object store (transcripts), opened on first use.
 	objMu   sync.Mutex
 	objects jetstream.ObjectStore
+	// notes is the model compaction extracts a conversation's notes with (notes.go).
+	notes notesModel
 }
 
 // Run serves until ctx ends.
@@ -144,7 +146,7 @@ func (e *Executor) register(ctx context.Context) error {
 func (e *Executor) heartbeat(ctx context.Context) error {
 	c := e.d.Config
 	now := time.Now().UTC()
-	spec := protocol.AgentSpec{Name: c.Agent.Name, Description: c.Agent.Description, InputSchema: c.Agent.InputSchemaJSON(), MaxSteps: c.Agent.MaxSteps, MaxDepth: c.Agent.MaxDepth,
+	spec := protocol.AgentSpec{Name: c.Agent.Name, Description: c.Agent.Description, InputSchema: c.Agent.InputSchemaJSON(), MaxSteps: c.Agent.MaxTurns, MaxDepth: c.Agent.MaxDepth,
 		PlannerMode: c.Planner.Mode, MaxItems: c.Planner.MaxItems, Tools: c.Tools.Enabled, Updated: now,
 		Expires: now.Add(c.Mesh.AgentTTLOrDefault()), Executor: e.d.ID}
 	if c.Memory.ShareWithParent {

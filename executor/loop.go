@@ -17,7 +17,9 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/worker"
+	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/memory/retrieve"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
@@ -71,7 +73,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	if err := r.prepare(ctx); err != nil {
 		return r.finish(res, 0, protocol.OutcomeFailed, "", err.Error())
 	}
-	maxTurns := e.d.Config.Agent.MaxSteps
+	maxTurns := e.d.Config.Agent.MaxTurns
 	for turn := 1; turn <= maxTurns; turn++ {
 		if out, reason, stop := r.gov.halt(ctx); stop {
 			return r.finish(res, turn-1, out, "", reason)
@@ -125,7 +127,7 @@ func (e *Executor) RunStep(ctx context.Context, step protocol.Step) protocol.Ste
 	if r.toolFail {
 		outcome = protocol.OutcomeIncompleteToolFail
 	}
-	return r.finish(res, maxTurns, outcome, "", fmt.Sprintf("step limit of %d model turns reached without an answer", maxTurns))
+	return r.finish(res, maxTurns, outcome, "", fmt.Sprintf("turn limit of %d model turns per step (agent.max_turns) reached without an answer", maxTurns))
 }
 
 func (r *run) finish(res protocol.StepResult, turns int, outcome protocol.Outcome, text, reason string) protocol.StepResult {
@@ -150,35 +152,44 @@ func (r *run) prepare(ctx context.Context) error {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	guides := r.e.retrieve(ctx, r.step, names)
-	r.offerTools(ctx, specs, guides)
-	r.system, r.msgs = buildPrompt(cfg, r.step, guides, r.e.cacheOn())
+	mem := r.e.retrieve(ctx, r.step, names)
+	r.offerTools(ctx, specs, mem.Guidelines)
+	r.system, r.msgs = buildPrompt(cfg, r.step, mem.Guidelines, retrieve.RenderExamples(mem.Cases, mem.Skills), r.e.cacheOn())
 	r.own = messageTokens(r.msgs[0])
 	return r.continueConversation(ctx)
 }
 
 func (e *Executor) cacheOn() bool { return e.d.Config.ForRole(protocol.RoleExecutor).Cache != "off" }
 
-// retrieve asks memoryd for guidelines; without memoryd the step still runs, and the trace says so.
-func (e *Executor) retrieve(ctx context.Context, step protocol.Step, toolNames []string) []protocol.Guideline {
-	if !e.d.Config.Memory.Enabled {
-		return nil
+// retrieve asks memoryd for guidelines, and for the worked examples and the procedure the config
+// asks for; without memoryd the step still runs, and the trace says so.
+func (e *Executor) retrieve(ctx context.Context, step protocol.Step, toolNames []string) protocol.RetrieveReply {
+	m := e.d.Config.Memory
+	if !m.Enabled {
+		return protocol.RetrieveReply{}
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var rep protocol.RetrieveReply
 	req := protocol.RetrieveRequest{Agent: e.d.Config.MemoryAgent(), Task: step.Task + "\n" + step.Instruction, Tools: toolNames,
-		TopK: e.d.Config.Memory.TopK, SessionID: step.SessionID}
+		TopK: m.TopK, SessionID: step.SessionID, ExampleBudget: m.Cases.ExampleBudget}
+	if m.Cases.Enabled {
+		req.Cases = m.Cases.Examples
+	}
+	if m.Skills.Enabled && m.Skills.Show {
+		req.Skills = 1
+	}
 	if err := bus.Request(rctx, e.d.Conn.NC, e.d.Names.Memory(protocol.MemRetrieve), &req, &rep, 2*time.Second); err != nil {
 		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + err.Error()})
-		return nil
+		return protocol.RetrieveReply{}
 	}
-	if rep.Error != "" {
-		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + rep.Error})
-		return nil
+	if err := rep.Err(); err != nil {
+		e.emit(step, protocol.Event{Type: protocol.EvDecision, Role: protocol.RoleExecutor, Text: "running without guidelines: " + err.Error()})
+		return protocol.RetrieveReply{}
 	}
-	e.emit(step, protocol.Event{Type: protocol.EvRetrieval, Role: protocol.RoleExecutor, Guidelines: rep.Guidelines})
-	return rep.Guidelines
+	e.emit(step, protocol.Event{Type: protocol.EvRetrieval, Role: protocol.RoleExecutor, Guidelines: rep.Guidelines,
+		Recalled: append(slices.Clone(rep.Skills), rep.Cases...)})
+	return rep
 }
 
 func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
@@ -192,7 +203,14 @@ func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
 	req := llm.Request{Model: cfg.Model, System: r.system, Tools: r.defs, Messages: msgs, MaxTokens: r.e.maxTokens(cfg.MaxTokens),
 		CacheTools: r.e.cacheOn() && len(r.defs) > 0, CacheTTL: cfg.CacheTTL, Role: protocol.RoleExecutor}
 	start := time.Now()
+	deltas := r.streamTo(&req, turn)
 	resp, err := r.e.model.Complete(ctx, req)
+	if deltas != nil {
+		// Readers get the end of the text before the trace says the turn is over.
+		if err := deltas.Close(); err != nil {
+			r.e.d.Logger.Warn("streaming a model turn: readers saw part of it (the trace has it whole)", "err", err)
+		}
+	}
 	ev := protocol.Event{Type: protocol.EvModelCall, Role: protocol.RoleExecutor, Turn: turn, Model: cfg.Model,
 		Provider: r.e.model.Provider(), LatencyMS: time.Since(start).Milliseconds(), Attrs: map[string]string{"cache_ttl": cfg.CacheTTL}}
 	if err != nil {
@@ -225,6 +243,25 @@ func (r *run) call(ctx context.Context, turn int) (*llm.Response, error) {
 		r.msgs = append(r.msgs, llm.Message{Role: llm.RoleAssistant, Content: blocks})
 	}
 	return resp, nil
+}
+
+// streamTo has the model's text published while it is generated (executor.stream), for this
+// turn of the step; nil when streaming is off.
+func (r *run) streamTo(req *llm.Request, turn int) *delta.Turn {
+	st := r.e.d.Config.Executor.Stream
+	if !st.Enabled {
+		return nil
+	}
+	t := delta.Start(r.e.d.Conn.NC, r.e.d.Names, r.step.SessionID, r.step.StepID, turn,
+		delta.Options{Flush: time.Duration(st.FlushMS) * time.Millisecond, MaxBytes: st.MaxBytes})
+	req.Stream = func(d llm.Delta) {
+		if d.Restart {
+			t.Restart()
+		} else {
+			t.Text(d.Text)
+		}
+	}
+	return t
 }
 
 // runTools runs one turn's calls concurrently, bounded by tools.max_parallel, and appends their
@@ -376,20 +413,31 @@ func (e *Executor) catalog(ctx context.Context) ([]protocol.ToolSpec, error) {
 }
 
 // catalogNames is the allow-list to read from the catalog: the enabled tools and the agents
-// offered as tools (nil, every published tool, when no tool allow-list is set).
+// offered as tools (nil, every published tool, when no tool allow-list is set, or when the agent
+// mounts MCP servers, whose tools' names are known only once the servers list them).
 func (d Deps) catalogNames() []string {
 	t := d.Config.Tools
-	if len(t.Enabled) == 0 {
+	if len(t.Enabled) == 0 || len(t.MCP) > 0 {
 		return nil
 	}
 	return append(append([]string(nil), t.Enabled...), t.Agents...)
 }
 
-// offered drops the agents another agent's toolhost published but this agent's tools.agents
-// does not list: the tools KV is shared by the whole mesh.
+// offered drops what another agent's toolhost published for its own agent (the tools KV is
+// shared by the whole mesh): agents this agent's tools.agents does not list, and tools of MCP
+// servers its tools.mcp does not mount; and, with an allow-list, the manifest tools it does not
+// name (tools.enabled selects manifest tools; a server's allow and deny select its tools).
 func (d Deps) offered(specs []protocol.ToolSpec) []protocol.ToolSpec {
+	t := d.Config.Tools
 	return slices.DeleteFunc(specs, func(s protocol.ToolSpec) bool {
-		return s.Agent != "" && !slices.Contains(d.Config.Tools.Agents, s.Agent)
+		switch {
+		case s.Agent != "":
+			return !slices.Contains(t.Agents, s.Agent)
+		case s.MCP != "":
+			_, mounted := t.MCP[s.MCP]
+			return !mounted
+		}
+		return len(t.Enabled) > 0 && !slices.Contains(t.Enabled, s.Name)
 	})
 }
 

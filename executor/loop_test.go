@@ -160,20 +160,20 @@ rules:
     reply: {text: "Could not deploy."}
   - reply: {tool_calls: [{name: fail}]}
 `, outcome: protocol.OutcomeNotAccomplished, reason: "without reporting through finish"},
-		{name: "plain-text answer after a failed tool at the step limit", maxSteps: 2, script: `
+		{name: "plain-text answer after a failed tool at the turn limit", maxSteps: 2, script: `
 rules:
   - when: {last: "could not write the report"}
     reply: {text: "Could not deploy."}
   - reply: {tool_calls: [{name: fail}]}
 `, outcome: protocol.OutcomeNotAccomplished, reason: "without reporting through finish"},
-		{name: "step limit", maxSteps: 3, script: `
+		{name: "turn limit", maxSteps: 3, script: `
 rules:
   - reply: {tool_calls: [{name: sleep, args: {seconds: 0}}]}
-`, outcome: protocol.OutcomeIncomplete, reason: "step limit of 3"},
-		{name: "step limit after a tool failure", maxSteps: 2, script: `
+`, outcome: protocol.OutcomeIncomplete, reason: "turn limit of 3"},
+		{name: "turn limit after a tool failure", maxSteps: 2, script: `
 rules:
   - reply: {tool_calls: [{name: fail}]}
-`, outcome: protocol.OutcomeIncompleteToolFail, reason: "step limit of 2"},
+`, outcome: protocol.OutcomeIncompleteToolFail, reason: "turn limit of 2"},
 		{name: "empty answer", script: `
 rules:
   - reply: {text: "   "}
@@ -199,7 +199,7 @@ rules:
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(testdata(t, "tools"), testTools...)
 			if tc.maxSteps > 0 {
-				cfg.Agent.MaxSteps = tc.maxSteps
+				cfg.Agent.MaxTurns = tc.maxSteps
 			}
 			rec := &recorder{Backend: scriptBackend(t, tc.script)}
 			x := m.executor(t, cfg, rec)

@@ -57,8 +57,8 @@ func (r *run) remember(ctx context.Context, c llm.ToolCall) protocol.ToolReply {
 	if err := bus.Request(rctx, r.e.d.Conn.NC, r.e.d.Names.Memory(protocol.MemRemember), &req, &rep, 10*time.Second); err != nil {
 		return memToolFailure(protocol.ToolErrUnavailable, "memory did not answer: %v", err)
 	}
-	if rep.Error != "" && len(rep.Actions) == 0 {
-		return memToolFailure(protocol.ToolErrToolError, "memory refused the note: %s", rep.Error)
+	if err := rep.Err(); err != nil && len(rep.Actions) == 0 {
+		return memToolFailure(protocol.ToolErrToolError, "memory refused the note: %v", err)
 	}
 	if len(rep.Actions) != 1 {
 		return memToolFailure(protocol.ToolErrToolError, "memory answered %d actions for one note", len(rep.Actions))
@@ -88,8 +88,8 @@ func (r *run) recall(ctx context.Context, c llm.ToolCall) protocol.ToolReply {
 	if err := bus.Request(rctx, r.e.d.Conn.NC, r.e.d.Names.Memory(protocol.MemRetrieve), &req, &rep, 10*time.Second); err != nil {
 		return memToolFailure(protocol.ToolErrUnavailable, "memory did not answer: %v", err)
 	}
-	if rep.Error != "" {
-		return memToolFailure(protocol.ToolErrToolError, "memory: %s", rep.Error)
+	if err := rep.Err(); err != nil {
+		return memToolFailure(protocol.ToolErrToolError, "memory: %v", err)
 	}
 	type found struct {
 		Text   string `json:"text"`

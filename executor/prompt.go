@@ -26,9 +26,11 @@ const finishNote = "End every task by calling the finish tool, alone: accomplish
 	"Do not end with a plain-text answer."
 
 // buildPrompt lays out the prompt for caching: the stable part (identity, policies, format note)
-// and the strategic guidelines are system blocks, each ending a cache breakpoint; the task and the
-// tactical guidelines, which change per task, go in the first user message.
-func buildPrompt(cfg *config.Config, step protocol.Step, guides []protocol.Guideline, cache bool) ([]llm.SystemBlock, []llm.Message) {
+// and the strategic guidelines are system blocks, each ending a cache breakpoint; the task, the
+// tactical guidelines and the recalled experience (a mature skill's procedure, worked examples:
+// retrieve.RenderExamples), which change per task, go in the first user message, so they never
+// touch the cached prefix.
+func buildPrompt(cfg *config.Config, step protocol.Step, guides []protocol.Guideline, experience string, cache bool) ([]llm.SystemBlock, []llm.Message) {
 	var stable strings.Builder
 	stable.WriteString(strings.TrimSpace(cfg.Agent.SystemPrompt))
 	for _, p := range cfg.Agent.Policies {
@@ -60,6 +62,10 @@ func buildPrompt(cfg *config.Config, step protocol.Step, guides []protocol.Guide
 	if tactical != "" {
 		user.WriteString("\n\n")
 		user.WriteString(tactical)
+	}
+	if experience != "" {
+		user.WriteString("\n\n")
+		user.WriteString(experience)
 	}
 	msgs := []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: user.String()}}}}
 	return system, msgs

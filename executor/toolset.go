@@ -101,8 +101,8 @@ func (t *toolRetrieval) request(ctx context.Context, texts []string) ([][]float3
 		if err := protocol.Unmarshal(msg.Data, &rep); err != nil {
 			return nil, "", fmt.Errorf("memoryd embed reply: %w", err)
 		}
-		if rep.Error != "" {
-			return nil, "", fmt.Errorf("memoryd embed: %s", rep.Error)
+		if err := rep.Err(); err != nil {
+			return nil, "", fmt.Errorf("memoryd embed: %w", err)
 		}
 		if model != "" && rep.Model != model {
 			return nil, "", fmt.Errorf("memoryd embed: model changed from %s to %s mid-request", model, rep.Model)
@@ -150,6 +150,10 @@ func (r *run) offerTools(ctx context.Context, specs []protocol.ToolSpec, guides 
 		for _, s := range ts.all {
 			ts.offered = append(ts.offered, s.Name)
 		}
+		// The trace says what was offered either way: the miner's lesson gate lets a lesson name
+		// the tools its session was offered ("call db_open first" after a db_query that lacked it).
+		r.e.emit(r.step, protocol.Event{Type: protocol.EvTools, Role: protocol.RoleExecutor, Tools: ts.offered,
+			Attrs: map[string]string{"phase": "offered", "catalog": fmt.Sprint(len(ts.all)), "ranker": "all (tools.retrieval off)"}})
 		r.defs = ts.defs()
 		return
 	}

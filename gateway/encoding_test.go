@@ -65,40 +65,45 @@ func TestSubmitAndCancelSpeakJSONAndCountRefusals(t *testing.T) {
 
 	refusals := []struct {
 		name, subject, contentType, body string
-		code, inBody                     string
+		code                             protocol.Code
+		inBody                           string
 	}{
-		{"empty task", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"v":1,"task":"  "}`, protocol.ServiceErrRejected, "task is empty"},
-		{"no version", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"task":"Greet Ada"}`, protocol.ServiceErrBadRequest, `send "v": 1`},
-		{"misspelt field", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"v":1,"task":"Greet Ada","agnet":"greeter"}`, protocol.ServiceErrBadRequest, `unknown field "agnet"`},
-		{"not JSON", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `task: Greet Ada`, protocol.ServiceErrBadRequest, "malformed submit request"},
-		{"unknown agent", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"v":1,"task":"Greet Ada","agent":"nobody"}`, protocol.ServiceErrRejected, `unknown agent "nobody"`},
-		{"unknown session", f.mesh.Names.Cancel(), protocol.ContentTypeJSON, `{"v":1,"session_id":"no-such-session"}`, protocol.ServiceErrNotFound, "no such session"},
-		{"bad cancel", f.mesh.Names.Cancel(), protocol.ContentTypeJSON, `{"v":1,"session":"json-1"}`, protocol.ServiceErrBadRequest, "malformed cancel request"},
+		{"empty task", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"v":1,"task":"  "}`, protocol.CodeRejected, "task is empty"},
+		{"no version", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"task":"Greet Ada"}`, protocol.CodeBadRequest, `send "v": 1`},
+		{"misspelt field", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"v":1,"task":"Greet Ada","agnet":"greeter"}`, protocol.CodeBadRequest, `unknown field "agnet"`},
+		{"not JSON", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `task: Greet Ada`, protocol.CodeBadRequest, "malformed submit request"},
+		{"unknown agent", f.mesh.Names.Submit(), protocol.ContentTypeJSON, `{"v":1,"task":"Greet Ada","agent":"nobody"}`, protocol.CodeRejected, `unknown agent "nobody"`},
+		{"unknown session", f.mesh.Names.Cancel(), protocol.ContentTypeJSON, `{"v":1,"session_id":"no-such-session"}`, protocol.CodeNotFound, "no such session"},
+		{"bad cancel", f.mesh.Names.Cancel(), protocol.ContentTypeJSON, `{"v":1,"session":"json-1"}`, protocol.CodeBadRequest, "malformed cancel request"},
 	}
 	for _, r := range refusals {
 		rep := send(r.subject, r.contentType, r.body)
-		if got := rep.Header.Get(micro.ErrorCodeHeader); got != r.code {
-			t.Errorf("%s: Nats-Service-Error-Code %q; want %q (headers %v)", r.name, got, r.code, rep.Header)
+		if got := rep.Header.Get(micro.ErrorCodeHeader); got != r.code.ServiceCode() {
+			t.Errorf("%s: Nats-Service-Error-Code %q; want %q (headers %v)", r.name, got, r.code.ServiceCode(), rep.Header)
 		}
 		if e := rep.Header.Get(micro.ErrorHeader); !strings.Contains(e, r.inBody) {
 			t.Errorf("%s: Nats-Service-Error %q; want it to say %q", r.name, e, r.inBody)
 		}
-		if m := jsonReply(rep); !strings.Contains(m["error"].(string), r.inBody) {
-			t.Errorf("%s: body %v; want error saying %q", r.name, m, r.inBody)
+		// The body says the same code as the header, precisely.
+		if m := jsonReply(rep); !strings.Contains(m["error"].(string), r.inBody) || m["code"] != string(r.code) {
+			t.Errorf("%s: body %v; want error saying %q with code %s", r.name, m, r.inBody, r.code)
 		}
 	}
 	// msgpack callers get msgpack refusals with the same headers; an unknown encoding is 415.
 	rep = send(f.mesh.Names.Submit(), "", "not msgpack")
 	var mp protocol.SubmitReply
-	if err := protocol.Unmarshal(rep.Data, &mp); err != nil || !strings.Contains(mp.Error, "malformed submit request") || mp.Code != protocol.ErrCodeRejected {
+	if err := protocol.Unmarshal(rep.Data, &mp); err != nil || !strings.Contains(mp.Error, "malformed submit request") || mp.Code != protocol.CodeBadRequest {
 		t.Errorf("msgpack garbage: reply %+v, %v", mp, err)
 	}
-	if got := rep.Header.Get(micro.ErrorCodeHeader); got != protocol.ServiceErrBadRequest {
+	if got := rep.Header.Get(micro.ErrorCodeHeader); got != protocol.CodeBadRequest.ServiceCode() {
 		t.Errorf("msgpack garbage: code %q", got)
 	}
 	rep = send(f.mesh.Names.Submit(), "text/plain", "Greet Ada")
-	if got := rep.Header.Get(micro.ErrorCodeHeader); got != protocol.ServiceErrContentType || !strings.Contains(rep.Header.Get(micro.ErrorHeader), "application/json") {
+	if got := rep.Header.Get(micro.ErrorCodeHeader); got != protocol.CodeUnsupportedMedia.ServiceCode() || !strings.Contains(rep.Header.Get(micro.ErrorHeader), "application/json") {
 		t.Errorf("text/plain: headers %v; want 415 naming the encodings to use", rep.Header)
+	}
+	if err := protocol.Unmarshal(rep.Data, &mp); err != nil || mp.Code != protocol.CodeUnsupportedMedia {
+		t.Errorf("text/plain: reply %+v, %v; want code unsupported_media_type", mp, err)
 	}
 	wantErrors := len(refusals) + 2
 

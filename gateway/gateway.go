@@ -136,72 +136,42 @@ func New(ctx context.Context, d Deps) (*Gateway, error) {
 	return &Gateway{d: d, sessions: sessions, agents: agents, guard: newGuard(token, maxStreams)}, nil
 }
 
+// handleSubmit serves the submit subject. A refusal is the reply with its error and code, sent
+// as a micro service error (bus.Respond).
 func (g *Gateway) handleSubmit(req micro.Request) {
-	ct, err := protocol.ContentType(req.Headers().Get(protocol.HeaderContentType))
+	var reply protocol.SubmitReply
+	ct, in, err := readRequest[protocol.SubmitRequest](req, "submit")
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		reply, err = g.Submit(ctx, in)
+		cancel()
+	}
 	if err != nil {
-		reply := protocol.SubmitReply{Error: err.Error(), Code: protocol.ErrCodeRejected}
-		respond(req, protocol.ContentTypeMsgpack, &reply, protocol.ServiceErrContentType, reply.Error)
-		return
+		reply.Fail(coded(err))
 	}
-	var in protocol.SubmitRequest
-	if err := protocol.UnmarshalAs(ct, req.Data(), &in); err != nil {
-		reply := protocol.SubmitReply{Error: "malformed submit request: " + err.Error(), Code: protocol.ErrCodeRejected}
-		respond(req, ct, &reply, protocol.ServiceErrBadRequest, reply.Error)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	reply, err := g.Submit(ctx, in)
-	cancel()
-	if err != nil {
-		reply.Error, reply.Code = err.Error(), ErrorCode(err)
-		respond(req, ct, &reply, serviceErrCode(err), reply.Error)
-		return
-	}
-	respond(req, ct, &reply, "", "")
+	bus.Respond(req, ct, &reply)
 }
 
-// respond answers req with reply encoded in ct. A non-empty svcCode makes the answer a micro
-// service error (headers Nats-Service-Error and Nats-Service-Error-Code, counted in the service's
-// stats) that still carries reply, whose Error and Code say the same to a reader of the body.
-func respond(req micro.Request, ct string, reply protocol.Message, svcCode, reason string) {
-	data, err := protocol.MarshalAs(ct, reply)
+// readRequest decodes a request to the submit or cancel subject in the encoding its Content-Type
+// names, and returns the encoding to answer in: msgpack for a Content-Type neither JSON nor
+// msgpack (unsupported_media_type), the request's own for a body it cannot read (bad_request).
+func readRequest[T any, PT interface {
+	*T
+	protocol.Message
+}](req micro.Request, what string) (string, T, error) {
+	var in T
+	ct, err := protocol.ContentType(protocol.HeaderValue(req.Headers(), protocol.HeaderContentType))
 	if err != nil {
-		_ = req.Error(protocol.ServiceErrInternal, headerValue(err.Error()), nil)
-		return
+		return protocol.ContentTypeMsgpack, in, err
 	}
-	opt := micro.WithHeaders(micro.Headers{protocol.HeaderContentType: {ct}})
-	if svcCode == "" {
-		_ = req.Respond(data, opt)
-		return
+	if err := protocol.UnmarshalAs(ct, req.Data(), PT(&in)); err != nil {
+		return ct, in, protocol.Errorf(protocol.CodeBadRequest, "malformed %s request: %v", what, err)
 	}
-	_ = req.Error(svcCode, headerValue(reason), data, opt)
+	return ct, in, nil
 }
 
-// headerValue makes s fit a header value: one line, bounded.
-func headerValue(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 1024 {
-		s = s[:1021] + "..."
-	}
-	if s == "" {
-		s = "error"
-	}
-	return s
-}
-
-// serviceErrCode is the service error code of a Submit or Cancel error.
-func serviceErrCode(err error) string {
-	var coded *protocol.Error
-	switch {
-	case errors.Is(err, errNoSession):
-		return protocol.ServiceErrNotFound
-	case errors.As(err, &coded):
-		return coded.Code.ServiceCode()
-	case errors.Is(err, ErrRejected):
-		return protocol.ServiceErrRejected
-	}
-	return protocol.Code(ErrorCode(err)).ServiceCode()
-}
+// coded is err with its code for the wire (ErrorCode).
+func coded(err error) error { return protocol.Wrap(ErrorCode(err), err) }
 
 // ErrRejected wraps every reason a task is refused.
 var ErrRejected = errors.New("task rejected")
@@ -210,21 +180,22 @@ var ErrRejected = errors.New("task rejected")
 // they may be gone, or unable to write it (a full store).
 var errLapsed = errors.New("agent registration lapsed")
 
-// ErrorCode classifies a Submit error for the wire: the code of a coded error in its chain (a
-// malformed or too long id: bad_request, too_large; storage_full), else rejected (the task is
-// refused as it is), storage_full (JetStream refused a write for want of room: retry once space
-// is freed) or transient (the mesh could not take it now).
-func ErrorCode(err error) string {
-	var coded *protocol.Error
+// ErrorCode classifies a Submit or Cancel error for the wire: the code of a coded error in its
+// chain (a malformed or too long id: bad_request, too_large; no such session: not_found;
+// storage_full), else rejected (the task is refused as it is), storage_full (JetStream refused a
+// write for want of room: retry once space is freed) or transient (the mesh could not take it
+// now).
+func ErrorCode(err error) protocol.Code {
+	var pe *protocol.Error
 	switch {
-	case errors.As(err, &coded):
-		return string(coded.Code)
+	case errors.As(err, &pe):
+		return pe.Code
 	case errors.Is(err, ErrRejected):
-		return protocol.ErrCodeRejected
+		return protocol.CodeRejected
 	case bus.IsStorageFull(err):
-		return string(protocol.CodeStorageFull)
+		return protocol.CodeStorageFull
 	}
-	return protocol.ErrCodeTransient
+	return protocol.CodeTransient
 }
 
 // storageFull returns the refusal to answer instead of err when the mesh's storage takes no new
@@ -244,9 +215,6 @@ func (g *Gateway) storageFull(ctx context.Context, err error) error {
 	return bus.StorageFullError(st)
 }
 
-// httpStatus is the HTTP status of a Submit error: the one of its code.
-func httpStatus(err error) int { return protocol.Code(ErrorCode(err)).HTTPStatus() }
-
 // Submit checks a task, records its session as queued and publishes it. Submitting the same
 // session id again is harmless: the session is not duplicated and an unpublished task is
 // published once more (the stream deduplicates it).
@@ -255,6 +223,22 @@ func (g *Gateway) Submit(ctx context.Context, in protocol.SubmitRequest) (protoc
 }
 
 func (g *Gateway) submit(ctx context.Context, in protocol.SubmitRequest, link turnLink) (protocol.SubmitReply, error) {
+	if in.From != "" && link == (turnLink{}) {
+		// The turn is read before check has seen the request: its id is checked first.
+		if err := protocol.IDSession.Check(in.From); err != nil {
+			return protocol.SubmitReply{}, fmt.Errorf("%w: fork: %w", ErrRejected, err)
+		}
+		if in.Agent == "" {
+			// A fork continues with the agent of the turn it forks.
+			if src, err := g.readSession(ctx, in.From); err == nil {
+				in.Agent = src.Agent
+			}
+		}
+		var err error
+		if link, err = g.fork(ctx, &in); err != nil {
+			return protocol.SubmitReply{}, err
+		}
+	}
 	// A full store refuses new sessions before anything is written, so a client is told to try
 	// again later (503 storage_full) instead of waiting for writes that time out. A lapsed
 	// registration is then the executors' heartbeats failing to be written, not a reason to
@@ -289,7 +273,15 @@ func (g *Gateway) enqueue(ctx context.Context, in protocol.SubmitRequest, link t
 	sess := protocol.Session{
 		SessionID: in.SessionID, Agent: in.Agent, Task: in.Task, Status: protocol.StatusQueued,
 		Parent: in.Parent, Depth: in.Depth, Created: now, Updated: now,
-		Conversation: link.conversation, Previous: link.previous,
+		Conversation: link.conversation, Previous: link.previous, TurnID: in.TurnID,
+	}
+	if sess.TurnID == "" {
+		// A session started without a turn id is still its task's turn: the same task sent
+		// under its id again (by a client that derives the id the same way) is a retry.
+		sess.TurnID = protocol.DerivedTurnID(in.SessionID, in.Task)
+	}
+	if link.fork {
+		sess.ForkedFrom = link.previous
 	}
 	if err := g.governNew(ctx, &sess, in); err != nil {
 		return protocol.SubmitReply{}, err
@@ -304,11 +296,18 @@ func (g *Gateway) enqueue(ctx context.Context, in protocol.SubmitRequest, link t
 		if err != nil {
 			return protocol.SubmitReply{}, err
 		}
-		if prev.Task != in.Task && prev.Agent == in.Agent && in.Parent == "" && link.previous == "" {
-			// Another task under a session id: a follow-up in that session's conversation.
+		if link.previous == "" && in.Parent == "" && prev.Agent == in.Agent && newMessage(prev, in) {
+			// Another message under a session id: a follow-up in that session's conversation.
 			return g.continueConversation(ctx, prev, in)
 		}
-		if prev.Task != in.Task || prev.Agent != in.Agent {
+		if prev.Agent != in.Agent || prev.Task != in.Task || (link.previous != "" && prev.Previous != link.previous) ||
+			(in.TurnID != "" && prev.TurnID != in.TurnID) {
+			switch {
+			case link.previous != "" && !link.fork:
+				return protocol.SubmitReply{}, errTurnTaken
+			case in.TurnID != "" && prev.TurnID == in.TurnID:
+				return protocol.SubmitReply{}, fmt.Errorf("%w: turn id %s already names another message of session %s", ErrRejected, in.TurnID, in.SessionID)
+			}
 			return protocol.SubmitReply{}, fmt.Errorf("%w: session id %s is already used by another task", ErrRejected, in.SessionID)
 		}
 		if prev.Status != protocol.StatusQueued {
@@ -346,7 +345,7 @@ func (g *Gateway) enqueue(ctx context.Context, in protocol.SubmitRequest, link t
 func (g *Gateway) announce(ctx context.Context, sess protocol.Session, in protocol.SubmitRequest) error {
 	ev := protocol.Event{
 		SessionID: sess.SessionID, Type: protocol.EvSessionStarted, Time: sess.Created, Source: "gateway",
-		Agent: sess.Agent, Task: sess.Task, Attrs: callerAttrs(in),
+		Agent: sess.Agent, Task: sess.Task, Attrs: callerAttrs(sess, in),
 	}
 	data, err := protocol.Marshal(&ev)
 	if err != nil {
@@ -358,13 +357,19 @@ func (g *Gateway) announce(ctx context.Context, sess protocol.Session, in protoc
 	return nil
 }
 
-func callerAttrs(in protocol.SubmitRequest) map[string]string {
+func callerAttrs(sess protocol.Session, in protocol.SubmitRequest) map[string]string {
 	attrs := map[string]string{}
 	if in.Caller != "" {
 		attrs["caller"] = in.Caller
 	}
 	if in.Parent != "" {
 		attrs["parent"] = in.Parent
+	}
+	switch {
+	case sess.ForkedFrom != "":
+		attrs[protocol.AttrForkedFrom] = sess.ForkedFrom
+	case sess.Previous != "":
+		attrs[protocol.AttrPrevious] = sess.Previous
 	}
 	if len(attrs) == 0 {
 		return nil
@@ -381,6 +386,9 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 		return fmt.Errorf("%w: the task is %d bytes; the limit is %d (put large inputs in a file a tool can read)", ErrRejected, len(in.Task), protocol.MaxTaskBytes)
 	case !utf8.ValidString(in.Task):
 		return fmt.Errorf("%w: the task is not valid UTF-8", ErrRejected)
+	}
+	if err := in.Budget.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	// Every id becomes part of a subject or key: one too long would cost the gateway its
 	// connection, so the ids are checked before anything is read or written with them.
@@ -417,4 +425,9 @@ func (g *Gateway) check(ctx context.Context, in *protocol.SubmitRequest) error {
 // NewSessionID returns a fresh, subject-safe session id.
 func NewSessionID() string {
 	return "s-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:20]
+}
+
+// NewTurnID returns a fresh turn id, for a client to mint before a message's first try.
+func NewTurnID() string {
+	return "t-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:20]
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/session"
@@ -19,7 +20,7 @@ import (
 const maxCascade = 1000
 
 // errNoSession is the gateway's answer for an unknown session id.
-var errNoSession = fmt.Errorf("%w: no such session", ErrRejected)
+var errNoSession error = &protocol.Error{Code: protocol.CodeNotFound, Msg: "no such session"}
 
 // updateSession is session.Records.Update answering errNoSession for an unknown session.
 func (g *Gateway) updateSession(ctx context.Context, id string, change func(*protocol.Session) (bool, error)) (protocol.Session, bool, error) {
@@ -169,27 +170,18 @@ func (g *Gateway) cancel(ctx context.Context, req protocol.CancelRequest, seen m
 	return rep, nil
 }
 
+// handleCancel serves the cancel subject; a refusal goes out as handleSubmit's do.
 func (g *Gateway) handleCancel(req micro.Request) {
-	ct, err := protocol.ContentType(req.Headers().Get(protocol.HeaderContentType))
-	if err != nil {
-		reply := protocol.CancelReply{Error: err.Error()}
-		respond(req, protocol.ContentTypeMsgpack, &reply, protocol.ServiceErrContentType, reply.Error)
-		return
+	var reply protocol.CancelReply
+	ct, in, err := readRequest[protocol.CancelRequest](req, "cancel")
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		reply, err = g.Cancel(ctx, in)
+		cancel()
 	}
-	var in protocol.CancelRequest
-	if err := protocol.UnmarshalAs(ct, req.Data(), &in); err != nil {
-		reply := protocol.CancelReply{Error: "malformed cancel request: " + err.Error()}
-		respond(req, ct, &reply, protocol.ServiceErrBadRequest, reply.Error)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	reply, err := g.Cancel(ctx, in)
-	cancel()
 	reply.SessionID = in.SessionID
 	if err != nil {
-		reply.Error = err.Error()
-		respond(req, ct, &reply, serviceErrCode(err), reply.Error)
-		return
+		reply.Fail(coded(err))
 	}
-	respond(req, ct, &reply, "", "")
+	bus.Respond(req, ct, &reply)
 }

@@ -92,8 +92,8 @@ func TestCancelTreeAndNoOpWhenFinished(t *testing.T) {
 	if s := f.session(t, "done"); s.Cancel != nil {
 		t.Fatal("a finished session was marked cancelled")
 	}
-	if _, err := f.gw.Cancel(ctx, protocol.CancelRequest{SessionID: "nobody"}); !errors.Is(err, ErrRejected) {
-		t.Fatalf("unknown session: %v", err)
+	if _, err := f.gw.Cancel(ctx, protocol.CancelRequest{SessionID: "nobody"}); ErrorCode(err) != protocol.CodeNotFound {
+		t.Fatalf("unknown session: %v (code %s), want not_found", err, ErrorCode(err))
 	}
 }
 

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/skein-mesh/skein/gateway/console"
+	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/session"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -20,10 +21,12 @@ import (
 //
 //	POST /v1/tasks                  {"task": "...", "agent"?: "...", "session_id"?: "..."} → 202 {"session_id"}
 //	GET  /v1/sessions/{id}          the session's state
-//	GET  /v1/sessions/{id}/events   the trace as server-sent events, until the usage event
+//	GET  /v1/sessions/{id}/events   the trace as server-sent events, until the usage event, with
+//	                                the model's text as it is generated (event: delta)
 //	POST /v1/sessions/{id}/cancel   {"reason"?: "..."} → 200 CancelReply (a finished session: no_op)
 //	GET  /v1/sessions/{id}/tree     the session with its steps and child sessions (docs/json.md)
-//	POST /v1/sessions/{id}/messages {"text": "..."} → 202 {"session_id"} of the conversation's next turn
+//	POST /v1/sessions/{id}/messages {"text": "...", "turn_id"?: "..."} → 202 {"session_id"} of the conversation's next turn
+//	POST /v1/sessions/{id}/fork     {"text": "...", "session_id"?: "..."} → 202 {"session_id"} of a new conversation from turn {id}
 //	GET  /v1/sessions               ?since=&limit=&agent=&status=&q= → {"sessions": [SessionRow], "truncated"}
 //	GET  /v1/usage                  ?since=&limit= → {"since", "sessions": [SessionUsage], "truncated"}
 //	GET  /v1/dlq                    ?since=&limit= → [DeadLetter]
@@ -37,8 +40,8 @@ import (
 // The console (package console) is served beside it at /console/, outside the token check: its
 // files are public; every request it makes carries the token like any other client's.
 //
-// Every request needs the bearer token; bodies must be application/json; browsers' cross-site
-// requests are refused; each rejection is {"error", "code"} (see httpsec.go).
+// Every request needs the bearer token; a body, where one is sent, must be application/json;
+// browsers' cross-site requests are refused; each rejection is {"error", "code"} (see httpsec.go).
 func (g *Gateway) Handler() http.Handler {
 	mux := newRouteMux(&g.patterns) // docs/openapi.json must describe every route (openapi.go)
 	mux.HandleFunc("GET /v1/openapi.json", g.httpOpenAPI)
@@ -49,6 +52,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/cancel", g.httpCancel)
 	mux.HandleFunc("GET /v1/sessions/{id}/tree", g.httpTree)
 	mux.HandleFunc("POST /v1/sessions/{id}/messages", g.httpMessage)
+	mux.HandleFunc("POST /v1/sessions/{id}/fork", g.httpFork)
 	mux.HandleFunc("GET /v1/sessions", g.httpSessions)
 	mux.HandleFunc("GET /v1/usage", g.httpUsage)
 	mux.HandleFunc("GET /v1/dlq", g.httpDLQ)
@@ -56,11 +60,10 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/memory/search", g.httpMemorySearch)
 	mux.HandleFunc("GET /v1/memory/{id}", g.httpMemoryGet)
 	mux.HandleFunc("POST /v1/memory/{id}/retire", g.httpMemoryRetire)
-	mux.HandleFunc("/", httpNoRoute) // JSON, not the mux's plain-text 404 and 405
 	root := http.NewServeMux()
 	root.Handle("/console/", console.Handler())
 	root.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
-	root.Handle("/", g.guard.wrap(mux))
+	root.Handle("/", g.guard.wrap(mux.ServeMux)) // answers 404 and 405 itself, in JSON
 	return root
 }
 
@@ -97,23 +100,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 	var in protocol.TaskBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			httpError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(
-				"request body over %d bytes; a task may be at most %d bytes (put large inputs in a file a tool can read)", tooLarge.Limit, protocol.MaxTaskBytes))
-			return
-		}
-		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
+	if !decodeBody(w, r, protocol.MaxTaskBytes+4096, false, &in) {
 		return
 	}
 	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Task, Agent: in.Agent, SessionID: in.SessionID, Caller: "http", Budget: in.Budget})
 	if err != nil {
 		// 422: the task is refused as it is; 400/413: an id is malformed or too long; 503: the
 		// mesh could not take it now (transient, storage_full), try again.
-		httpError(w, httpStatus(err), ErrorCode(err), err.Error())
+		httpError(w, ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)
@@ -128,10 +122,10 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (protocol.Sessi
 	s, err := g.sessions.Get(r.Context(), id)
 	if err != nil {
 		if errors.Is(err, session.ErrNotFound) {
-			httpError(w, http.StatusNotFound, "not_found", "no session "+id)
+			httpError(w, protocol.CodeNotFound, "no session "+id)
 			return s, false
 		}
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return s, false
 	}
 	return s, true
@@ -152,7 +146,7 @@ func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
 	release, ok := g.guard.streams.acquire(r)
 	if !ok {
 		w.Header().Set("Retry-After", "5")
-		httpError(w, http.StatusTooManyRequests, "too_many_streams", fmt.Sprintf(
+		httpError(w, protocol.CodeTooMany, fmt.Sprintf(
 			"this client already holds %d open event streams (gateway.max_event_streams); close one first", g.guard.streams.max))
 		return
 	}
@@ -169,16 +163,49 @@ func (g *Gateway) httpEvents(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	_ = trace.Follow(ctx, g.d.Conn.JS, g.d.Names, id, func(ev protocol.Event) bool {
-		data, err := json.Marshal(ev)
+	// Trace events and deltas (the model's text as it is generated, from now on: deltas are kept
+	// nowhere) come from two subscriptions; one writer at a time, and none once the handler has
+	// returned (a delta callback may still be running when the subscription ends).
+	var mu sync.Mutex
+	closed := false
+	defer func() {
+		mu.Lock()
+		closed = true
+		mu.Unlock()
+	}()
+	send := func(typ string, v any) bool {
+		data, err := json.Marshal(v)
 		if err != nil {
 			return true
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return false
+		}
 		_ = rc.SetWriteDeadline(time.Now().Add(httpTimeouts.write))
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, data); err != nil {
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, data); err != nil {
+			cancel()
 			return false
 		}
 		if rc.Flush() != nil {
+			cancel()
+			return false
+		}
+		return true
+	}
+	sub, err := delta.Follow(g.d.Conn.NC, g.d.Names, id, func(d protocol.Delta) {
+		if ctx.Err() == nil {
+			send(protocol.SSEDelta, &d)
+		}
+	})
+	if err != nil {
+		g.d.Logger.Warn("event stream without deltas: the answers show when each turn ends", "session", id, "err", err)
+	} else {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	_ = trace.Follow(ctx, g.d.Conn.JS, g.d.Names, id, func(ev protocol.Event) bool {
+		if !send(string(ev.Type), ev) {
 			return false
 		}
 		if ev.Type != protocol.EvUsage || ev.Role == protocol.RoleMiner {
@@ -222,17 +249,12 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in protocol.CancelBody
-	if r.ContentLength != 0 {
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil && !errors.Is(err, io.EOF) {
-			httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
-			return
-		}
+	if !decodeBody(w, r, smallBodyBytes, true, &in) {
+		return
 	}
 	rep, err := g.Cancel(r.Context(), protocol.CancelRequest{SessionID: r.PathValue("id"), Reason: in.Reason, By: "http " + r.RemoteAddr})
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, &rep)
@@ -247,7 +269,7 @@ func (g *Gateway) httpTree(w http.ResponseWriter, r *http.Request) {
 		return g.sessions.Children(ctx, id)
 	})
 	if err != nil {
-		httpError(w, http.StatusNotFound, "not_found", err.Error())
+		httpError(w, protocol.CodeNotFound, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, n)
@@ -260,16 +282,37 @@ func (g *Gateway) httpMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in protocol.MessageBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxTaskBytes+4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
+	if !decodeBody(w, r, protocol.MaxTaskBytes+4096, false, &in) {
 		return
 	}
-	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget})
+	turn := in.TurnID
+	if turn == "" {
+		turn = NewTurnID() // a POST without a turn id is a new message, whatever its text
+	}
+	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: s.SessionID, Caller: "http", Budget: in.Budget,
+		TurnID: turn})
 	if err != nil {
 		// 422: the turn is refused as it is; 503: the mesh could not take it now, try again.
-		httpError(w, httpStatus(err), ErrorCode(err), err.Error())
+		httpError(w, ErrorCode(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusAccepted, &rep)
+}
+
+// httpFork starts a new conversation from turn {id}.
+func (g *Gateway) httpFork(w http.ResponseWriter, r *http.Request) {
+	s, ok := g.lookup(w, r)
+	if !ok {
+		return
+	}
+	var in protocol.ForkBody
+	if !decodeBody(w, r, protocol.MaxTaskBytes+4096, false, &in) {
+		return
+	}
+	rep, err := g.Submit(r.Context(), protocol.SubmitRequest{Task: in.Text, Agent: s.Agent, SessionID: in.SessionID, From: s.SessionID,
+		Caller: "http", Budget: in.Budget})
+	if err != nil {
+		httpError(w, ErrorCode(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, &rep)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -60,7 +61,7 @@ func TestHTTPSubmit(t *testing.T) {
 		{`{"task": ""}`, "empty"},
 		{`{"task": "hi", "agent": "nobody"}`, "unknown agent"},
 		{`{"task": "Greet Bob", "session_id": "http-1"}`, "another task"},
-		{`{"task": "` + strings.Repeat("x", protocol.MaxTaskBytes+1) + `"}`, "limit"},
+		{`{"task": " \n\u3000 "}`, "empty"},
 	}
 	for _, c := range rejected {
 		status, out := postTask(t, srv, c.body)
@@ -81,6 +82,7 @@ func TestHTTPSubmit(t *testing.T) {
 		{`{"task": "hi", "agent": "a b"}`, protocol.CodeBadRequest},
 		{`{"task": "hi", "session_id": "` + strings.Repeat("s", 5000) + `"}`, protocol.CodeTooLarge},
 		{`{"task": "hi", "agent": "` + strings.Repeat("a", protocol.MaxAgentName+1) + `"}`, protocol.CodeTooLarge},
+		{`{"task": "` + strings.Repeat("x", protocol.MaxTaskBytes+1) + `"}`, protocol.CodeTooLarge},
 	} {
 		status, out := postTask(t, srv, c.body)
 		if status != c.code.HTTPStatus() || out["code"] != string(c.code) {
@@ -88,27 +90,38 @@ func TestHTTPSubmit(t *testing.T) {
 		}
 	}
 
-	malformed := []string{
-		`not json`,
-		`{"task": "hi", "priority": 9}`,
-		`{"task": 42}`,
-		``,
+	// What docs/openapi.json's TaskBody refuses, the gateway refuses, saying where.
+	malformed := []struct{ body, want string }{
+		{`not json`, "malformed request body"},
+		{`{"task": "hi", "priority": 9}`, "'priority' not allowed"},
+		{`{"TASK": "hi"}`, "'TASK' not allowed"}, // encoding/json alone would take it as task
+		{`{"task": 42}`, "at '/task': got number, want string"},
+		{`{"task": "hi", "agent": null}`, "at '/agent': got null, want string"},
+		{`{"task": "hi", "budget": null}`, "at '/budget'"},
+		{`{"task": "hi", "budget": {"max_turns": -1}}`, "at '/budget/max_turns'"},
+		{`{"task": "hi", "budget": {"max_turns": 1.5}}`, "at '/budget/max_turns'"},
+		{``, "the request body is empty"},
 	}
-	for _, body := range malformed {
-		status, out := postTask(t, srv, body)
-		if status != http.StatusBadRequest {
-			t.Errorf("%.60q: status %d; want 400", body, status)
+	for _, c := range malformed {
+		status, out := postTask(t, srv, c.body)
+		if msg, _ := out["error"].(string); status != http.StatusBadRequest || !strings.Contains(msg, c.want) {
+			t.Errorf("%.60q: %d %q; want 400 saying %q", c.body, status, msg, c.want)
 		}
-		if msg, _ := out["error"].(string); !strings.Contains(msg, "malformed request body") {
-			t.Errorf("%.60q: error %q", body, msg)
-		}
+	}
+	// A number JSON Schema counts as an integer is read as one.
+	status, out = postTask(t, srv, `{"task": "Greet Ada", "session_id": "http-whole", "budget": {"max_turns": 3.0, "max_tool_calls": 2e1}}`)
+	if status != http.StatusAccepted {
+		t.Fatalf("integral numbers in the budget: %d %v", status, out)
+	}
+	if b := f.session(t, "http-whole").Budget; b.MaxTurns != 3 || b.MaxToolCalls != 20 {
+		t.Errorf("budget read as %+v; want max_turns 3, max_tool_calls 20", b)
 	}
 	status, out = postTask(t, srv, `{"task": "`+strings.Repeat("x", protocol.MaxTaskBytes+8192)+`"}`)
 	if msg, _ := out["error"].(string); status != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "at most") {
 		t.Errorf("huge body: status %d %v; want 413 naming the limit", status, out)
 	}
-	if n := f.taskCount(t, testAgent); n != 2 {
-		t.Errorf("%d TASKS messages; want 2 (two accepted sessions)", n)
+	if n := f.taskCount(t, testAgent); n != 3 {
+		t.Errorf("%d TASKS messages; want 3 (three accepted sessions)", n)
 	}
 }
 
@@ -214,4 +227,85 @@ func TestHTTPEventsEndAfterUsage(t *testing.T) {
 		t.Errorf("events %v; want %v", types, want)
 	}
 
+}
+
+// The events stream carries the model's text as it is generated (event: delta, a Delta), between
+// the trace events, and still ends after the usage event.
+func TestHTTPEventsCarryDeltas(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "sse-d"}`); status != http.StatusAccepted {
+		t.Fatalf("status %d %v", status, out)
+	}
+	resp, err := testClient.Get(srv.URL + "/v1/sessions/sse-d/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	// next reads one server-sent event.
+	next := func() (string, string) {
+		t.Helper()
+		var event string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				return event, strings.TrimPrefix(line, "data: ")
+			}
+		}
+		t.Fatalf("stream ended: %v", sc.Err())
+		return "", ""
+	}
+	if ev, _ := next(); ev != string(protocol.EvSessionStarted) {
+		t.Fatalf("first event %q", ev)
+	}
+	// The executor's side: a turn streamed in two batches.
+	turn := delta.Start(f.mesh.Conn.NC, f.mesh.Names, "sse-d", "step-1", 1, delta.Options{})
+	turn.Text("Hello, ")
+	turn.Text("Ada!")
+	if err := turn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var shown delta.Shown
+	var got delta.TurnText
+	for !got.Done {
+		ev, data := next()
+		var d protocol.Delta
+		if ev != protocol.SSEDelta || json.Unmarshal([]byte(data), &d) != nil || d.V != protocol.SchemaVersion || d.SessionID != "sse-d" {
+			t.Fatalf("event %q data %s: want deltas", ev, data)
+		}
+		got = shown.Add(d)
+	}
+	if got.Text != "Hello, Ada!" || got.Gap {
+		t.Fatalf("streamed %+v", got)
+	}
+	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
+	cost := 0.0
+	for _, ev := range []protocol.Event{
+		{SessionID: "sse-d", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
+		{SessionID: "sse-d", Type: protocol.EvUsage, Outcome: protocol.OutcomeSuccess, Report: &protocol.UsageReport{CostUSD: &cost}},
+	} {
+		if err := pub.Emit(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := next(); ev != string(protocol.EvFinal) {
+		t.Fatalf("event %q after the deltas", ev)
+	}
+	if ev, _ := next(); ev != string(protocol.EvUsage) {
+		t.Fatalf("event %q, want usage", ev)
+	}
+	for sc.Scan() { // the blank line that ends the usage event, then EOF
+		if sc.Text() != "" {
+			t.Fatalf("more after usage: %q", sc.Text())
+		}
+	}
 }

@@ -2,17 +2,12 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
@@ -32,25 +27,14 @@ const (
 	taskPreviewBytes  = 240
 )
 
-// listParams reads since (a Go duration) and limit from the query, answering a bad one itself.
+// listParams reads since and limit, answering a bad one itself.
 func listParams(w http.ResponseWriter, r *http.Request) (from time.Time, limit int, ok bool) {
-	since, limit := defaultSince, defaultListLimit
-	q := r.URL.Query()
-	if v := q.Get("since"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			httpError(w, http.StatusBadRequest, "bad_request", "since must be a positive duration such as 24h, got "+strconv.Quote(v))
-			return from, 0, false
-		}
-		since = d
+	since, ok := qSince.read(w, r)
+	if !ok {
+		return from, 0, false
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 || n > maxListLimit {
-			httpError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit must be 1..%d, got %q", maxListLimit, v))
-			return from, 0, false
-		}
-		limit = n
+	if limit, ok = qListLimit.read(w, r); !ok {
+		return from, 0, false
 	}
 	return time.Now().Add(-since), limit, true
 }
@@ -79,15 +63,19 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	agent, ok := qAgent.read(w, r)
 	if !ok {
 		return
 	}
-	text, ok := queryText(w, r, "q")
+	text, ok := qText.read(w, r)
 	if !ok {
 		return
 	}
-	status, text := r.URL.Query().Get("status"), strings.ToLower(text)
+	status, ok := qStatus.read(w, r)
+	if !ok {
+		return
+	}
+	text = strings.ToLower(text)
 	ctx := r.Context()
 	var rows []SessionRow
 	truncated := false
@@ -117,7 +105,7 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 		return true
 	})
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", "sessions bucket: "+err.Error())
+		httpRefuse(w, fmt.Errorf("sessions bucket: %w", err))
 		return
 	}
 	keepNewest()
@@ -125,7 +113,7 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 		oldest := rows[len(rows)-1].Created
 		reports, err := g.usageReports(ctx, oldest)
 		if err != nil {
-			httpError(w, http.StatusInternalServerError, "internal", err.Error())
+			httpRefuse(w, err)
 			return
 		}
 		for i := range rows {
@@ -191,7 +179,7 @@ func (g *Gateway) httpUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	reports, err := g.usageReports(r.Context(), from)
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return
 	}
 	rows := make([]SessionUsage, 0, len(reports))
@@ -250,7 +238,7 @@ func (g *Gateway) httpDLQ(w http.ResponseWriter, r *http.Request) {
 			return true
 		})
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", "dlq stream: "+err.Error())
+		httpRefuse(w, fmt.Errorf("dlq stream: %w", err))
 		return
 	}
 	if rows == nil {
@@ -259,78 +247,75 @@ func (g *Gateway) httpDLQ(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rows)
 }
 
-// memoryCall asks memoryd, answering the HTTP request itself on failure (503 when memoryd is not
-// serving, 404 for an unknown entry) and returning false.
-func (g *Gateway) memoryCall(w http.ResponseWriter, r *http.Request, op string, req, rep protocol.Message, replyErr func() string) bool {
+// memoryCall asks memoryd, answering the HTTP request itself on failure with the failure's code
+// (unavailable or timeout when memoryd does not answer, memoryd's own code when it refuses:
+// not_found for an unknown entry) and returning false.
+func (g *Gateway) memoryCall(w http.ResponseWriter, r *http.Request, op string, req protocol.Message, rep protocol.Reply) bool {
 	ctx, cancel := context.WithTimeout(r.Context(), memoryCallTimeout)
 	defer cancel()
-	if err := bus.Request(ctx, g.d.Conn.NC, g.d.Names.Memory(op), req, rep, memoryCallTimeout); err != nil {
-		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
-			httpError(w, http.StatusServiceUnavailable, "memory_unavailable",
-				"memoryd is not answering on "+g.d.Names.Memory(op)+": start it (`skein up` runs it; memory.enabled must be true)")
-			return false
-		}
-		httpError(w, http.StatusBadGateway, "memory_error", err.Error())
+	err := bus.Request(ctx, g.d.Conn.NC, g.d.Names.Memory(op), req, rep, memoryCallTimeout)
+	if c := protocol.CodeOf(err); err != nil && (c == protocol.CodeUnavailable || c == protocol.CodeTimeout) {
+		httpError(w, c, "memoryd is not answering on "+g.d.Names.Memory(op)+": start it (`skein up` runs it; memory.enabled must be true)")
 		return false
 	}
-	if msg := replyErr(); msg != "" {
-		status, code := http.StatusBadGateway, "memory_error"
-		if strings.Contains(msg, memory.ErrNotFound.Error()) {
-			status, code = http.StatusNotFound, "not_found"
-		}
-		httpError(w, status, code, "memoryd "+op+": "+msg)
+	if err == nil {
+		err = rep.Err()
+	}
+	if err != nil {
+		httpRefuse(w, fmt.Errorf("memoryd %s: %w", op, err))
 		return false
 	}
 	return true
 }
 
-func tierParam(w http.ResponseWriter, r *http.Request) (protocol.Tier, bool) {
-	switch t := protocol.Tier(r.URL.Query().Get("tier")); t {
-	case "", protocol.TierStrategic, protocol.TierTactical:
-		return t, true
-	default:
-		httpError(w, http.StatusBadRequest, "bad_request", "tier must be strategic or tactical, got "+strconv.Quote(string(t)))
+// memoryKind reads ?kind= (qKind): absent is def, what each endpoint showed before kinds existed;
+// "all" is every kind (memory.KindAny).
+func memoryKind(w http.ResponseWriter, r *http.Request, def string) (string, bool) {
+	k, ok := qKind.read(w, r)
+	switch {
+	case !ok:
 		return "", false
+	case k == "":
+		return def, true
+	case k == "all":
+		return memory.KindAny, true
 	}
+	return k, true
 }
 
-// httpMemoryList pages through entries: GET /v1/memory?agent=&tier=&status=active|superseded|retired|quarantined|all&offset=&limit=
+// httpMemoryList pages through entries: GET /v1/memory?agent=&kind=&tier=&status=active|superseded|retired|quarantined|all&offset=&limit=
 func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	tier, ok := tierParam(w, r)
+	tier, ok := qTier.read(w, r)
 	if !ok {
 		return
 	}
-	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	kind, ok := memoryKind(w, r, protocol.KindGuideline)
 	if !ok {
 		return
 	}
-	req := protocol.MemoryListRequest{Agent: agent, Tier: tier}
-	switch st := q.Get("status"); st {
+	agent, ok := qAgent.read(w, r)
+	if !ok {
+		return
+	}
+	status, ok := qMemStatus.read(w, r)
+	if !ok {
+		return
+	}
+	req := protocol.MemoryListRequest{Agent: agent, Kind: kind, Tier: protocol.Tier(tier), Status: protocol.MemoryStatus(status)}
+	switch status {
 	case "", string(protocol.MemoryActive):
+		req.Status = "" // memoryd's default
 	case "all":
 		req.Status = memory.StatusAny
-	case string(protocol.MemorySuperseded), string(protocol.MemoryRetired), string(protocol.MemoryQuarantined):
-		req.Status = protocol.MemoryStatus(st)
-	default:
-		httpError(w, http.StatusBadRequest, "bad_request", "status must be active, superseded, retired, quarantined or all, got "+strconv.Quote(st))
+	}
+	if req.Offset, ok = qOffset.read(w, r); !ok {
 		return
 	}
-	for name, dst := range map[string]*int{"offset": &req.Offset, "limit": &req.Limit} {
-		if v := q.Get(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				httpError(w, http.StatusBadRequest, "bad_request", name+" must be a whole number, got "+strconv.Quote(v))
-				return
-			}
-			*dst = n
-		}
-	}
-	if req.Limit == 0 || req.Limit > defaultListLimit {
-		req.Limit = defaultListLimit
+	if req.Limit, ok = qMemLimit.read(w, r); !ok {
+		return
 	}
 	var rep protocol.MemoryListReply
-	if g.memoryCall(w, r, protocol.MemList, &req, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemList, &req, &rep) {
 		writeJSON(w, http.StatusOK, rep)
 	}
 }
@@ -338,30 +323,28 @@ func (g *Gateway) httpMemoryList(w http.ResponseWriter, r *http.Request) {
 // httpMemorySearch is inspect-memory over HTTP: counts per agent, tier and status, and the
 // entries nearest q ranked as retrieval ranks them (the most established without q).
 func (g *Gateway) httpMemorySearch(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	tier, ok := tierParam(w, r)
+	tier, ok := qTier.read(w, r)
 	if !ok {
 		return
 	}
-	agent, ok := queryID(w, r, "agent", protocol.IDAgent)
+	kind, ok := memoryKind(w, r, memory.KindAny)
 	if !ok {
 		return
 	}
-	text, ok := queryText(w, r, "q")
+	agent, ok := qAgent.read(w, r)
 	if !ok {
 		return
 	}
-	req := protocol.MemoryInspectRequest{Agent: agent, Query: text, Tier: tier}
-	if v := q.Get("top_k"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 || n > 100 {
-			httpError(w, http.StatusBadRequest, "bad_request", "top_k must be 1..100, got "+strconv.Quote(v))
-			return
-		}
-		req.TopK = n
+	text, ok := qText.read(w, r)
+	if !ok {
+		return
+	}
+	req := protocol.MemoryInspectRequest{Agent: agent, Kind: kind, Query: text, Tier: protocol.Tier(tier)}
+	if req.TopK, ok = qTopK.read(w, r); !ok {
+		return
 	}
 	var rep protocol.MemoryInspectReply
-	if g.memoryCall(w, r, protocol.MemInspect, &req, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemInspect, &req, &rep) {
 		writeJSON(w, http.StatusOK, rep)
 	}
 }
@@ -372,7 +355,7 @@ func (g *Gateway) httpMemoryGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep protocol.MemoryGetReply
-	if g.memoryCall(w, r, protocol.MemGet, &protocol.MemoryGetRequest{ID: id}, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemGet, &protocol.MemoryGetRequest{ID: id}, &rep) {
 		writeJSON(w, http.StatusOK, rep.Entry)
 	}
 }
@@ -391,27 +374,12 @@ func (g *Gateway) httpMemoryRetire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in RetireBody
-	if !decodeSmall(w, r, &in) {
+	if !decodeBody(w, r, smallBodyBytes, true, &in) {
 		return
 	}
 	req := protocol.MemoryRetireRequest{ID: id, Evict: in.Evict, Reason: in.Reason, By: "http " + r.RemoteAddr}
 	var rep protocol.MemoryRetireReply
-	if g.memoryCall(w, r, protocol.MemRetire, &req, &rep, func() string { return rep.Error }) {
+	if g.memoryCall(w, r, protocol.MemRetire, &req, &rep) {
 		writeJSON(w, http.StatusOK, rep)
 	}
-}
-
-// decodeSmall reads an optional small JSON body into v (an empty body leaves v as it is),
-// answering a malformed one itself.
-func decodeSmall(w http.ResponseWriter, r *http.Request, v any) bool {
-	if r.ContentLength == 0 {
-		return true
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		httpError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+err.Error())
-		return false
-	}
-	return true
 }

@@ -117,15 +117,15 @@ func TestHTTPDeadLetters(t *testing.T) {
 	}
 }
 
-// Without memoryd the memory routes answer 503 memory_unavailable (e2e/inproc/gateway tests
+// Without memoryd the memory routes answer 503 unavailable (e2e/inproc/gateway tests
 // them with memoryd running).
 func TestHTTPMemoryWithoutMemoryd(t *testing.T) {
 	f := newFixture(t)
 	srv := httptest.NewServer(f.gw.Handler())
 	t.Cleanup(srv.Close)
 	var e map[string]string
-	if status := getJSON(t, srv, "/v1/memory", &e); status != http.StatusServiceUnavailable || e["code"] != "memory_unavailable" {
-		t.Fatalf("without memoryd: %d %v; want 503 memory_unavailable", status, e)
+	if status := getJSON(t, srv, "/v1/memory", &e); status != http.StatusServiceUnavailable || e["code"] != "unavailable" {
+		t.Fatalf("without memoryd: %d %v; want 503 unavailable", status, e)
 	}
 }
 
@@ -157,7 +157,7 @@ func TestConsoleIsServedOutsideTheTokenCheck(t *testing.T) {
 	if status, out, _ := do(t, r); status != http.StatusUnauthorized {
 		t.Errorf("sessions without a token: %d %v", status, out)
 	}
-	for path, allow := range map[string]string{"/v1/sessions": "GET", "/v1/memory/x": "GET", "/v1/memory/x/retire": "POST"} {
+	for path, allow := range map[string]string{"/v1/sessions": "GET, HEAD", "/v1/memory/x": "GET, HEAD", "/v1/memory/x/retire": "POST"} {
 		method := "POST"
 		if allow == "POST" {
 			method = "GET"
@@ -170,7 +170,62 @@ func TestConsoleIsServedOutsideTheTokenCheck(t *testing.T) {
 		}
 	}
 	r, _ = http.NewRequest("POST", srv.URL+"/console/", strings.NewReader("{}"))
-	if status, _, _ := do(t, r); status != http.StatusMethodNotAllowed {
-		t.Errorf("POST /console/: %d; want 405", status)
+	if status, out, _ := do(t, r); status != http.StatusMethodNotAllowed || out["code"] != string(protocol.CodeMethodNotAllowed) {
+		t.Errorf("POST /console/: %d %v; want 405 method_not_allowed", status, out)
+	}
+}
+
+// Each query parameter is read as docs/openapi.json describes it (httpquery.go): a value outside
+// its schema is refused naming the parameter, one inside it is taken, and a parameter given with
+// no value is refused rather than read as absent.
+func TestHTTPQueryParametersAreCheckedAsDocumented(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	postTask(t, srv, `{"task": "Greet Ada", "session_id": "q-1"}`)
+	for _, c := range []struct {
+		path   string
+		status int
+		names  string // the parameter the refusal names
+	}{
+		{"/v1/sessions?since=24h&limit=2000", 200, ""},
+		{"/v1/sessions?since=1h30m&limit=1", 200, ""},
+		{"/v1/sessions?since=99999.999999999h99999h1m1s", 200, ""},
+		{"/v1/sessions?since=0", 200, ""},
+		{"/v1/sessions?limit=", 400, "limit"},
+		{"/v1/sessions?limit=0", 400, "limit"},
+		{"/v1/sessions?limit=2001", 400, "limit"},
+		{"/v1/sessions?limit=1.5", 400, "limit"},
+		{"/v1/sessions?since=", 400, "since"},
+		{"/v1/sessions?since=-1h", 400, "since"},
+		{"/v1/sessions?since=1.h", 400, "since"},     // time.ParseDuration takes it, the pattern does not
+		{"/v1/sessions?since=999999h", 400, "since"}, // six digits: the pattern bounds every part
+		{"/v1/sessions?since=24h%0A", 400, "since"},
+		{"/v1/sessions?agent=", 400, "agent"},
+		{"/v1/sessions?status=&q=", 200, ""},
+		{"/v1/usage?since=2h&limit=5", 200, ""},
+		{"/v1/dlq?limit=x", 400, "limit"},
+		{"/v1/memory?tier=", 400, "tier"},
+		{"/v1/memory?tier=operational", 400, "tier"},
+		{"/v1/memory?status=", 400, "status"},
+		{"/v1/memory?status=deleted", 400, "status"},
+		{"/v1/memory?offset=-1", 400, "offset"},
+		{"/v1/memory?limit=201", 400, "limit"},
+		{"/v1/memory/search?top_k=0", 400, "top_k"},
+		{"/v1/memory/search?top_k=101", 400, "top_k"},
+	} {
+		var out map[string]any
+		status := getJSON(t, srv, c.path, &out)
+		if status != c.status {
+			t.Errorf("GET %s: %d %v; want %d", c.path, status, out, c.status)
+			continue
+		}
+		if msg, _ := out["error"].(string); c.names != "" && !strings.Contains(msg, "query parameter "+c.names) {
+			t.Errorf("GET %s: %q does not name the parameter %s", c.path, msg, c.names)
+		}
+	}
+	var list SessionList
+	if getJSON(t, srv, "/v1/sessions?since=0", &list); len(list.Sessions) != 0 {
+		t.Errorf("since=0 listed %d sessions; a window of nothing lists none", len(list.Sessions))
 	}
 }

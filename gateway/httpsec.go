@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -164,15 +165,16 @@ func checkToken(tok, where string) (string, string, error) {
 	return tok, "", nil
 }
 
-// httpError is every rejection of the API: a status, a stable code and a sentence.
-func httpError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg, "code": code})
+// httpError is every rejection of the API: the status of code (protocol's table) and the body
+// {"error": msg, "code": code}.
+func httpError(w http.ResponseWriter, code protocol.Code, msg string) {
+	writeJSON(w, code.HTTPStatus(), protocol.APIError{Error: msg, Code: code})
 }
 
-// httpRefuse answers a coded error (protocol.Errorf) with its code's status.
+// httpRefuse answers err with its code (bus.Classify: a coded error's, a full store's, a
+// deadline's; internal for anything else).
 func httpRefuse(w http.ResponseWriter, err error) {
-	c := protocol.CodeOf(err)
-	httpError(w, c.HTTPStatus(), string(c), err.Error())
+	httpError(w, bus.Classify(err), err.Error())
 }
 
 // pathID reads the path's {id} as an identifier of kind k, answering a malformed or too long
@@ -187,35 +189,19 @@ func pathID(w http.ResponseWriter, r *http.Request, k protocol.ID) (string, bool
 	return id, true
 }
 
-// queryID reads the optional query parameter name as an identifier of kind k ("" when absent),
-// answering a malformed or too long one itself.
-func queryID(w http.ResponseWriter, r *http.Request, name string, k protocol.ID) (string, bool) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
-		return "", true
-	}
-	if err := k.Check(v); err != nil {
-		httpRefuse(w, fmt.Errorf("query parameter %s: %w", name, err))
-		return "", false
-	}
-	return v, true
-}
-
-// queryText reads the optional search text name, bounded by protocol.MaxQueryBytes.
-func queryText(w http.ResponseWriter, r *http.Request, name string) (string, bool) {
-	v := r.URL.Query().Get(name)
-	if len(v) > protocol.MaxQueryBytes {
-		httpRefuse(w, protocol.Errorf(protocol.CodeTooLarge, "query parameter %s is %d bytes long; at most %d", name, len(v), protocol.MaxQueryBytes))
-		return "", false
-	}
-	return v, true
-}
-
 // guard is the API's front door: cross-site refusal, bearer token, JSON bodies only.
 type guard struct {
 	tokenSum [32]byte // sha256 of the token, so the comparison is constant-time on equal lengths
 	hasToken bool
 	streams  *streamLimiter
+}
+
+// Guard puts the API's front door (cross-site refusal, bearer token, JSON bodies only) before
+// another HTTP service that answers with the gateway's token: `skein mcp serve --http`.
+func Guard(token string, next http.Handler) http.Handler {
+	all := http.NewServeMux()
+	all.Handle("/", next) // next routes for itself
+	return newGuard(token, 0).wrap(all)
 }
 
 func newGuard(token string, maxStreams int) *guard {
@@ -226,34 +212,51 @@ func newGuard(token string, maxStreams int) *guard {
 	return g
 }
 
-func (g *guard) wrap(next http.Handler) http.Handler {
+// wrap puts the guard in front of the API's routes: what no route serves is answered here (405
+// with Allow for a known path, else 404), so a body check never answers for a route that does
+// not exist.
+func (g *guard) wrap(routes *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if msg, bad := crossSite(r); bad {
-			httpError(w, http.StatusForbidden, "cross_site", msg)
+			httpError(w, protocol.CodeForbidden, msg)
 			return
 		}
 		if !g.hasToken {
-			httpError(w, http.StatusServiceUnavailable, "no_token", "the HTTP API has no bearer token configured; see docs/security.md")
+			httpError(w, protocol.CodeUnavailable, "the HTTP API has no bearer token configured; see docs/security.md")
 			return
 		}
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-		if !ok || subtle.ConstantTimeCompare(sum[:], g.tokenSum[:]) != 1 {
+		if !g.authorized(r.Header.Get("Authorization")) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="skein"`)
-			httpError(w, http.StatusUnauthorized, "unauthorized",
+			httpError(w, protocol.CodeUnauthorized,
 				"missing or wrong bearer token: send Authorization: Bearer <token> (the token is in $SKEIN_HOME/"+HTTPTokenFile+", or $"+HTTPTokenEnv+")")
 			return
 		}
-		if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
+		if _, pattern := routes.Handler(r); pattern == "" {
+			httpNoRoute(routes, w, r)
+			return
+		}
+		// Only a body that is there must say it is JSON: an optional body may be left out whole.
+		if r.ContentLength != 0 {
 			mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 			if err != nil || mt != "application/json" {
-				httpError(w, http.StatusUnsupportedMediaType, "unsupported_media_type",
+				httpError(w, protocol.CodeUnsupportedMedia,
 					fmt.Sprintf("request body must be application/json, got Content-Type %q", r.Header.Get("Content-Type")))
 				return
 			}
 		}
-		next.ServeHTTP(w, r)
+		routes.ServeHTTP(w, r)
 	})
+}
+
+// authorized reports whether header is the bearer token; the scheme's name is read in any case
+// (RFC 9110, section 11.1).
+func (g *guard) authorized(header string) bool {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(sum[:], g.tokenSum[:]) == 1
 }
 
 // crossSite refuses requests a browser made on behalf of another site: a page elsewhere must
@@ -312,24 +315,21 @@ func (l *streamLimiter) acquire(r *http.Request) (release func(), ok bool) {
 	}, true
 }
 
-// httpNoRoute answers what no route matched: 405 for a known path with the wrong method, else 404.
-func httpNoRoute(w http.ResponseWriter, r *http.Request) {
-	allow := ""
-	switch parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/"); {
-	case r.URL.Path == "/v1/tasks":
-		allow = http.MethodPost
-	case len(parts) == 3 && parts[0] == "v1" && parts[1] == "sessions",
-		len(parts) == 4 && parts[0] == "v1" && parts[1] == "sessions" && parts[3] == "events",
-		len(parts) == 2 && parts[0] == "v1" && (parts[1] == "sessions" || parts[1] == "usage" || parts[1] == "dlq" || parts[1] == "memory"),
-		len(parts) == 3 && parts[0] == "v1" && parts[1] == "memory":
-		allow = http.MethodGet
-	case len(parts) == 4 && parts[0] == "v1" && parts[1] == "memory" && parts[3] == "retire":
-		allow = http.MethodPost
+// httpNoRoute answers what no route matched: 405 with the methods the path takes (Allow), or
+// 404 when no method does.
+func httpNoRoute(routes *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := routes.Handler(probe); pattern != "" {
+			allow = append(allow, m)
+		}
 	}
-	if allow != "" {
-		w.Header().Set("Allow", allow)
-		httpError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" "+r.URL.Path+" is not allowed; use "+allow)
+	if allow != nil {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		httpError(w, protocol.CodeMethodNotAllowed, r.Method+" "+r.URL.Path+" is not allowed; use "+strings.Join(allow, " or "))
 		return
 	}
-	httpError(w, http.StatusNotFound, "not_found", "no such endpoint "+strconv.Quote(r.URL.Path)+"; see POST /v1/tasks, GET /v1/sessions/{id}[/events]")
+	httpError(w, protocol.CodeNotFound, "no such endpoint "+strconv.Quote(r.URL.Path)+"; see GET /v1/openapi.json")
 }

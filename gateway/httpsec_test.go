@@ -81,15 +81,20 @@ func TestHTTPRejections(t *testing.T) {
 		{"text body", req("POST", "/v1/tasks", task, "Content-Type", "text/plain", "Authorization", auth), 415, "unsupported_media_type"},
 		{"form body", req("POST", "/v1/tasks", "task=hi", "Content-Type", "application/x-www-form-urlencoded", "Authorization", auth), 415, "unsupported_media_type"},
 		{"no content type", req("POST", "/v1/tasks", task, "Authorization", auth), 415, "unsupported_media_type"},
-		{"cross-site fetch", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", auth, "Sec-Fetch-Site", "cross-site"), 403, "cross_site"},
-		{"same-site is not same-origin", req("GET", "/v1/sessions/x", "", "Authorization", auth, "Sec-Fetch-Site", "same-site"), 403, "cross_site"},
-		{"foreign origin", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", auth, "Origin", "https://evil.example"), 403, "cross_site"},
-		{"foreign origin, no token", req("POST", "/v1/tasks", task, "Content-Type", "text/plain", "Origin", "http://evil.example"), 403, "cross_site"},
+		{"cross-site fetch", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", auth, "Sec-Fetch-Site", "cross-site"), 403, "forbidden"},
+		{"same-site is not same-origin", req("GET", "/v1/sessions/x", "", "Authorization", auth, "Sec-Fetch-Site", "same-site"), 403, "forbidden"},
+		{"foreign origin", req("POST", "/v1/tasks", task, "Content-Type", "application/json", "Authorization", auth, "Origin", "https://evil.example"), 403, "forbidden"},
+		{"foreign origin, no token", req("POST", "/v1/tasks", task, "Content-Type", "text/plain", "Origin", "http://evil.example"), 403, "forbidden"},
 		{"body too large", req("POST", "/v1/tasks", `{"task": "`+strings.Repeat("x", protocol.MaxTaskBytes+8192)+`"}`, "Content-Type", "application/json", "Authorization", auth), 413, "too_large"},
 		{"malformed", req("POST", "/v1/tasks", `{"task": 1}`, "Content-Type", "application/json", "Authorization", auth), 400, "bad_request"},
 		{"rejected", req("POST", "/v1/tasks", `{"task": ""}`, "Content-Type", "application/json", "Authorization", auth), 422, "rejected"},
 		{"wrong method", req("GET", "/v1/tasks", "", "Authorization", auth), 405, "method_not_allowed"},
 		{"wrong method on a session", req("DELETE", "/v1/sessions/x", "", "Authorization", auth), 405, "method_not_allowed"},
+		// The method is wrong before any body is: 405, not 415 for a missing Content-Type.
+		{"PUT without a body", req("PUT", "/v1/sessions/x", "", "Authorization", auth), 405, "method_not_allowed"},
+		{"PUT with a text body", req("PUT", "/v1/tasks", "x", "Content-Type", "text/plain", "Authorization", auth), 405, "method_not_allowed"},
+		{"TRACE on health", req("TRACE", "/v1/health", "", "Authorization", auth), 405, "method_not_allowed"},
+		{"scheme only", req("GET", "/v1/sessions/x", "", "Authorization", "Bearer"), 401, "unauthorized"},
 		{"no such route", req("GET", "/v2/anything", "", "Authorization", auth), 404, "not_found"},
 	}
 	for _, c := range cases {
@@ -97,8 +102,14 @@ func TestHTTPRejections(t *testing.T) {
 		if status != c.status || out["code"] != c.code || out["error"] == "" {
 			t.Errorf("%s: %d %v; want %d with code %q and an error", c.name, status, out, c.status, c.code)
 		}
+		if code := protocol.Code(c.code); !code.Known() || code.HTTPStatus() != c.status {
+			t.Errorf("%s: code %s is not the table's code of status %d", c.name, code, c.status)
+		}
 		if status == 401 && !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
 			t.Errorf("%s: 401 without a Bearer challenge", c.name)
+		}
+		if status == 405 && hdr.Get("Allow") == "" {
+			t.Errorf("%s: 405 without Allow", c.name)
 		}
 	}
 	// What a same-origin browser page and a plain client send is accepted.
@@ -106,14 +117,16 @@ func TestHTTPRejections(t *testing.T) {
 		{"Origin", "http://" + host, "Sec-Fetch-Site", "same-origin"},
 		{"Sec-Fetch-Site", "none"},
 		{"Content-Type", "application/json; charset=utf-8"},
+		{"Authorization", "bearer " + testToken}, // the scheme's name in any case (RFC 9110)
+		{"Authorization", "BEARER  " + testToken},
 	} {
 		h := append([]string{"Content-Type", "application/json", "Authorization", auth}, headers...)
 		if status, out, _ := do(t, req("POST", "/v1/tasks", task, h...)); status != http.StatusAccepted {
 			t.Errorf("headers %v: %d %v; want 202", headers, status, out)
 		}
 	}
-	if n := f.taskCount(t, testAgent); n != 3 {
-		t.Errorf("%d tasks queued; want only the 3 accepted ones", n)
+	if n := f.taskCount(t, testAgent); n != 5 {
+		t.Errorf("%d tasks queued; want only the 5 accepted ones", n)
 	}
 }
 
@@ -129,8 +142,8 @@ func TestHTTPWithoutATokenRefusesEverything(t *testing.T) {
 	t.Cleanup(srv.Close)
 	r, _ := http.NewRequest("GET", srv.URL+"/v1/sessions/x", nil)
 	r.Header.Set("Authorization", "Bearer ")
-	if status, out, _ := do(t, r); status != http.StatusServiceUnavailable || out["code"] != "no_token" {
-		t.Errorf("%d %v; want 503 no_token", status, out)
+	if status, out, _ := do(t, r); status != http.StatusServiceUnavailable || out["code"] != "unavailable" {
+		t.Errorf("%d %v; want 503 unavailable", status, out)
 	}
 }
 
@@ -169,8 +182,8 @@ func TestHTTPEventStreamsAreCappedPerClient(t *testing.T) {
 	var out map[string]string
 	_ = json.NewDecoder(resp.Body).Decode(&out)
 	cancel()
-	if resp.StatusCode != http.StatusTooManyRequests || out["code"] != "too_many_streams" || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("third stream: %d %v; want 429 too_many_streams with Retry-After", resp.StatusCode, out)
+	if resp.StatusCode != http.StatusTooManyRequests || out["code"] != "too_many_requests" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third stream: %d %v; want 429 too_many_requests with Retry-After", resp.StatusCode, out)
 	}
 	// Closing a stream frees its slot.
 	cancels[0]()
@@ -478,8 +491,8 @@ func TestHTTPRoutesRefuseOverlongIDsAndKeepServing(t *testing.T) {
 			urls = append(urls, strings.ReplaceAll(path, "{id}", long))
 		}
 		for _, q := range r.Query {
-			if q == "agent" || q == "q" {
-				urls = append(urls, path+"?"+q+"="+long)
+			if n := q.name(); n == "agent" || n == "q" {
+				urls = append(urls, path+"?"+n+"="+long)
 			}
 		}
 		for _, u := range urls {

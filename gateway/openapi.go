@@ -23,7 +23,7 @@ type apiRoute struct {
 	Summary   string
 	Body      any // the JSON request body's type; nil: none
 	Optional  bool
-	Query     []string // optional query parameters (strings; the summary says what they take)
+	Query     []queryParam // optional query parameters (httpquery.go)
 	Responses []apiResponse
 }
 
@@ -32,67 +32,99 @@ type apiResponse struct {
 	Doc    string
 	Body   any  // JSON reply type; nil: APIError
 	Events bool // text/event-stream of Body
+	// Also is a second type of event in the stream (its data is one of Body and Also).
+	Also any
 }
 
-var errorResponses = map[int]string{
-	http.StatusBadRequest:            "bad_request: the body, an id or a parameter cannot be read",
-	http.StatusNotFound:              "not_found: no such session",
-	http.StatusRequestEntityTooLarge: "too_large: the body, an id or a search text is over its limit",
-	http.StatusUnprocessableEntity:   "rejected: the task is refused as it is (sending it again will not help)",
-	http.StatusTooManyRequests:       "too_many_streams: this client holds gateway.max_event_streams streams already",
-	http.StatusServiceUnavailable:    "transient: the mesh could not take it now (try again); storage_full: the mesh's store cannot take it now (try again once space is freed; GET /v1/health says why); no_token: the API has no token configured",
-	http.StatusInternalServerError:   "internal",
-	http.StatusBadGateway:            "memory_error: memoryd answered with an error",
+// codeDocs says what each code an API route answers with means there. The status of each is
+// its code's (protocol's table): errs groups the codes of a route by status.
+var codeDocs = map[protocol.Code]string{
+	protocol.CodeBadRequest:       "the body does not match its schema, or an id or a parameter cannot be read",
+	protocol.CodeNotFound:         "no such session, memory entry or route",
+	protocol.CodeTooLarge:         "the body, an id or a search text is over its limit",
+	protocol.CodeRejected:         "the task is refused as it is (sending it again will not help)",
+	protocol.CodeTooMany:          "this client holds gateway.max_event_streams streams already",
+	protocol.CodeTransient:        "the mesh could not take it now (try again)",
+	protocol.CodeStorageFull:      "the mesh's store cannot take it now (try again once space is freed; GET /v1/health says why)",
+	protocol.CodeUnavailable:      "memoryd is not serving, or the API has no token configured",
+	protocol.CodeTimeout:          "memoryd did not answer in time",
+	protocol.CodeInternal:         "the gateway, or memoryd, failed; the error says where",
+	protocol.CodeUnauthorized:     "missing or wrong bearer token",
+	protocol.CodeForbidden:        "a browser's cross-site request",
+	protocol.CodeUnsupportedMedia: "the body is not application/json",
 }
 
-func errs(statuses ...int) []apiResponse {
+// errs are the error responses of codes, one per status, each naming its codes.
+func errs(codes ...protocol.Code) []apiResponse {
 	var out []apiResponse
-	for _, s := range statuses {
-		out = append(out, apiResponse{Status: s, Doc: errorResponses[s]})
+	byStatus := map[int]int{} // status -> index in out
+	for _, c := range codes {
+		doc := fmt.Sprintf("%s: %s", c, codeDocs[c])
+		if i, ok := byStatus[c.HTTPStatus()]; ok {
+			out[i].Doc += "; " + doc
+			continue
+		}
+		byStatus[c.HTTPStatus()] = len(out)
+		out = append(out, apiResponse{Status: c.HTTPStatus(), Doc: doc})
 	}
 	return out
+}
+
+// Codes that routes share: an id in the path, the session or entry it names, and memoryd behind a route.
+var (
+	idCodes     = []protocol.Code{protocol.CodeBadRequest, protocol.CodeTooLarge}
+	namedCodes  = with(idCodes, protocol.CodeNotFound)
+	memoryCodes = []protocol.Code{protocol.CodeInternal, protocol.CodeUnavailable, protocol.CodeTimeout}
+)
+
+// with is a list of codes and more codes, in a new slice.
+func with(codes []protocol.Code, more ...protocol.Code) []protocol.Code {
+	return append(append([]protocol.Code(nil), codes...), more...)
 }
 
 var apiRoutes = []apiRoute{
 	{Pattern: "POST /v1/tasks", ID: "submitTask", Summary: "Submit a task; the session runs on the mesh.", Body: protocol.TaskBody{},
 		Responses: append([]apiResponse{{Status: 202, Doc: "accepted (duplicate: this session id was submitted before)", Body: protocol.SubmitReply{}}},
-			errs(400, 413, 422, 503)...)},
+			errs(with(idCodes, protocol.CodeRejected, protocol.CodeTransient, protocol.CodeStorageFull)...)...)},
 	{Pattern: "GET /v1/sessions/{id}", ID: "getSession", Summary: "The session's record: status, outcome, plan, lineage, cancel, budget.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "the session", Body: protocol.Session{}}}, errs(400, 404, 413, 500)...)},
-	{Pattern: "GET /v1/sessions/{id}/events", ID: "streamEvents", Summary: "The session's trace as server-sent events (`event: <type>`, `data: <Event>`), from the first event until the last usage event.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "one server-sent event per trace event", Body: protocol.Event{}, Events: true}}, errs(400, 404, 413, 429, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the session", Body: protocol.Session{}}}, errs(with(namedCodes, protocol.CodeInternal)...)...)},
+	{Pattern: "GET /v1/sessions/{id}/events", ID: "streamEvents", Summary: "The session's trace as server-sent events (`event: <type>`, `data: <Event>`), from the first event until the last usage event; " +
+		"between them, from the moment of the request on, the model's text as it is generated (`event: delta`, `data: <Delta>`: kept nowhere, so an earlier turn's text comes only with its trace events).",
+		Responses: append([]apiResponse{{Status: 200, Doc: "one server-sent event per trace event, and one per batch of streamed text (delta)", Body: protocol.Event{}, Events: true, Also: protocol.Delta{}}}, errs(with(namedCodes, protocol.CodeTooMany, protocol.CodeInternal)...)...)},
 	{Pattern: "POST /v1/sessions/{id}/cancel", ID: "cancelSession", Summary: "Cancel the session and its child sessions; a session that already ended is a no-op.",
 		Body: protocol.CancelBody{}, Optional: true,
-		Responses: append([]apiResponse{{Status: 200, Doc: "cancelling, already_cancelled or already_finished", Body: protocol.CancelReply{}}}, errs(400, 404, 413, 500)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "cancelling, already_cancelled or already_finished", Body: protocol.CancelReply{}}}, errs(with(namedCodes, protocol.CodeInternal)...)...)},
 	{Pattern: "GET /v1/sessions/{id}/tree", ID: "sessionTree", Summary: "The session with its steps and child sessions, recursively, with tokens, cost and wall time per node.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "the tree", Body: trace.TreeNode{}}}, errs(400, 404, 413)...)},
-	{Pattern: "POST /v1/sessions/{id}/messages", ID: "continueConversation", Summary: "Continue a finished session's conversation with a new turn.", Body: protocol.MessageBody{},
-		Responses: append([]apiResponse{{Status: 202, Doc: "the next turn's session", Body: protocol.SubmitReply{}}}, errs(400, 404, 413, 422, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the tree", Body: trace.TreeNode{}}}, errs(namedCodes...)...)},
+	{Pattern: "POST /v1/sessions/{id}/messages", ID: "continueConversation", Summary: "Continue a finished session's conversation with a new turn: every message is a new turn, unless it carries the turn_id of the conversation's latest turn (a retry, answered with that turn, duplicate: true).", Body: protocol.MessageBody{},
+		Responses: append([]apiResponse{{Status: 202, Doc: "the next turn's session", Body: protocol.SubmitReply{}}}, errs(with(namedCodes, protocol.CodeRejected, protocol.CodeTransient, protocol.CodeStorageFull)...)...)},
+	{Pattern: "POST /v1/sessions/{id}/fork", ID: "forkConversation", Summary: "Start a new conversation that continues the transcript of turn {id} (any finished turn), with text as its first message; the conversation {id} belongs to is not touched. The new session's record and tree name the turn in forked_from.", Body: protocol.ForkBody{},
+		Responses: append([]apiResponse{{Status: 202, Doc: "the new conversation's first session (duplicate: this session_id forked before)", Body: protocol.SubmitReply{}}}, errs(with(namedCodes, protocol.CodeRejected, protocol.CodeTransient, protocol.CodeStorageFull)...)...)},
 	{Pattern: "GET /v1/health", ID: "health", Summary: "Whether the mesh takes new sessions: the state of its store (ok, low: under mesh.storage_reserve, full: JetStream cannot write) with the reason and what to do, and memoryd's health.",
 		Responses: []apiResponse{{Status: 200, Doc: "the mesh takes new sessions", Body: Health{}},
 			{Status: 503, Doc: "the mesh refuses new sessions (storage low or full); the same body says why", Body: Health{}}}},
 	{Pattern: "GET /v1/openapi.json", ID: "openapi", Summary: "This document.",
 		Responses: []apiResponse{{Status: 200, Doc: "the OpenAPI document", Body: struct{}{}}}},
 	{Pattern: "GET /v1/sessions", ID: "listSessions", Summary: "Sessions updated within `since` (a duration, default 168h), newest first, at most `limit` (1..2000, default 200); `agent`, `status` (status or outcome) and `q` (substring of id or task) filter.",
-		Query:     []string{"since", "limit", "agent", "status", "q"},
-		Responses: append([]apiResponse{{Status: 200, Doc: "the sessions", Body: SessionList{}}}, errs(400, 413, 500)...)},
+		Query:     []queryParam{qSince, qListLimit, qAgent, qStatus, qText},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the sessions", Body: SessionList{}}}, errs(with(idCodes, protocol.CodeInternal)...)...)},
 	{Pattern: "GET /v1/usage", ID: "listUsage", Summary: "Each session's last usage report within `since`, oldest first, with each model's cost.",
-		Query:     []string{"since", "limit"},
-		Responses: append([]apiResponse{{Status: 200, Doc: "the usage reports", Body: UsageList{}}}, errs(400, 500)...)},
+		Query:     []queryParam{qSince, qListLimit},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the usage reports", Body: UsageList{}}}, errs(protocol.CodeBadRequest, protocol.CodeInternal)...)},
 	{Pattern: "GET /v1/dlq", ID: "listDeadLetters", Summary: "The newest dead letters within `since`, with their origin and reason.",
-		Query:     []string{"since", "limit"},
-		Responses: append([]apiResponse{{Status: 200, Doc: "the dead letters", Body: []DeadLetter{}}}, errs(400, 500)...)},
-	{Pattern: "GET /v1/memory", ID: "listMemory", Summary: "Memory entries by `agent`, `tier`, `status` (active, superseded, retired, quarantined or all), paged by `offset` and `limit` (at most 200).",
-		Query:     []string{"agent", "tier", "status", "offset", "limit"},
-		Responses: append([]apiResponse{{Status: 200, Doc: "the entries", Body: protocol.MemoryListReply{}}}, errs(400, 413, 502, 503)...)},
-	{Pattern: "GET /v1/memory/search", ID: "searchMemory", Summary: "Counts per agent, tier and status, and the entries nearest `q` ranked as retrieval ranks them (`top_k` 1..100).",
-		Query:     []string{"q", "agent", "tier", "top_k"},
-		Responses: append([]apiResponse{{Status: 200, Doc: "counts and ranked hits", Body: protocol.MemoryInspectReply{}}}, errs(400, 413, 502, 503)...)},
+		Query:     []queryParam{qSince, qListLimit},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the dead letters", Body: []DeadLetter{}}}, errs(protocol.CodeBadRequest, protocol.CodeInternal)...)},
+	{Pattern: "GET /v1/memory", ID: "listMemory", Summary: "Memory entries by `agent`, `kind` (guideline, the default, case, skill or all), `tier`, `status` (active, superseded, retired, quarantined or all), paged by `offset` and `limit` (at most 200).",
+		Query:     []queryParam{qAgent, qKind, qTier, qMemStatus, qOffset, qMemLimit},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the entries", Body: protocol.MemoryListReply{}}}, errs(with(idCodes, memoryCodes...)...)...)},
+	{Pattern: "GET /v1/memory/search", ID: "searchMemory", Summary: "Counts per agent, kind, tier and status, and the entries nearest `q` ranked as retrieval ranks them (`kind` narrows them: guideline, case, skill or all, the default; `top_k` 1..100).",
+		Query:     []queryParam{qText, qAgent, qKind, qTier, qTopK},
+		Responses: append([]apiResponse{{Status: 200, Doc: "counts and ranked hits", Body: protocol.MemoryInspectReply{}}}, errs(with(idCodes, memoryCodes...)...)...)},
 	{Pattern: "GET /v1/memory/{id}", ID: "getMemoryEntry", Summary: "One memory entry.",
-		Responses: append([]apiResponse{{Status: 200, Doc: "the entry", Body: protocol.MemoryEntry{}}}, errs(400, 404, 413, 502, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "the entry", Body: protocol.MemoryEntry{}}}, errs(with(namedCodes, memoryCodes...)...)...)},
 	{Pattern: "POST /v1/memory/{id}/retire", ID: "retireMemoryEntry", Summary: "Take an entry out of retrieval: retire it (kept and listed) or, with evict, delete it.",
 		Body: RetireBody{}, Optional: true,
-		Responses: append([]apiResponse{{Status: 200, Doc: "retired or evicted", Body: protocol.MemoryRetireReply{}}}, errs(400, 404, 413, 502, 503)...)},
+		Responses: append([]apiResponse{{Status: 200, Doc: "retired or evicted", Body: protocol.MemoryRetireReply{}}}, errs(with(namedCodes, memoryCodes...)...)...)},
 }
 
 var (
@@ -114,6 +146,9 @@ func buildOpenAPI() ([]byte, error) {
 			values = append(values, r.Body)
 		}
 		for _, rs := range r.Responses {
+			if rs.Also != nil {
+				values = append(values, rs.Also)
+			}
 			if rs.Body == nil {
 				continue
 			}
@@ -159,14 +194,7 @@ func buildOpenAPI() ([]byte, error) {
 				"schema": idSchema(kind)})
 		}
 		for _, q := range r.Query {
-			p := map[string]any{"name": q, "in": "query", "required": false, "schema": map[string]any{"type": "string"}}
-			switch q {
-			case "agent":
-				p["description"], p["schema"] = protocol.IDAgent.Doc(), idSchema(protocol.IDAgent)
-			case "q":
-				p["schema"] = map[string]any{"type": "string", "maxLength": protocol.MaxQueryBytes}
-			}
-			params = append(params, p)
+			params = append(params, map[string]any{"name": q.name(), "in": "query", "required": false, "description": q.doc(), "schema": q.schema()})
 		}
 		if params != nil {
 			op["parameters"] = params
@@ -176,11 +204,9 @@ func buildOpenAPI() ([]byte, error) {
 				"content": map[string]any{"application/json": map[string]any{"schema": ref(r.Body)}}}
 		}
 		responses := map[string]any{}
-		all := append(append([]apiResponse{}, r.Responses...),
-			apiResponse{Status: 401, Doc: "unauthorized: missing or wrong bearer token"},
-			apiResponse{Status: 403, Doc: "cross_site: a browser's cross-site request"})
+		all := append(append([]apiResponse{}, r.Responses...), errs(protocol.CodeUnauthorized, protocol.CodeForbidden)...)
 		if r.Body != nil {
-			all = append(all, apiResponse{Status: 415, Doc: "unsupported_media_type: the body is not application/json"})
+			all = append(all, errs(protocol.CodeUnsupportedMedia)...)
 		}
 		for _, rs := range all {
 			ct := "application/json"
@@ -191,8 +217,15 @@ func buildOpenAPI() ([]byte, error) {
 			if doc == "" {
 				doc = http.StatusText(rs.Status)
 			}
+			schema := ref(rs.Body)
+			if rs.Also != nil {
+				schema = map[string]any{"oneOf": []any{schema, ref(rs.Also)}}
+			}
+			if rs.Events {
+				schema = sseEvent(schema)
+			}
 			responses[strconv.Itoa(rs.Status)] = map[string]any{"description": doc,
-				"content": map[string]any{ct: map[string]any{"schema": ref(rs.Body)}}}
+				"content": map[string]any{ct: map[string]any{"schema": schema}}}
 		}
 		op["responses"] = responses
 		if paths[path] == nil {
@@ -204,7 +237,9 @@ func buildOpenAPI() ([]byte, error) {
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "skein gateway HTTP API", "version": strconv.Itoa(protocol.SchemaVersion),
 			"description": "Every request needs the bearer token (`Authorization: Bearer <token>`; `skein up --http` says where it is). " +
-				"Bodies are application/json; unknown fields are refused. Every refusal is an APIError {error, code}. " +
+				"A body, where one is sent, is application/json and must match its schema here (unknown fields, names in another case and null where the schema has none are refused; an optional body may be left out). " +
+				"A query parameter that is given must have a value (leave it out for the default). Every refusal is an APIError {error, code}, " +
+				"with the HTTP status of its code (the table of codes, their statuses and whether to retry is in docs/contract.md). " +
 				"Replies that are mesh messages carry \"v\", the schema version (docs/asyncapi.json describes the NATS side)."},
 		"security":   []any{map[string]any{"bearer": []any{}}},
 		"paths":      paths,
@@ -217,6 +252,16 @@ func buildOpenAPI() ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
+// sseEvent is the schema of one server-sent event whose data is JSON of schema data: before
+// OpenAPI 3.2 (itemSchema), a text/event-stream's schema describes each event as an object of
+// its fields (the convention 3.2 writes down, and the one schemathesis reads).
+func sseEvent(data map[string]any) map[string]any {
+	return map[string]any{"type": "object", "required": []string{"event", "data"}, "properties": map[string]any{
+		"event": map[string]any{"type": "string"},
+		"data":  map[string]any{"type": "string", "contentMediaType": "application/json", "contentSchema": data},
+	}}
+}
+
 // idSchema is the JSON Schema of an identifier of kind k.
 func idSchema(k protocol.ID) map[string]any {
 	return map[string]any{"type": "string", "minLength": 1, "maxLength": k.Max, "pattern": k.Pattern()}
@@ -225,7 +270,7 @@ func idSchema(k protocol.ID) map[string]any {
 func (g *Gateway) httpOpenAPI(w http.ResponseWriter, r *http.Request) {
 	doc, err := OpenAPI()
 	if err != nil {
-		httpError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpRefuse(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -45,7 +45,7 @@ func TestFullTaskQueueIsStorageFull(t *testing.T) {
 	if err := bus.Request(ctx, f.mesh.Conn.NC, f.mesh.Names.Submit(), &protocol.SubmitRequest{SessionID: "full-3", Agent: testAgent, Task: "third", Caller: "cli"}, &rep, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Error == "" || rep.Code != string(protocol.CodeStorageFull) || !protocol.Code(rep.Code).Retryable() {
+	if rep.Error == "" || rep.Code != protocol.CodeStorageFull || !rep.Code.Retryable() {
 		t.Fatalf("submit into a full queue: reply %+v, want code %q", rep, protocol.CodeStorageFull)
 	}
 }

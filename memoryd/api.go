@@ -28,11 +28,12 @@ func (c Client) call(ctx context.Context, op string, req, rep protocol.Message) 
 	return bus.Request(ctx, c.NC, c.Names.Memory(op), req, rep, per)
 }
 
-func replyErr(op, msg string) error {
-	if msg == "" {
-		return nil
+// replyErr is a reply's error, coded, with the operation named.
+func replyErr(op string, rep protocol.Reply) error {
+	if err := rep.Err(); err != nil {
+		return fmt.Errorf("memoryd %s: %w", op, err)
 	}
-	return fmt.Errorf("memoryd %s: %s", op, msg)
+	return nil
 }
 
 func (c Client) Retrieve(ctx context.Context, req protocol.RetrieveRequest) ([]protocol.Guideline, error) {
@@ -40,7 +41,17 @@ func (c Client) Retrieve(ctx context.Context, req protocol.RetrieveRequest) ([]p
 	if err := c.call(ctx, protocol.MemRetrieve, &req, &rep); err != nil {
 		return nil, err
 	}
-	return rep.Guidelines, replyErr(protocol.MemRetrieve, rep.Error)
+	return rep.Guidelines, replyErr(protocol.MemRetrieve, &rep)
+}
+
+// RetrieveReply returns the whole answer: guidelines, and the worked examples and skills req
+// asks for.
+func (c Client) RetrieveReply(ctx context.Context, req protocol.RetrieveRequest) (*protocol.RetrieveReply, error) {
+	var rep protocol.RetrieveReply
+	if err := c.call(ctx, protocol.MemRetrieve, &req, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, replyErr(protocol.MemRetrieve, &rep)
 }
 
 func (c Client) Ingest(ctx context.Context, req protocol.IngestRequest) ([]protocol.IngestAction, error) {
@@ -48,7 +59,7 @@ func (c Client) Ingest(ctx context.Context, req protocol.IngestRequest) ([]proto
 	if err := c.call(ctx, protocol.MemIngest, &req, &rep); err != nil {
 		return nil, err
 	}
-	return rep.Actions, replyErr(protocol.MemIngest, rep.Error)
+	return rep.Actions, replyErr(protocol.MemIngest, &rep)
 }
 
 // Remember stores notes from inside a session (see protocol.RememberRequest).
@@ -57,7 +68,7 @@ func (c Client) Remember(ctx context.Context, req protocol.RememberRequest) ([]p
 	if err := c.call(ctx, protocol.MemRemember, &req, &rep); err != nil {
 		return nil, err
 	}
-	return rep.Actions, replyErr(protocol.MemRemember, rep.Error)
+	return rep.Actions, replyErr(protocol.MemRemember, &rep)
 }
 
 func (c Client) Feedback(ctx context.Context, req protocol.FeedbackRequest) error {
@@ -65,7 +76,7 @@ func (c Client) Feedback(ctx context.Context, req protocol.FeedbackRequest) erro
 	if err := c.call(ctx, protocol.MemFeedback, &req, &rep); err != nil {
 		return err
 	}
-	return replyErr(protocol.MemFeedback, rep.Error)
+	return replyErr(protocol.MemFeedback, &rep)
 }
 
 func (c Client) Inspect(ctx context.Context, req protocol.MemoryInspectRequest) (*protocol.MemoryInspectReply, error) {
@@ -73,7 +84,7 @@ func (c Client) Inspect(ctx context.Context, req protocol.MemoryInspectRequest) 
 	if err := c.call(ctx, protocol.MemInspect, &req, &rep); err != nil {
 		return nil, err
 	}
-	return &rep, replyErr(protocol.MemInspect, rep.Error)
+	return &rep, replyErr(protocol.MemInspect, &rep)
 }
 
 func (c Client) List(ctx context.Context, req protocol.MemoryListRequest) (*protocol.MemoryListReply, error) {
@@ -81,7 +92,7 @@ func (c Client) List(ctx context.Context, req protocol.MemoryListRequest) (*prot
 	if err := c.call(ctx, protocol.MemList, &req, &rep); err != nil {
 		return nil, err
 	}
-	return &rep, replyErr(protocol.MemList, rep.Error)
+	return &rep, replyErr(protocol.MemList, &rep)
 }
 
 // ListAll pages through every entry that passes the request's filter.
@@ -106,7 +117,7 @@ func (c Client) Get(ctx context.Context, id string) (*memory.Entry, error) {
 	if err := c.call(ctx, protocol.MemGet, &protocol.MemoryGetRequest{ID: id}, &rep); err != nil {
 		return nil, err
 	}
-	return rep.Entry, replyErr(protocol.MemGet, rep.Error)
+	return rep.Entry, replyErr(protocol.MemGet, &rep)
 }
 
 func (c Client) Import(ctx context.Context, req protocol.MemoryImportRequest) (*protocol.MemoryImportReply, error) {
@@ -114,7 +125,7 @@ func (c Client) Import(ctx context.Context, req protocol.MemoryImportRequest) (*
 	if err := c.call(ctx, protocol.MemImport, &req, &rep); err != nil {
 		return nil, err
 	}
-	return &rep, replyErr(protocol.MemImport, rep.Error)
+	return &rep, replyErr(protocol.MemImport, &rep)
 }
 
 func (c Client) Evict(ctx context.Context, req protocol.MemoryEvictRequest) (*protocol.MemoryEvictReply, error) {
@@ -122,7 +133,7 @@ func (c Client) Evict(ctx context.Context, req protocol.MemoryEvictRequest) (*pr
 	if err := c.call(ctx, protocol.MemEvict, &req, &rep); err != nil {
 		return nil, err
 	}
-	return &rep, replyErr(protocol.MemEvict, rep.Error)
+	return &rep, replyErr(protocol.MemEvict, &rep)
 }
 
 func (c Client) Migrate(ctx context.Context) (*protocol.MemoryMigrateReply, error) {
@@ -130,7 +141,15 @@ func (c Client) Migrate(ctx context.Context) (*protocol.MemoryMigrateReply, erro
 	if err := c.call(ctx, protocol.MemMigrate, &protocol.MemoryMigrateRequest{}, &rep); err != nil {
 		return nil, err
 	}
-	return &rep, replyErr(protocol.MemMigrate, rep.Error)
+	return &rep, replyErr(protocol.MemMigrate, &rep)
+}
+
+func (c Client) Repair(ctx context.Context) (*protocol.MemoryRepairReply, error) {
+	var rep protocol.MemoryRepairReply
+	if err := c.call(ctx, protocol.MemRepair, &protocol.MemoryRepairRequest{}, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, replyErr(protocol.MemRepair, &rep)
 }
 
 func (c Client) Health(ctx context.Context) (*protocol.MemoryHealthReply, error) {
@@ -146,7 +165,7 @@ func (c Client) Embed(ctx context.Context, texts []string) ([][]float32, error) 
 	if err := c.call(ctx, protocol.MemEmbed, &protocol.MemoryEmbedRequest{Texts: texts}, &rep); err != nil {
 		return nil, err
 	}
-	return rep.Vectors, replyErr(protocol.MemEmbed, rep.Error)
+	return rep.Vectors, replyErr(protocol.MemEmbed, &rep)
 }
 
 func (c Client) Retire(ctx context.Context, req protocol.MemoryRetireRequest) (*protocol.MemoryRetireReply, error) {
@@ -154,5 +173,5 @@ func (c Client) Retire(ctx context.Context, req protocol.MemoryRetireRequest) (*
 	if err := c.call(ctx, protocol.MemRetire, &req, &rep); err != nil {
 		return nil, err
 	}
-	return &rep, replyErr(protocol.MemRetire, rep.Error)
+	return &rep, replyErr(protocol.MemRetire, &rep)
 }

@@ -3,10 +3,12 @@ package memoryd
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/memory/retrieve"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/redact"
@@ -35,6 +37,30 @@ func checkImport(e *memory.Entry, now time.Time) error {
 		bad("text is %d bytes, at most %d", len(e.Text), retrieve.MaxGuidelineChars)
 	} else if e.Text = strings.TrimSpace(redact.String(e.Text)); e.Text == "" {
 		bad("text is empty")
+	}
+	switch e.Kind {
+	case "", memory.KindGuideline:
+		if e.Case != nil || e.Skill != nil {
+			bad("a guideline carries no case or skill body")
+		}
+	case memory.KindCase:
+		if e.Case == nil {
+			bad("a case needs its case body")
+		} else if err := ingest.CheckCase(protocol.CaseCandidate{Key: "import", Case: *e.Case}); err != nil {
+			bad("%v", err)
+		} else {
+			e.Text = e.Case.Intent
+		}
+		e.Skill = nil
+	case memory.KindSkill:
+		if e.Skill == nil {
+			bad("a skill needs its skill body")
+		} else if err := checkSkill(e.Skill); err != nil {
+			bad("%v", err)
+		}
+		e.Case = nil
+	default:
+		bad("kind must be guideline, case or skill, got %q", e.Kind)
 	}
 	if e.Polarity != protocol.PolarityAvoid && e.Polarity != protocol.PolarityPattern {
 		bad("polarity must be avoid or pattern, got %q", e.Polarity)
@@ -119,6 +145,38 @@ func checkImport(e *memory.Entry, now time.Time) error {
 	}
 	if e.Updated.IsZero() {
 		e.Updated = now
+	}
+	return nil
+}
+
+// checkSkill validates an imported skill's body against protocol's bounds.
+func checkSkill(k *protocol.SkillBody) error {
+	switch {
+	case k.Name == "" || len(k.Name) > protocol.MaxSkillName:
+		return fmt.Errorf("skill name must be 1 to %d bytes", protocol.MaxSkillName)
+	case len(k.Steps) == 0 || len(k.Steps) > protocol.MaxSkillSteps:
+		return fmt.Errorf("skill has %d steps, want 1 to %d", len(k.Steps), protocol.MaxSkillSteps)
+	case len(k.Preconditions) > protocol.MaxSkillPre || len(k.Pitfalls) > protocol.MaxSkillPitfalls:
+		return fmt.Errorf("skill has more than %d preconditions or %d pitfalls", protocol.MaxSkillPre, protocol.MaxSkillPitfalls)
+	case len(k.Cases) > protocol.MaxSkillCases || len(k.Signature) > protocol.MaxCaseSteps:
+		return fmt.Errorf("skill lists more than %d cases or %d signature tools", protocol.MaxSkillCases, protocol.MaxCaseSteps)
+	case k.Confidence < 0 || k.Confidence > 1 || k.Support < 0 || k.Against < 0 || k.Confirmed < 0 || k.Weakened < 0 || k.Version < 0:
+		return errors.New("skill confidence must be in [0, 1] and its counts not negative")
+	case k.Maturity != protocol.SkillCandidate && k.Maturity != protocol.SkillMature:
+		return fmt.Errorf("skill maturity must be %s or %s, got %q", protocol.SkillCandidate, protocol.SkillMature, k.Maturity)
+	}
+	for i, st := range k.Steps {
+		if st.Tool != "" && !protocol.IDTool.Valid(st.Tool) {
+			return fmt.Errorf("skill step %d: tool %q is not a tool name", i+1, st.Tool)
+		}
+		if st.Text == "" || len(st.Text) > protocol.MaxSkillStepChars {
+			return fmt.Errorf("skill step %d: text must be 1 to %d bytes", i+1, protocol.MaxSkillStepChars)
+		}
+	}
+	for _, p := range append(slices.Clone(k.Preconditions), k.Pitfalls...) {
+		if p == "" || len(p) > protocol.MaxInsightChars {
+			return fmt.Errorf("a skill precondition or pitfall must be 1 to %d bytes", protocol.MaxInsightChars)
+		}
 	}
 	return nil
 }

@@ -62,6 +62,7 @@ type server struct {
 	tools  *catalogue
 	ret    *retrieve.Retriever
 	retOpt retrieve.Options
+	exOpt  retrieve.ExampleOptions
 	sem    chan struct{}
 	wg     sync.WaitGroup
 
@@ -69,6 +70,25 @@ type server struct {
 	// stale is set when the store holds another model's vectors: only migrate, list, get,
 	// health and export work until `skein memory migrate` runs.
 	stale string
+}
+
+// endpoint is one memoryd operation: a new, empty reply of its type, and the handler that fills
+// it in. A handler returns its error rather than writing it: handler() writes it into the reply
+// with its code, so every refusal carries the operation's own reply.
+type endpoint struct {
+	reply func() protocol.Failable
+	serve func(ctx context.Context, data []byte, rep protocol.Failable) error
+}
+
+// op makes the endpoint of a handler whose reply is an *R.
+func op[R any, PR interface {
+	*R
+	protocol.Failable
+}](h func(ctx context.Context, data []byte, rep PR) error) endpoint {
+	return endpoint{
+		reply: func() protocol.Failable { return PR(new(R)) },
+		serve: func(ctx context.Context, data []byte, rep protocol.Failable) error { return h(ctx, data, rep.(PR)) },
+	}
 }
 
 // Run serves until ctx ends.
@@ -106,6 +126,9 @@ func Run(ctx context.Context, d Deps) error {
 		}
 		s.store, s.stale = st, stale
 		closers = append(closers, st.Close)
+		if r, ok := st.(interface{ Rebuilt() bool }); ok && r.Rebuilt() {
+			s.log.Info("milvus collection predated entry kinds: rebuilt with a kind field and refilled from the records")
+		}
 		if stale != "" {
 			s.log.Warn("memory store needs migration; retrieval and ingest are off until `skein memory migrate`", "detail", stale)
 		}
@@ -131,6 +154,7 @@ func Run(ctx context.Context, d Deps) error {
 			if gateJudge == nil {
 				gateJudge = gate.ModelJudge{Backend: m, Model: d.Config.Miner.LLM.Model}
 			}
+			opt.Skills.Writer = skillWriter(m, d.Config.Miner.LLM.Model, s.log)
 		}
 	}
 	if gateJudge == nil {
@@ -144,6 +168,7 @@ func Run(ctx context.Context, d Deps) error {
 	go tokenize.Count("warm up")
 	s.eng = ingest.New(s.store, s.emb, opt)
 	s.retOpt = retrieve.OptionsFrom(d.Config.Memory)
+	s.exOpt = retrieve.ExampleOptionsFrom(d.Config.Memory)
 	s.ret = retrieve.New(s.store, s.emb, s.retOpt)
 
 	svc, err := micro.AddService(d.Conn.NC, micro.Config{
@@ -154,15 +179,9 @@ func Run(ctx context.Context, d Deps) error {
 		return fmt.Errorf("memoryd: add micro service: %w", err)
 	}
 	defer func() { _ = svc.Stop() }()
-	for op, h := range map[string]func(context.Context, []byte) (protocol.Message, error){
-		protocol.MemRetrieve: s.retrieve, protocol.MemIngest: s.ingest, protocol.MemFeedback: s.feedback,
-		protocol.MemInspect: s.inspect, protocol.MemList: s.list, protocol.MemGet: s.get,
-		protocol.MemImport: s.importEntries, protocol.MemEvict: s.evict, protocol.MemMigrate: s.migrate,
-		protocol.MemRetire: s.retire, protocol.MemRemember: s.remember,
-		protocol.MemHealth: s.health, protocol.MemEmbed: s.embed,
-	} {
-		if err := svc.AddEndpoint(op, s.handler(ctx, op, h), micro.WithEndpointSubject(d.Names.Memory(op))); err != nil {
-			return fmt.Errorf("memoryd: endpoint %s: %w", op, err)
+	for name, e := range s.endpoints() {
+		if err := svc.AddEndpoint(name, s.handler(ctx, name, e), micro.WithEndpointSubject(d.Names.Memory(name))); err != nil {
+			return fmt.Errorf("memoryd: endpoint %s: %w", name, err)
 		}
 	}
 	// Ready means callers reach every endpoint: the server has the subscriptions (a request
@@ -174,6 +193,16 @@ func Run(ctx context.Context, d Deps) error {
 		close(d.Ready)
 	}
 	s.log.Info("memoryd serving", "model", s.emb.Model(), "store", storeKind(d.Config.Memory))
+	if _, ok := s.store.(memory.Repairer); ok && s.staleErr() == nil {
+		// A collection may hold rows this mesh has no record of, or lack rows of its records
+		// (another mesh's collection under the same name, a writer that died between the two
+		// writes): reconcile once, while serving, and say what was found.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.reconcile(ctx)
+		}()
+	}
 	s.evictLoop(ctx)
 	_ = svc.Stop()
 	s.wg.Wait()
@@ -187,14 +216,28 @@ func storeKind(m config.Memory) string {
 	return m.Store
 }
 
-// handler decodes, runs h off the subscription goroutine (bounded), and answers. Handlers put
-// failures in their reply's Error field; a transport-level failure becomes a micro error.
-func (s *server) handler(ctx context.Context, op string, h func(context.Context, []byte) (protocol.Message, error)) micro.HandlerFunc {
+// endpoints are memoryd's operations by name.
+func (s *server) endpoints() map[string]endpoint {
+	return map[string]endpoint{
+		protocol.MemRetrieve: op(s.retrieve), protocol.MemIngest: op(s.ingest), protocol.MemFeedback: op(s.feedback),
+		protocol.MemInspect: op(s.inspect), protocol.MemList: op(s.list), protocol.MemGet: op(s.get),
+		protocol.MemImport: op(s.importEntries), protocol.MemEvict: op(s.evict), protocol.MemMigrate: op(s.migrate),
+		protocol.MemRetire: op(s.retire), protocol.MemRemember: op(s.remember), protocol.MemRepair: op(s.repair),
+		protocol.MemHealth: op(s.health), protocol.MemEmbed: op(s.embed),
+	}
+}
+
+// handler runs e off the subscription goroutine (bounded) and answers with its reply, which
+// carries the handler's error, if any, with its code (bus.Respond sets the service error headers
+// from it).
+func (s *server) handler(ctx context.Context, name string, e endpoint) micro.HandlerFunc {
 	return func(req micro.Request) {
 		select {
 		case s.sem <- struct{}{}:
 		case <-ctx.Done():
-			_ = req.Error("503", "memoryd shutting down", nil)
+			rep := e.reply()
+			rep.Fail(protocol.Errorf(protocol.CodeUnavailable, "memoryd is shutting down; ask again"))
+			bus.Respond(req, protocol.ContentTypeMsgpack, rep)
 			return
 		}
 		s.wg.Add(1)
@@ -203,25 +246,25 @@ func (s *server) handler(ctx context.Context, op string, h func(context.Context,
 			defer func() { <-s.sem }()
 			rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
-			rep, err := h(rctx, req.Data())
-			if err != nil {
-				// A request refused as it is: 400, or 413 for an id over its length (the
-				// caller's ids never reach a key).
-				code := protocol.CodeBadRequest
-				if c := protocol.CodeOf(err); c != protocol.CodeInternal {
-					code = c
-				}
-				s.log.Warn("bad request", "op", op, "code", code, "err", err)
-				_ = req.Error(code.ServiceCode(), err.Error(), nil)
-				return
+			rep := e.reply()
+			if err := e.serve(rctx, req.Data(), rep); err != nil {
+				rep.Fail(bus.Coded(err))
+				s.logRefusal(name, err)
 			}
-			data, err := protocol.Marshal(rep)
-			if err != nil {
-				_ = req.Error("500", err.Error(), nil)
-				return
-			}
-			_ = req.Respond(data)
+			bus.Respond(req, protocol.ContentTypeMsgpack, rep)
 		}()
+	}
+}
+
+// logRefusal logs a failed request: a warning for what an operator should look at (a bug, a
+// client sending what it should not), a debug line for the rest (an unknown entry, a stale store
+// the health check already reports).
+func (s *server) logRefusal(name string, err error) {
+	switch c := bus.Classify(err); c {
+	case protocol.CodeInternal, protocol.CodeBadRequest, protocol.CodeTooLarge:
+		s.log.Warn("memoryd request failed", "op", name, "code", c, "err", err)
+	default:
+		s.log.Debug("memoryd request refused", "op", name, "code", c, "err", err)
 	}
 }
 
@@ -229,62 +272,66 @@ func (s *server) handler(ctx context.Context, op string, h func(context.Context,
 // longer than the server accepts would cost memoryd its connection.
 func decode(data []byte, m protocol.Message) error { return protocol.UnmarshalChecked(data, m) }
 
-func (s *server) staleErr() string {
+// staleErr is the refusal of what needs the store's vectors while they are another model's.
+func (s *server) staleErr() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.stale == "" {
-		return ""
+		return nil
 	}
-	return s.stale + "; run `skein memory migrate` to re-embed it with " + s.emb.Model()
+	return protocol.Errorf(protocol.CodeUnavailable, "%s; run `skein memory migrate` to re-embed it with %s", s.stale, s.emb.Model())
 }
 
-func (s *server) retrieve(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) retrieve(ctx context.Context, data []byte, rep *protocol.RetrieveReply) error {
+	rep.Guidelines = []protocol.Guideline{}
 	var req protocol.RetrieveRequest
 	if err := decode(data, &req); err != nil {
-		return nil, err
+		return err
 	}
-	if e := s.staleErr(); e != "" {
-		return &protocol.RetrieveReply{Guidelines: []protocol.Guideline{}, Error: e}, nil
+	if err := s.staleErr(); err != nil {
+		return err
 	}
 	// An empty store answers at once, without embedding the task.
 	if l, ok := s.store.(interface{ Len() int }); ok && l.Len() == 0 {
-		return &protocol.RetrieveReply{Guidelines: []protocol.Guideline{}}, nil
+		return nil
 	}
-	gs, err := s.ret.Retrieve(ctx, req)
+	ans, err := s.ret.Answer(ctx, req, s.exOpt)
 	if err != nil {
-		return &protocol.RetrieveReply{Guidelines: []protocol.Guideline{}, Error: err.Error()}, nil
+		return err
 	}
-	return &protocol.RetrieveReply{Guidelines: gs}, nil
+	*rep = *ans
+	if rep.Guidelines == nil {
+		rep.Guidelines = []protocol.Guideline{}
+	}
+	return nil
 }
 
-func (s *server) ingest(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) ingest(ctx context.Context, data []byte, rep *protocol.IngestReply) error {
 	var req protocol.IngestRequest
 	if err := decode(data, &req); err != nil {
-		return nil, err
+		return err
 	}
-	if e := s.staleErr(); e != "" {
-		return &protocol.IngestReply{Error: e}, nil
+	if err := s.staleErr(); err != nil {
+		return err
 	}
 	acts, err := s.eng.Ingest(ctx, req)
-	rep := &protocol.IngestReply{Actions: acts}
-	if err != nil {
-		rep.Error = err.Error()
-	}
+	rep.Actions = acts
 	for _, a := range acts {
 		s.log.Info("ingest", "agent", req.Agent, "session", req.SessionID, "key", a.Key, "entry", a.EntryID, "action", a.Action, "detail", a.Detail)
 	}
-	return rep, nil
+	return err
 }
 
-func (s *server) feedback(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) feedback(ctx context.Context, data []byte, rep *protocol.Ack) error {
 	var req protocol.FeedbackRequest
 	if err := decode(data, &req); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := s.eng.Feedback(ctx, req); err != nil {
-		return &protocol.Ack{Error: err.Error()}, nil
+		return err
 	}
-	return &protocol.Ack{OK: true}, nil
+	rep.OK = true
+	return nil
 }
 
 func strip(e memory.Entry) memory.Entry {
@@ -292,23 +339,26 @@ func strip(e memory.Entry) memory.Entry {
 	return e
 }
 
-func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) inspect(ctx context.Context, data []byte, rep *protocol.MemoryInspectReply) error {
+	rep.Model, rep.At, rep.Counts = s.emb.Model(), time.Now().UTC(), []protocol.MemoryCount{}
 	var req protocol.MemoryInspectRequest
 	if err := decode(data, &req); err != nil {
-		return nil, err
+		return err
 	}
 	if len(req.Query) > protocol.MaxQueryBytes {
-		return nil, protocol.Errorf(protocol.CodeTooLarge, "query is %d bytes long; at most %d", len(req.Query), protocol.MaxQueryBytes)
+		return protocol.Errorf(protocol.CodeTooLarge, "query is %d bytes long; at most %d", len(req.Query), protocol.MaxQueryBytes)
 	}
-	rep := &protocol.MemoryInspectReply{Model: s.emb.Model(), At: time.Now().UTC(), Counts: []protocol.MemoryCount{}}
-	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Status: memory.StatusAny})
+	kind := req.Kind
+	if kind == "" {
+		kind = memory.KindAny
+	}
+	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Kind: memory.KindAny, Status: memory.StatusAny})
 	if err != nil {
-		rep.Error = err.Error()
-		return rep, nil
+		return err
 	}
 	counts := map[protocol.MemoryCount]int{}
 	for _, e := range all {
-		counts[protocol.MemoryCount{Agent: e.Agent, Tier: e.Tier, Status: e.Status}]++
+		counts[protocol.MemoryCount{Agent: e.Agent, Kind: e.Kind, Tier: e.Tier, Status: e.Status}]++
 	}
 	for c, n := range counts {
 		c.N = n
@@ -318,6 +368,9 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 		a, b := rep.Counts[i], rep.Counts[j]
 		if a.Agent != b.Agent {
 			return a.Agent < b.Agent
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
 		}
 		if a.Tier != b.Tier {
 			return a.Tier < b.Tier
@@ -331,8 +384,9 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 	if req.Query == "" {
 		// Without a query, the most used entries are the interesting ones.
 		var sel []memory.Entry
+		f := memory.Filter{Kind: kind}
 		for _, e := range all {
-			if e.Status == memory.StatusActive && (req.Tier == "" || e.Tier == req.Tier) {
+			if e.Status == memory.StatusActive && (req.Tier == "" || e.Tier == req.Tier) && f.MatchKind(e.KindOf()) {
 				sel = append(sel, e)
 			}
 		}
@@ -348,23 +402,20 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 		for _, e := range sel[:min(k, len(sel))] {
 			rep.Hits = append(rep.Hits, protocol.MemoryScored{Entry: strip(e)})
 		}
-		return rep, nil
+		return nil
 	}
-	if e := s.staleErr(); e != "" {
-		rep.Error = e
-		return rep, nil
+	if err := s.staleErr(); err != nil {
+		return err
 	}
 	vecs, err := s.emb.Embed(ctx, []string{req.Query})
 	if err != nil {
-		rep.Error = "embed query: " + err.Error()
-		return rep, nil
+		return fmt.Errorf("embed query: %w", err)
 	}
 	// Ranked as retrieval ranks (similarity nudged by feedback) over the same candidate pool
 	// retrieval searches, so what is listed first is what a task like the query would see first.
-	hits, err := s.store.Search(ctx, vecs[0], k*4, memory.Filter{Agent: req.Agent, Tier: req.Tier})
+	hits, err := s.store.Search(ctx, vecs[0], k*4, memory.Filter{Agent: req.Agent, Kind: kind, Tier: req.Tier})
 	if err != nil {
-		rep.Error = err.Error()
-		return rep, nil
+		return err
 	}
 	var tools []string
 	for _, h := range hits {
@@ -373,7 +424,7 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 	named := retrieve.NamedTools(req.Query, tools)
 	for _, h := range hits {
 		rep.Hits = append(rep.Hits, protocol.MemoryScored{Entry: strip(h.Entry), Score: retrieve.Rank(h.Score, h.Entry),
-			Similarity: h.Score, Why: retrieve.Why(h.Entry, h.Score, named, s.retOpt)})
+			Similarity: h.Score, Why: retrieve.WhyAny(h.Entry, h.Score, named, s.retOpt, s.exOpt)})
 	}
 	sort.SliceStable(rep.Hits, func(i, j int) bool {
 		if rep.Hits[i].Score != rep.Hits[j].Score {
@@ -382,17 +433,17 @@ func (s *server) inspect(ctx context.Context, data []byte) (protocol.Message, er
 		return rep.Hits[i].Entry.ID < rep.Hits[j].Entry.ID
 	})
 	rep.Hits = rep.Hits[:min(k, len(rep.Hits))]
-	return rep, nil
+	return nil
 }
 
-func (s *server) list(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) list(ctx context.Context, data []byte, rep *protocol.MemoryListReply) error {
 	var req protocol.MemoryListRequest
 	if err := decode(data, &req); err != nil {
-		return nil, err
+		return err
 	}
-	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Tier: req.Tier, Status: req.Status})
+	all, err := s.store.List(ctx, memory.Filter{Agent: req.Agent, Kind: req.Kind, Tier: req.Tier, Status: req.Status})
 	if err != nil {
-		return &protocol.MemoryListReply{Error: err.Error()}, nil
+		return err
 	}
 	sort.Slice(all, func(i, j int) bool {
 		a, b := all[i], all[j]
@@ -410,37 +461,37 @@ func (s *server) list(ctx context.Context, data []byte) (protocol.Message, error
 	}
 	off := min(max(req.Offset, 0), len(all))
 	page := all[off:min(off+limit, len(all))]
-	rep := &protocol.MemoryListReply{Total: len(all), Entries: make([]memory.Entry, 0, len(page))}
+	rep.Total, rep.Entries = len(all), make([]memory.Entry, 0, len(page))
 	for _, e := range page {
 		rep.Entries = append(rep.Entries, strip(e))
 	}
-	return rep, nil
+	return nil
 }
 
-func (s *server) get(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) get(ctx context.Context, data []byte, rep *protocol.MemoryGetReply) error {
 	var req protocol.MemoryGetRequest
 	if err := decode(data, &req); err != nil {
-		return nil, err
+		return err
 	}
 	e, err := s.store.Get(ctx, req.ID)
 	if err != nil {
-		return &protocol.MemoryGetReply{Error: err.Error()}, nil
+		return err
 	}
 	e = strip(e)
-	return &protocol.MemoryGetReply{Entry: &e}, nil
+	rep.Entry = &e
+	return nil
 }
 
-func (s *server) importEntries(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) importEntries(ctx context.Context, data []byte, rep *protocol.MemoryImportReply) error {
 	var req protocol.MemoryImportRequest
 	// Each entry's ids are checked on their own (checkImport), so one bad entry is reported
 	// and skipped rather than refusing the whole file.
 	if err := protocol.Unmarshal(data, &req); err != nil {
-		return nil, err
+		return protocol.Wrap(protocol.CodeBadRequest, err)
 	}
-	if e := s.staleErr(); e != "" {
-		return &protocol.MemoryImportReply{Error: e}, nil
+	if err := s.staleErr(); err != nil {
+		return err
 	}
-	rep := &protocol.MemoryImportReply{}
 	for i, e := range req.Entries {
 		ok, err := s.importOne(ctx, e, req.Replace)
 		switch {
@@ -453,7 +504,7 @@ func (s *server) importEntries(ctx context.Context, data []byte) (protocol.Messa
 			rep.Skipped++
 		}
 	}
-	return rep, nil
+	return nil
 }
 
 func (s *server) importOne(ctx context.Context, e memory.Entry, replace bool) (bool, error) {
@@ -462,7 +513,7 @@ func (s *server) importOne(ctx context.Context, e memory.Entry, replace bool) (b
 		return false, err
 	}
 	// An import is text from outside like any other: the lesson gate decides what it may be.
-	d := s.gate.Check(ctx, gate.Lesson{Text: e.Text, Source: gate.SourceImported, Agent: e.Agent, Tools: e.Tools})
+	d := s.gate.Check(ctx, gate.Lesson{Kind: e.KindOf(), Text: memory.ShownText(e), Source: gate.SourceImported, Agent: e.Agent, Tools: e.Tools})
 	switch d.Verdict {
 	case gate.Reject:
 		return false, fmt.Errorf("lesson gate: %s", d.Reason())
@@ -470,8 +521,22 @@ func (s *server) importOne(ctx context.Context, e memory.Entry, replace bool) (b
 		e.Status, e.SupersededBy = memory.StatusQuarantined, ""
 		e.History = append(e.History, protocol.MemoryChange{At: now, Event: protocol.ChangeQuarantined, Reason: "lesson gate at import: " + d.Reason()})
 	}
-	if e.Text = d.Text; e.ID == "" {
+	if e.KindOf() == memory.KindGuideline {
+		e.Text = d.Text
+	} else {
+		// The gate read every text of the body; each is stored as it normalises text.
+		e.Text = gate.Normalize(e.Text)
+		if e.Case != nil {
+			c := *e.Case
+			ingest.CleanCase(&c)
+			e.Case, e.Text = &c, c.Intent
+		}
+	}
+	if e.ID == "" {
 		e.ID = memory.EntryID(e.Agent, e.Polarity, e.Text)
+		if k := e.KindOf(); k != memory.KindGuideline {
+			e.ID = k[:1] + e.ID
+		}
 	}
 	// Vectors never travel in exports: every entry is embedded with this memoryd's model.
 	vecs, err := s.emb.Embed(ctx, []string{e.Text})
@@ -495,96 +560,133 @@ func (s *server) importOne(ctx context.Context, e memory.Entry, replace bool) (b
 	return true, nil
 }
 
-func (s *server) evict(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) evict(ctx context.Context, data []byte, rep *protocol.MemoryEvictReply) error {
 	var req protocol.MemoryEvictRequest
 	if err := decode(data, &req); err != nil {
-		return nil, err
+		return err
 	}
 	ev, err := s.eng.Evict(ctx, req.Agent, req.DryRun)
-	rep := &protocol.MemoryEvictReply{Evicted: ev, DryRun: req.DryRun, Capacity: s.eng.Options().Capacity}
+	rep.Evicted, rep.DryRun, rep.Capacity = ev, req.DryRun, s.eng.Options().Capacity
 	if rep.Evicted == nil {
 		rep.Evicted = []ingest.Eviction{}
 	}
-	if err != nil {
-		rep.Error = err.Error()
-	}
-	return rep, nil
+	return err
 }
 
 // retire takes one entry out of retrieval at an operator's request: retired in place, or deleted.
-func (s *server) retire(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) retire(ctx context.Context, data []byte, rep *protocol.MemoryRetireReply) error {
 	var req protocol.MemoryRetireRequest
 	if err := decode(data, &req); err != nil {
-		return nil, err
+		return err
 	}
-	rep := &protocol.MemoryRetireReply{ID: req.ID}
+	rep.ID = req.ID
 	e, err := s.store.Get(ctx, req.ID)
 	if err != nil {
-		rep.Error = err.Error()
-		return rep, nil
+		return err
 	}
 	if req.Evict {
 		if err := s.store.Delete(ctx, req.ID); err != nil && !errors.Is(err, memory.ErrNotFound) {
-			rep.Error = err.Error()
-			return rep, nil
+			return err
 		}
 		rep.Evicted = true
 		s.log.Info("memory entry evicted", "entry", req.ID, "agent", e.Agent, "by", req.By, "reason", req.Reason)
-		return rep, nil
+		return nil
 	}
 	if e.Status != memory.StatusRetired {
 		e.Status, e.Updated = memory.StatusRetired, time.Now().UTC()
 		if _, err := s.store.Put(ctx, e); err != nil {
-			rep.Error = err.Error()
-			return rep, nil
+			return err
 		}
 		s.log.Info("memory entry retired", "entry", req.ID, "agent", e.Agent, "by", req.By, "reason", req.Reason)
 	}
 	rep.Status = memory.StatusRetired
-	return rep, nil
+	return nil
 }
 
-func (s *server) migrate(ctx context.Context, _ []byte) (protocol.Message, error) {
+func (s *server) migrate(ctx context.Context, _ []byte, rep *protocol.MemoryMigrateReply) error {
 	from := s.store.Model()
 	n, err := memory.Migrate(ctx, s.store, s.emb)
-	rep := &protocol.MemoryMigrateReply{Reembedded: n, From: from, Model: s.emb.Model()}
+	rep.Reembedded, rep.From, rep.Model = n, from, s.emb.Model()
 	if err != nil {
-		rep.Error = err.Error()
-		return rep, nil
+		return err
 	}
 	s.mu.Lock()
 	s.stale = ""
 	s.mu.Unlock()
 	s.log.Info("memory migrated", "from", from, "to", s.emb.Model(), "entries", n)
-	return rep, nil
+	return nil
 }
 
-func (s *server) health(ctx context.Context, _ []byte) (protocol.Message, error) {
-	rep := &protocol.MemoryHealthReply{OK: true, Store: storeKind(s.d.Config.Memory), Model: s.emb.Model(), Dim: s.emb.Dim(),
-		Storage: s.d.Conn.Storage(ctx, s.d.Names, false).State}
-	if e := s.staleErr(); e != "" {
-		rep.OK, rep.Error = false, e
+// reconcile repairs the store at start and says in one line what it found.
+func (s *server) reconcile(ctx context.Context) {
+	r := s.store.(memory.Repairer)
+	start := time.Now()
+	rep, err := r.Repair(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+	case err != nil:
+		s.log.Warn("memory store not reconciled with its records: searches may list rows without a record until `skein memory repair` succeeds",
+			"err", err)
+	case rep.Changed() > 0:
+		s.log.Warn("memory store reconciled with its records", "found", rep.String(), "took", time.Since(start).Round(time.Millisecond))
+	default:
+		s.log.Info("memory store reconciled with its records", "found", rep.String(), "took", time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// repair makes the store's search index hold exactly the store's records (memory.Repairer); a
+// store without a separate index (kv: rebuilt from its bucket on every start) has nothing to do.
+func (s *server) repair(ctx context.Context, _ []byte, rep *protocol.MemoryRepairReply) error {
+	rep.Store = storeKind(s.d.Config.Memory)
+	if err := s.staleErr(); err != nil {
+		return err
+	}
+	r, ok := s.store.(memory.Repairer)
+	if !ok {
+		return nil
+	}
+	found, err := r.Repair(ctx)
+	rep.Repaired = err == nil
+	rep.Records, rep.Rows, rep.Missing, rep.Stale, rep.Orphans = found.Records, found.Rows, found.Missing, found.Stale, found.Orphans
+	if err != nil {
+		return err
+	}
+	s.log.Info("memory store repaired", "found", found.String())
+	return nil
+}
+
+// health says whether memoryd serves: OK false, with the reason as the reply's error, while the
+// store needs a migration or cannot be read.
+func (s *server) health(ctx context.Context, _ []byte, rep *protocol.MemoryHealthReply) error {
+	rep.OK, rep.Store, rep.Model, rep.Dim = true, storeKind(s.d.Config.Memory), s.emb.Model(), s.emb.Dim()
+	rep.Storage = s.d.Conn.Storage(ctx, s.d.Names, false).State
+	var err error
 	if l, ok := s.store.(interface{ Len() int }); ok {
 		rep.Entries = l.Len()
-	} else if all, err := s.store.List(ctx, memory.Filter{Status: memory.StatusAny}); err == nil {
+	} else if all, lerr := s.store.List(ctx, memory.Filter{Kind: memory.KindAny, Status: memory.StatusAny}); lerr == nil {
 		rep.Entries = len(all)
 	} else {
-		rep.OK, rep.Error = false, err.Error()
+		err = lerr
 	}
-	return rep, nil
+	if serr := s.staleErr(); serr != nil {
+		err = serr
+	}
+	rep.OK = err == nil
+	return err
 }
 
-func (s *server) embed(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) embed(ctx context.Context, data []byte, rep *protocol.MemoryEmbedReply) error {
+	rep.Model = s.emb.Model()
 	var req protocol.MemoryEmbedRequest
 	if err := decode(data, &req); err != nil {
-		return nil, err
+		return err
 	}
 	vecs, err := s.emb.Embed(ctx, req.Texts)
 	if err != nil {
-		return &protocol.MemoryEmbedReply{Model: s.emb.Model(), Error: err.Error()}, nil
+		return err
 	}
-	return &protocol.MemoryEmbedReply{Vectors: vecs, Model: s.emb.Model()}, nil
+	rep.Vectors = vecs
+	return nil
 }
 
 // evictLoop applies the capacity policy every memory.evict_every until ctx ends. Replicas may

@@ -18,18 +18,19 @@ import (
 // guideline length cap, through the lesson gate (rejected, quarantined or stored normalised),
 // tactical, counted once per (session, key), merged into a similar entry, promoted on evidence
 // from distinct sessions and a helpful mark.
-func (s *server) remember(ctx context.Context, data []byte) (protocol.Message, error) {
+func (s *server) remember(ctx context.Context, data []byte, rep *protocol.RememberReply) error {
 	var req protocol.RememberRequest
 	if err := decode(data, &req); err != nil {
-		return nil, err
+		return err
 	}
-	if e := s.staleErr(); e != "" {
-		return &protocol.RememberReply{Error: e}, nil
+	if err := s.staleErr(); err != nil {
+		return err
 	}
 	if err := checkRemember(&req); err != nil {
-		return &protocol.RememberReply{Error: err.Error()}, nil
+		return err
 	}
-	rep := &protocol.RememberReply{Actions: make([]protocol.IngestAction, 0, len(req.Notes))}
+	rep.Actions = make([]protocol.IngestAction, 0, len(req.Notes))
+	var failed error // the first note that could not be stored
 	for _, n := range req.Notes {
 		key := n.Key
 		if key == "" {
@@ -49,15 +50,15 @@ func (s *server) remember(ctx context.Context, data []byte) (protocol.Message, e
 		act, err := s.eng.IngestOne(ctx, req.Agent, req.SessionID, c)
 		if err != nil {
 			act = protocol.IngestAction{Key: key, Action: "error", Detail: err.Error()}
-			if rep.Error == "" {
-				rep.Error = err.Error()
+			if failed == nil {
+				failed = err
 			}
 		}
 		s.log.Info("remember", "agent", req.Agent, "session", req.SessionID, "source", req.Source, "from", req.SourceAgent,
 			"key", act.Key, "entry", act.EntryID, "action", act.Action, "detail", act.Detail)
 		rep.Actions = append(rep.Actions, act)
 	}
-	return rep, nil
+	return failed
 }
 
 // NoteKey is the key of a note sent without one: the same text from the same session is one note.
@@ -66,6 +67,8 @@ func NoteKey(text string) string {
 	return "note:" + hex.EncodeToString(h[:8])
 }
 
+// checkRemember refuses a request that cannot be stored as it is (bad_request, or the code of a
+// bad id).
 func checkRemember(req *protocol.RememberRequest) error {
 	if err := protocol.IDAgent.Check(req.Agent); err != nil {
 		return fmt.Errorf("remember: %w", err)
@@ -81,14 +84,14 @@ func checkRemember(req *protocol.RememberRequest) error {
 			return fmt.Errorf("remember: %w", err)
 		}
 	default:
-		return fmt.Errorf("remember: source must be %s or %s, got %q", protocol.SourceRemembered, protocol.SourceSubagent, req.Source)
+		return protocol.Errorf(protocol.CodeBadRequest, "remember: source must be %s or %s, got %q", protocol.SourceRemembered, protocol.SourceSubagent, req.Source)
 	}
 	if len(req.Notes) == 0 || len(req.Notes) > protocol.MaxRememberNotes {
-		return fmt.Errorf("remember: %d notes; send 1 to %d", len(req.Notes), protocol.MaxRememberNotes)
+		return protocol.Errorf(protocol.CodeBadRequest, "remember: %d notes; send 1 to %d", len(req.Notes), protocol.MaxRememberNotes)
 	}
 	for _, n := range req.Notes {
 		if len(n.Key) > protocol.MaxNoteKey {
-			return fmt.Errorf("remember: a note key is %d bytes; at most %d", len(n.Key), protocol.MaxNoteKey)
+			return protocol.Errorf(protocol.CodeTooLarge, "remember: a note key is %d bytes; at most %d", len(n.Key), protocol.MaxNoteKey)
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/llm"
+	"github.com/skein-mesh/skein/pkg/memory/extract"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -121,13 +122,30 @@ func (c *compressor) withModel(ctx context.Context, ev Evidence) (string, error)
 }
 
 func (c *compressor) call(ctx context.Context, msgs []llm.Message) (string, error) {
+	text, err := c.ask(ctx, fmt.Sprintf(compressSystem, c.max), msgs, max(4*c.max, 64))
+	return cleanGuideline(text), err
+}
+
+// extractor is the miner's model as the case extractor asks it, accounted like compression; nil
+// without a model.
+func (c *compressor) extractor() extract.Ask {
+	if c.model == nil {
+		return nil
+	}
+	return func(ctx context.Context, system, user string, maxTokens int) (string, error) {
+		return c.ask(ctx, system, []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: user}}}}, maxTokens)
+	}
+}
+
+// ask makes one model call of the miner's, recorded as a model_call event of the session.
+func (c *compressor) ask(ctx context.Context, system string, msgs []llm.Message, maxTokens int) (string, error) {
 	cfg := c.d.Config.ForRole(protocol.RoleMiner)
 	start := time.Now()
 	resp, err := c.model.Complete(ctx, llm.Request{
 		Model:     cfg.Model,
-		System:    []llm.SystemBlock{{Text: fmt.Sprintf(compressSystem, c.max)}},
+		System:    []llm.SystemBlock{{Text: system}},
 		Messages:  msgs,
-		MaxTokens: max(4*c.max, 64),
+		MaxTokens: maxTokens,
 		Role:      protocol.RoleMiner,
 	})
 	ev := protocol.Event{SessionID: c.s.ID, Type: protocol.EvModelCall, Agent: c.s.Agent, Role: protocol.RoleMiner,
@@ -149,7 +167,7 @@ func (c *compressor) call(ctx context.Context, msgs []llm.Message) (string, erro
 		ev.Model = resp.Model
 	}
 	c.emit(ev)
-	return cleanGuideline(resp.Text), nil
+	return resp.Text, nil
 }
 
 // Mining tokens are real spending: each compression call is a model_call event with role miner

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/skein-mesh/skein/pkg/memory/cases"
+	"github.com/skein-mesh/skein/pkg/memory/extract"
+	"github.com/skein-mesh/skein/pkg/memory/skills"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -185,5 +188,28 @@ func Feedback(s Session) protocol.FeedbackRequest {
 			}
 		}
 	}
+	// A worked example was followed when the session's calls took its way (their tool
+	// sequences alike, as a case follows a skill); skills learn from the session's case instead.
+	sig := skills.Signature(cases.Approach(extract.Trajectory{Turns: []extract.Turn{{Calls: extractCalls(s.Calls)}}}))
+	for _, x := range s.Recalled {
+		if x.Case == nil {
+			continue
+		}
+		switch {
+		case len(sig) == 0:
+		case skills.Similar(sig, skills.Signature(x.Case.Approach)) < followedFloor:
+			fb.Fizzle = append(fb.Fizzle, x.ID)
+		case ok:
+			fb.Helpful = append(fb.Helpful, x.ID)
+			fb.Echo = append(fb.Echo, x.ID)
+		default:
+			fb.Harmful = append(fb.Harmful, x.ID)
+			fb.Fizzle = append(fb.Fizzle, x.ID)
+		}
+	}
 	return fb
 }
+
+// followedFloor is how alike a session's tool sequence and a worked example's must be for the
+// session to have followed it.
+const followedFloor = 0.6

@@ -34,6 +34,22 @@ type Session struct {
 	MinerCalls []ModelCall
 	// Closed is true when the miner already closed the trace (its mined and usage events).
 	Closed bool
+	// Plan is the session's plan (nil: one step); Steps the steps that ran, in start order.
+	Plan  []protocol.PlanStep
+	Steps []StepRun
+	// Previous is the conversation turn this session continued ("" for a first turn).
+	Previous string
+	// Recalled are the cases and skills the session was shown.
+	Recalled []protocol.Recalled
+	// Parent is the session whose agent-tool call started this one ("" for a root session).
+	Parent string
+}
+
+// StepRun is one step as the trace shows it.
+type StepRun struct {
+	ID, Instruction, Answer string
+	Outcome                 protocol.Outcome
+	Turns                   int
 }
 
 // ModelCall is one model call's model and tokens.
@@ -44,6 +60,7 @@ type ModelCall struct {
 
 // Call is one tool call and its normalized result.
 type Call struct {
+	Step   string
 	Tool   string
 	Args   json.RawMessage
 	Result protocol.ToolResult
@@ -83,9 +100,15 @@ func ParseSession(session string, events []protocol.Event) Session {
 				s.Agent = ev.Agent
 			}
 			s.Task = ev.Task
+			if p := ev.Attrs["parent"]; protocol.IDSession.Valid(p) {
+				s.Parent = p
+			}
 		case protocol.EvStepStarted:
 			if m := ev.Attrs[protocol.AttrMemory]; m != "" && protocol.IDAgent.Valid(m) {
 				s.Memory = m
+			}
+			if !slices.ContainsFunc(s.Steps, func(r StepRun) bool { return r.ID == ev.StepID }) {
+				s.Steps = append(s.Steps, StepRun{ID: ev.StepID, Instruction: ev.Text})
 			}
 		case protocol.EvToolCall:
 			if ev.Result == nil || ev.Tool == "" {
@@ -94,7 +117,7 @@ func ParseSession(session string, events []protocol.Event) Session {
 			// Traces written by this version are redacted already; older ones and other
 			// writers may not be, and what is mined here becomes prompt text.
 			trace.Scrub(&ev)
-			s.Calls = append(s.Calls, Call{Tool: ev.Tool, Args: ev.Args, Result: *ev.Result})
+			s.Calls = append(s.Calls, Call{Step: ev.StepID, Tool: ev.Tool, Args: ev.Args, Result: *ev.Result})
 		case protocol.EvTools:
 			for _, t := range ev.Tools {
 				if t != "" && !slices.Contains(s.Offered, t) {
@@ -107,6 +130,24 @@ func ParseSession(session string, events []protocol.Event) Session {
 					seen[g.ID] = true
 					s.Retrieved = append(s.Retrieved, g)
 				}
+			}
+			for _, x := range ev.Recalled {
+				if !seen[x.ID] {
+					seen[x.ID] = true
+					s.Recalled = append(s.Recalled, x)
+				}
+			}
+		case protocol.EvPlan:
+			s.Plan = ev.Plan
+		case protocol.EvStepFinished:
+			for i := range s.Steps {
+				if s.Steps[i].ID == ev.StepID {
+					s.Steps[i].Answer, s.Steps[i].Outcome, s.Steps[i].Turns = ev.Text, ev.Outcome, ev.Turn
+				}
+			}
+		case protocol.EvDecision:
+			if p := ev.Attrs["previous"]; p != "" && protocol.IDSession.Valid(p) {
+				s.Previous = p
 			}
 		case protocol.EvUsage:
 			s.Ended = true

@@ -49,12 +49,15 @@ type Deps struct {
 
 // Result is what mining one session did.
 type Result struct {
-	Session    string                   `json:"session"`
-	Agent      string                   `json:"agent"`
-	Outcome    protocol.Outcome         `json:"outcome"`
-	Candidates []protocol.Candidate     `json:"candidates"`
-	Actions    []protocol.IngestAction  `json:"actions"`
-	Feedback   protocol.FeedbackRequest `json:"feedback"`
+	Session    string               `json:"session"`
+	Agent      string               `json:"agent"`
+	Outcome    protocol.Outcome     `json:"outcome"`
+	Candidates []protocol.Candidate `json:"candidates"`
+	// Cases are the session's distilled episodes; CaseSkips the episodes that got none, and why.
+	Cases     []protocol.CaseCandidate `json:"cases,omitempty"`
+	CaseSkips []string                 `json:"case_skips,omitempty"`
+	Actions   []protocol.IngestAction  `json:"actions"`
+	Feedback  protocol.FeedbackRequest `json:"feedback"`
 	// Usage is what compression cost (also emitted as model_call events with role miner).
 	Usage protocol.Usage `json:"usage"`
 }
@@ -184,20 +187,29 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 		res.Candidates = append(res.Candidates, protocol.Candidate{Text: text, Polarity: ev.Polarity, Tools: ev.Tools,
 			Key: ev.Key, Source: "miner"})
 	}
+	res.Cases, res.CaseSkips = c.distil(ctx, s)
+	for _, why := range res.CaseSkips {
+		d.Logger.Debug("no case", "session", session, "episode", why)
+	}
 	res.Usage = c.usage
 	if err := c.flush(ctx); err != nil {
 		d.Logger.Warn("miner model_call events", "session", session, "err", err)
 	}
-	if len(res.Candidates) > 0 {
+	if len(res.Candidates)+len(res.Cases) > 0 {
 		var rep protocol.IngestReply
-		req := protocol.IngestRequest{Agent: s.MemoryAgent(), SessionID: session, Candidates: res.Candidates, Scope: s.Scope(), Seen: s.Seen()}
+		req := protocol.IngestRequest{Agent: s.MemoryAgent(), SessionID: session, Candidates: res.Candidates, Cases: res.Cases, Scope: s.Scope(), Seen: s.Seen()}
 		if err := bus.Request(ctx, d.Conn.NC, d.Names.Memory(protocol.MemIngest), &req, &rep, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("mine %s: ingest: %w", session, err)
 		}
 		res.Actions = rep.Actions
-		if rep.Error != "" {
-			return res, fmt.Errorf("mine %s: ingest: %s", session, rep.Error)
+		if err := rep.Err(); err != nil {
+			return res, fmt.Errorf("mine %s: ingest: %w", session, err)
 		}
+	}
+	if acts, err := shareCases(ctx, d, s, res.Cases); err != nil {
+		d.Logger.Warn("could not share a sub-agent's case with its parent's memory", "session", session, "err", err)
+	} else {
+		res.Actions = append(res.Actions, acts...)
 	}
 	res.Feedback = Feedback(s)
 	if fb := res.Feedback; len(fb.Helpful)+len(fb.Harmful)+len(fb.Followed)+len(fb.Echo)+len(fb.Fizzle) > 0 {
@@ -205,8 +217,8 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 		if err := bus.Request(ctx, d.Conn.NC, d.Names.Memory(protocol.MemFeedback), &fb, &ack, 30*time.Second); err != nil {
 			return res, fmt.Errorf("mine %s: feedback: %w", session, err)
 		}
-		if ack.Error != "" {
-			return res, fmt.Errorf("mine %s: feedback: %s", session, ack.Error)
+		if err := ack.Err(); err != nil {
+			return res, fmt.Errorf("mine %s: feedback: %w", session, err)
 		}
 	}
 	if err := closeTrace(ctx, d, s, res, c.calls); err != nil {
@@ -277,7 +289,8 @@ func closeTrace(ctx context.Context, d Deps, s Session, res *Result, calls []Mod
 		acc.Add(c.Model, protocol.RoleMiner, "", c.Usage)
 	}
 	rep := acc.Report()
-	rep.Steps, rep.WallTimeS = s.Report.Steps, s.Report.WallTimeS
+	rep.SetTurns(s.Report.TurnCount())
+	rep.WallTimeS = s.Report.WallTimeS
 	pub := trace.NewPublisher(d.Conn.JS, d.Names, "miner")
 	// The feedback marks go with the decisions, so a reader of the trace sees what the session
 	// taught memory about the guidelines it was given.
@@ -292,7 +305,7 @@ func closeTrace(ctx context.Context, d Deps, s Session, res *Result, calls []Mod
 		}
 	}
 	if err := pub.Emit(protocol.Event{SessionID: s.ID, Type: protocol.EvMined, Agent: s.Agent, Role: protocol.RoleMiner,
-		Mined: res.Candidates, Ingested: res.Actions, Attrs: marks}); err != nil {
+		Mined: res.Candidates, Cases: res.Cases, Ingested: res.Actions, Attrs: marks}); err != nil {
 		return err
 	}
 	usageEv := protocol.Event{SessionID: s.ID, Type: protocol.EvUsage, Agent: s.Agent, Role: protocol.RoleMiner,

@@ -10,7 +10,7 @@ ENGINE      ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev
 .PHONY: image image-stage
 image:
 	@test -n "$(ENGINE)" || { echo "make image: no docker or podman on PATH (ENGINE=... names another); 'make image-stage' runs the build stage without one" >&2; exit 1; }
-	$(ENGINE) build -f deploy/docker/Dockerfile -t $(IMAGE) .
+	$(ENGINE) build --build-arg VERSION=$(VERSION) -f deploy/docker/Dockerfile -t $(IMAGE) .
 
 image-stage:
 	deploy/docker/build-stage.sh $(IMAGE_STAGE)

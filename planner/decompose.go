@@ -143,11 +143,20 @@ func (p *Planner) decompose(ctx context.Context, t protocol.Task, scope govern.S
 		ctx, cancel = context.WithDeadline(ctx, scope.Deadline)
 		defer cancel()
 	}
+	user := "Task:\n" + t.Task
+	// A mature skill is the plan's template: the system prompt stays the same for every task
+	// (cached), the procedure travels with the task.
+	if k := p.skillFor(ctx, t); k != nil {
+		user += "\n\n" + skillTemplate(*k)
+		p.emit(protocol.Event{SessionID: t.SessionID, Type: protocol.EvDecision, Agent: t.Agent, Role: protocol.RolePlanner,
+			Text:  fmt.Sprintf("planning from skill %s v%d (confidence %.2f)", k.Skill.Name, k.Skill.Version, k.Skill.Confidence),
+			Attrs: map[string]string{"decision": "skill_template", "skill": k.ID}, Recalled: []protocol.Recalled{*k}})
+	}
 	req := llm.Request{
 		Model:  cfg.Model,
 		System: []llm.SystemBlock{{Text: plannerPrompt(p.mode, p.maxItems)}},
 		Messages: []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText,
-			Text: "Task:\n" + t.Task}}}},
+			Text: user}}}},
 		MaxTokens: cfg.MaxTokens,
 		CacheTTL:  cfg.CacheTTL,
 		Role:      protocol.RolePlanner,

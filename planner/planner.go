@@ -415,7 +415,7 @@ func (p *Planner) usage(ctx context.Context, sess protocol.Session) (protocol.Us
 		return protocol.UsageReport{}, err
 	}
 	acc := usage.NewAccumulator(nil)
-	steps := 0
+	turns := 0
 	for _, ev := range events {
 		switch ev.Type {
 		case protocol.EvModelCall:
@@ -423,11 +423,11 @@ func (p *Planner) usage(ctx context.Context, sess protocol.Session) (protocol.Us
 				acc.Add(ev.Model, ev.Role, ev.Attrs["cache_ttl"], *ev.Usage)
 			}
 		case protocol.EvStepFinished:
-			steps += ev.Turn // an executor reports how many model turns the step took
+			turns += ev.Turn // an executor reports how many model turns the step took
 		}
 	}
 	r := acc.Report()
-	r.Steps = steps
+	r.SetTurns(turns)
 	r.WallTimeS = time.Since(sess.Created).Seconds()
 	return r, nil
 }

@@ -148,7 +148,7 @@ func (x *Host) addAgentEndpoints(ctx context.Context, d Deps, agents []string, t
 		if e == nil {
 			break // the registrations that exist are in
 		}
-		if reg, ok := decodeRegistration(e); ok {
+		if reg, ok := DecodeRegistration(e); ok {
 			regs[e.Key()] = reg
 		}
 	}
@@ -190,7 +190,7 @@ func (x *Host) followDeclarations(ctx context.Context, d Deps, w jetstream.KeyWa
 			continue
 		}
 		a := byName[e.Key()]
-		reg, ok := decodeRegistration(e)
+		reg, ok := DecodeRegistration(e)
 		if a == nil || !ok {
 			continue
 		}
@@ -207,7 +207,29 @@ func (x *Host) followDeclarations(ctx context.Context, d Deps, w jetstream.KeyWa
 	}
 }
 
-func decodeRegistration(e jetstream.KeyValueEntry) (*protocol.AgentSpec, bool) {
+// AgentDeclaration is how an agent is offered as a tool, to models here and to MCP clients by
+// `skein mcp serve`: its spec (declared description and input schema, else {"task": string}) and
+// the task its arguments make.
+type AgentDeclaration struct {
+	name string
+	d    *declaration
+}
+
+// DeclareAgent makes an agent's declaration from its registration (nil: not registered yet).
+func DeclareAgent(name string, wait time.Duration, reg *protocol.AgentSpec, log *slog.Logger) AgentDeclaration {
+	return AgentDeclaration{name: name, d: declare(name, wait, reg, log)}
+}
+
+// Spec is the agent's tool spec.
+func (a AgentDeclaration) Spec() protocol.ToolSpec { return a.d.spec }
+
+// Task checks args against the declared schema and returns the task a session is given: the
+// "task" argument when that is all there is, else the arguments as JSON.
+func (a AgentDeclaration) Task(args json.RawMessage) (string, error) { return a.d.task(a.name, args) }
+
+// DecodeRegistration reads an agent's registration from its entry in the agents bucket (ok
+// false: a deletion, or a value that does not decode).
+func DecodeRegistration(e jetstream.KeyValueEntry) (*protocol.AgentSpec, bool) {
 	if e.Operation() != jetstream.KeyValuePut {
 		return nil, false
 	}
@@ -251,7 +273,9 @@ func toolFailure(kind, format string, args ...any) protocol.ToolReply {
 func (a *agentTool) call(h *handler, data []byte) protocol.ToolReply {
 	var req protocol.ToolRequest
 	if err := protocol.UnmarshalChecked(data, &req); err != nil {
-		return toolFailure(protocol.ToolErrBadArgs, "malformed tool request for %s: %v", a.name, err)
+		out := toolFailure(protocol.ToolErrBadArgs, "malformed tool request for %s: %v", a.name, err)
+		out.Code = protocol.CodeOf(err) // bad_request, or too_large for an id over its length
+		return out
 	}
 	// The calling session's cancel ends the wait; the gateway cancels the child down the lineage.
 	ctx, release, refusal := h.admit(req)
@@ -280,8 +304,8 @@ func (a *agentTool) call(h *handler, data []byte) protocol.ToolReply {
 	switch {
 	case err != nil:
 		return toolFailure(protocol.ToolErrUnavailable, "could not hand the task to the %s agent: %v", a.name, err)
-	case sr.Error != "":
-		return toolFailure(protocol.ToolErrToolError, "the %s agent refused the task: %s", a.name, sr.Error)
+	case sr.Err() != nil:
+		return toolFailure(protocol.ToolErrToolError, "the %s agent refused the task: %v", a.name, sr.Err())
 	}
 	child := sr.SessionID
 	a.log.Debug("agent tool started a child session", "agent", a.name, "parent", req.SessionID, "call", req.CallID,
@@ -319,11 +343,14 @@ func (a *agentTool) call(h *handler, data []byte) protocol.ToolReply {
 // task checks the arguments against the agent's declared schema and returns the child's task:
 // the "task" argument when that is all there is, else the arguments as JSON.
 func (a *agentTool) task(args json.RawMessage) (string, error) {
-	decl := a.decl.Load()
+	return a.decl.Load().task(a.name, args)
+}
+
+func (decl *declaration) task(name string, args json.RawMessage) (string, error) {
 	if decl.schema == nil {
 		task, err := agentTask(args)
 		if err != nil {
-			return "", fmt.Errorf("arguments of %s: %v; send {\"task\": \"what the %s agent should do\"}", a.name, err, a.name)
+			return "", fmt.Errorf("arguments of %s: %v; send {\"task\": \"what the %s agent should do\"}", name, err, name)
 		}
 		return task, nil
 	}
@@ -331,14 +358,14 @@ func (a *agentTool) task(args json.RawMessage) (string, error) {
 		args = json.RawMessage("{}")
 	}
 	if err := decl.schema.Validate(args); err != nil {
-		return "", fmt.Errorf("arguments of %s: %v", a.name, err)
+		return "", fmt.Errorf("arguments of %s: %v", name, err)
 	}
 	if task, err := agentTask(args); err == nil {
 		return task, nil
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, args); err != nil {
-		return "", fmt.Errorf("arguments of %s are not JSON: %v", a.name, err)
+		return "", fmt.Errorf("arguments of %s are not JSON: %v", name, err)
 	}
 	return buf.String(), nil
 }
@@ -431,8 +458,13 @@ func (a *agentTool) share(ctx context.Context, sh protocol.ShareSpec, parent, ch
 	var rep protocol.RememberReply
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := bus.Request(rctx, a.conn.NC, a.names.Memory(protocol.MemRemember), &req, &rep, 10*time.Second); err != nil {
-		a.log.Warn("could not share a sub-agent's findings with its parent's memory", "agent", a.name, "parent", parent, "child", child, "err", err)
+	err := bus.Request(rctx, a.conn.NC, a.names.Memory(protocol.MemRemember), &req, &rep, 10*time.Second)
+	if err == nil && len(rep.Actions) == 0 {
+		err = rep.Err() // refused as a whole (a stale store, a bad request); else per note below
+	}
+	if err != nil {
+		a.log.Warn("could not share a sub-agent's findings with its parent's memory", "agent", a.name, "parent", parent, "child", child,
+			"code", protocol.CodeOf(err), "err", err)
 		return 0
 	}
 	n := 0

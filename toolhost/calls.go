@@ -388,24 +388,35 @@ func (l *ledger) attempt(req protocol.ToolRequest, kind, recordedBy string) {
 	}
 }
 
+// preparer readies one decoded call for the ledger: prepared.run runs it, prepared.close frees
+// what it left once its reply is out.
+type preparer func(req protocol.ToolRequest, start time.Time) prepared
+
 // callOnce decodes a request, runs it at most once per call id and answers it.
-func (h *handler) callOnce(t *tools.Tool, data []byte, start time.Time, respond func(protocol.ToolReply)) {
+func (h *handler) callOnce(name string, data []byte, start time.Time, prep preparer, respond func(protocol.ToolReply)) {
 	var req protocol.ToolRequest
 	// The call id becomes a key of the call ledger and the session id a trace subject: both
 	// are checked, since one longer than the server accepts would cost the toolhost its connection.
 	if err := protocol.UnmarshalChecked(data, &req); err != nil {
 		respond(protocol.ToolReply{Host: h.host, LatencyMS: time.Since(start).Milliseconds(), ToolResult: protocol.ToolResult{
-			Kind: protocol.ToolErrBadArgs, Error: fmt.Sprintf("malformed tool request for %s: %v", t.Name, err)}})
+			Kind: protocol.ToolErrBadArgs, Code: protocol.CodeOf(err), // bad_request, or too_large for an id over its length
+			Error: fmt.Sprintf("malformed tool request for %s: %v", name, err)}})
 		return
 	}
-	h.ledger.once(h.ctx, req, callLease, func() prepared {
+	h.ledger.once(h.ctx, req, callLease, func() prepared { return prep(req, start) }, respond)
+}
+
+// subprocess readies calls of a manifest tool: its process is prepared (arguments, environment,
+// scratch folder) while the call's claim is written, and started once it is.
+func (h *handler) subprocess(t *tools.Tool) preparer {
+	return func(req protocol.ToolRequest, start time.Time) prepared {
 		p := h.runner.Prepare(tools.WithCallID(h.ctx, req.CallID), t, req.Args)
 		return prepared{
 			run: func() protocol.ToolReply {
-				res := h.call(t, req, p)
+				res := h.call(t.Name, req, p.Run)
 				return protocol.ToolReply{ToolResult: res, LatencyMS: time.Since(start).Milliseconds(), Host: h.host}
 			},
 			close: p.Close,
 		}
-	}, respond)
+	}
 }

@@ -82,6 +82,8 @@ type Host struct {
 	stopOnce    sync.Once
 	// stopWatch ends the watch on the registrations of the agents served as tools.
 	stopWatch func()
+	// mcp serves the tools of the MCP servers in tools.mcp (nil: none).
+	mcp *mcpMounts
 }
 
 // New loads the enabled manifests, publishes their specs to the tools KV and registers the micro
@@ -115,7 +117,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	h := &handler{
 		runner: &tools.Runner{
 			DefaultTimeout: time.Duration(cfg.Tools.TimeoutS * float64(time.Second)),
-			MaxOutput:      cfg.Tools.MaxOutput,
+			MaxOutput:      int(cfg.Tools.MaxOutput),
 			Sandbox:        sandboxOf(cfg.Tools.Sandbox),
 		},
 		host: id,
@@ -162,7 +164,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		host.grace = 10 * time.Second
 	}
 	for _, t := range loaded {
-		err := svc.AddEndpoint(t.Name, micro.HandlerFunc(func(r micro.Request) { h.serve(t, r) }),
+		err := svc.AddEndpoint(t.Name, micro.HandlerFunc(func(r micro.Request) { h.serve(t.Name, r, h.subprocess(t)) }),
 			micro.WithEndpointSubject(d.Names.Tool(t.Name)),
 			micro.WithEndpointQueueGroup(protocol.QueueToolhost),
 			micro.WithEndpointMetadata(map[string]string{"description": t.Description}))
@@ -183,7 +185,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		return nil, err
 	}
 	slices.Sort(host.tools)
-	if len(loaded) == 0 && len(cfg.Tools.Agents) == 0 {
+	if len(loaded) == 0 && len(cfg.Tools.Agents) == 0 && len(cfg.Tools.MCP) == 0 {
 		log.Warn("no tools to serve: tools.manifest_dirs is empty or holds no manifests")
 	}
 	sandbox, err := h.runner.SandboxInfo()
@@ -196,6 +198,11 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	for _, gap := range h.runner.SandboxGaps() {
 		log.Warn("tool sandbox: " + gap)
 	}
+	if err := host.mountMCP(ctx, d, cfg, taken); err != nil {
+		host.stop()
+		killRunning()
+		return nil, err
+	}
 	// Published last, so that a tool in the catalog is one that answers: executors offer the
 	// catalog's tools to the model, and a caller that read it finds the endpoint there.
 	specs := make([]protocol.ToolSpec, len(loaded))
@@ -207,12 +214,17 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		killRunning()
 		return nil, fmt.Errorf("toolhost: %w", err)
 	}
-	log.Info("toolhost ready", "tools", host.tools, "concurrency", cap(h.slots), "queue", cap(h.waiting), "sandbox", sandbox)
+	log.Info("toolhost ready", "tools", host.Tools(), "concurrency", cap(h.slots), "queue", cap(h.waiting), "sandbox", sandbox)
 	return host, nil
 }
 
-// Tools are the names of the tools this host serves, sorted.
-func (x *Host) Tools() []string { return append([]string(nil), x.tools...) }
+// Tools are the names of the tools this host serves now, sorted: its manifest tools, the agents
+// it offers as tools, and the tools its MCP servers list.
+func (x *Host) Tools() []string {
+	out := append(slices.Clone(x.tools), x.mcp.served()...)
+	slices.Sort(out)
+	return out
+}
 
 // Serve blocks until ctx ends, then stops taking calls, waits up to the grace period for the
 // calls in flight (killing their tools after it) and returns nil.
@@ -270,19 +282,20 @@ type handler struct {
 	inflight sync.WaitGroup
 }
 
-// serve takes one request off an endpoint. Endpoint callbacks are serialized per subscription,
-// so serve never waits: the call runs on its own goroutine once it has a slot; with no slot free
-// it waits in a bounded queue, and with the queue full it is refused at once with kind busy, so
-// the caller can retry and another toolhost can take it.
-func (h *handler) serve(t *tools.Tool, r micro.Request) {
+// serve takes one request off an endpoint of the tool named name, which prep readies for a run
+// (a subprocess tool, or a tool of an MCP server). Endpoint callbacks are serialized per
+// subscription, so serve never waits: the call runs on its own goroutine once it has a slot; with
+// no slot free it waits in a bounded queue, and with the queue full it is refused at once with
+// kind busy, so the caller can retry and another toolhost can take it.
+func (h *handler) serve(name string, r micro.Request, prep preparer) {
 	start := time.Now()
 	reply := r.Reply()
 	data := r.Data()
 	h.mu.Lock()
 	if h.closing {
 		h.mu.Unlock()
-		h.respond(reply, t.Name, &protocol.ToolReply{Host: h.host, ToolResult: protocol.ToolResult{
-			Kind: protocol.ToolErrUnavailable, Error: fmt.Sprintf("toolhost %s is shutting down; call %s again", h.host, t.Name)}})
+		h.respond(reply, name, &protocol.ToolReply{Host: h.host, ToolResult: protocol.ToolResult{
+			Kind: protocol.ToolErrUnavailable, Error: fmt.Sprintf("toolhost %s is shutting down; call %s again", h.host, name)}})
 		return
 	}
 	h.inflight.Add(1)
@@ -298,8 +311,8 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 		default:
 			h.inflight.Done()
 			stopProgress()
-			h.respond(reply, t.Name, &protocol.ToolReply{Host: h.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrBusy,
-				Error: fmt.Sprintf("toolhost %s is running %d tools with %d calls waiting; call %s again", h.host, cap(h.slots), cap(h.waiting), t.Name)}})
+			h.respond(reply, name, &protocol.ToolReply{Host: h.host, ToolResult: protocol.ToolResult{Kind: protocol.ToolErrBusy,
+				Error: fmt.Sprintf("toolhost %s is running %d tools with %d calls waiting; call %s again", h.host, cap(h.slots), cap(h.waiting), name)}})
 			return
 		}
 	}
@@ -317,9 +330,9 @@ func (h *handler) serve(t *tools.Tool, r micro.Request) {
 			}
 		}
 		defer func() { <-h.slots }()
-		h.callOnce(t, data, start, func(out protocol.ToolReply) {
+		h.callOnce(name, data, start, prep, func(out protocol.ToolReply) {
 			stopProgress()
-			h.respond(reply, t.Name, &out)
+			h.respond(reply, name, &out)
 		})
 	}()
 }
@@ -353,47 +366,54 @@ func (h *handler) progress(r micro.Request) (stop func()) {
 	return func() { once.Do(func() { close(done); <-finished }) }
 }
 
-func (h *handler) call(t *tools.Tool, req protocol.ToolRequest, p *tools.Prepared) (res protocol.ToolResult) {
+// call runs one admitted call of the tool named name: run gets a context that ends at the
+// caller's deadline or when the session is cancelled.
+func (h *handler) call(name string, req protocol.ToolRequest, run func(context.Context) protocol.ToolResult) (res protocol.ToolResult) {
 	defer func() {
 		if p := recover(); p != nil {
-			h.log.Error("tool call panicked", "tool", t.Name, "panic", p)
-			res = protocol.ToolResult{Kind: protocol.ToolErrStart, Error: fmt.Sprintf("toolhost failed running %s: %v", t.Name, p)}
+			h.log.Error("tool call panicked", "tool", name, "panic", p)
+			res = protocol.ToolResult{Kind: protocol.ToolErrStart, Error: fmt.Sprintf("toolhost failed running %s: %v", name, p)}
 		}
 	}()
-	if req.Tool != "" && req.Tool != t.Name {
-		return protocol.ToolResult{Kind: protocol.ToolErrUnknown, Error: fmt.Sprintf("request for tool %q arrived on the endpoint of %q", req.Tool, t.Name)}
+	if req.Tool != "" && req.Tool != name {
+		return protocol.ToolResult{Kind: protocol.ToolErrUnknown, Error: fmt.Sprintf("request for tool %q arrived on the endpoint of %q", req.Tool, name)}
 	}
 	ctx, release, refusal := h.admit(req)
 	if refusal != nil {
 		return *refusal
 	}
 	defer release()
-	res = p.Run(ctx)
-	h.log.Debug("tool call", "tool", t.Name, "session", req.SessionID, "call", req.CallID, "ok", res.OK, "kind", res.Kind)
+	res = run(ctx)
+	h.log.Debug("tool call", "tool", name, "session", req.SessionID, "call", req.CallID, "ok", res.OK, "kind", res.Kind)
 	return res
 }
 
 // respond publishes the reply itself: micro's Request must not be touched once its handler has
-// returned, and calls finish on their own goroutines.
+// returned, and calls finish on their own goroutines. A failed call carries its kind's code, in
+// the reply and in the service error headers (bus.ReplyMsg).
 func (h *handler) respond(subject, tool string, out *protocol.ToolReply) {
 	if subject == "" {
 		return // a plain publish, nobody waits for the answer
 	}
+	out.Coded()
 	data, err := protocol.Marshal(out)
 	if err != nil {
 		h.log.Error("encode tool reply", "tool", tool, "err", err)
-		data, _ = protocol.Marshal(&protocol.ToolReply{Host: h.host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
-			Kind: protocol.ToolErrMalformed, Error: "toolhost could not encode the tool's result: " + err.Error()}})
+		out = &protocol.ToolReply{Host: h.host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
+			Kind: protocol.ToolErrMalformed, Code: protocol.ToolKindCode(protocol.ToolErrMalformed),
+			Error: "toolhost could not encode the tool's result: " + err.Error()}}
+		data, _ = protocol.Marshal(out)
 	}
 	// A reply over the server's message limit would be dropped and leave the caller waiting
 	// for a timeout; say what happened instead.
 	if limit := h.nc.MaxPayload(); limit > 0 && int64(len(data)) > limit {
 		h.log.Warn("tool reply over the NATS message limit", "tool", tool, "bytes", len(data), "limit", limit)
-		data, _ = protocol.Marshal(&protocol.ToolReply{Host: h.host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
-			Kind: protocol.ToolErrTooLarge, Truncated: true,
-			Error: fmt.Sprintf("the tool's answer is %d bytes, over the %d-byte NATS message limit; lower max_output_bytes or return less", len(data), limit)}})
+		out = &protocol.ToolReply{Host: h.host, LatencyMS: out.LatencyMS, ToolResult: protocol.ToolResult{
+			Kind: protocol.ToolErrTooLarge, Code: protocol.ToolKindCode(protocol.ToolErrTooLarge), Truncated: true,
+			Error: fmt.Sprintf("the tool's answer is %d bytes, over the %d-byte NATS message limit; lower max_output_bytes or return less", len(data), limit)}}
+		data, _ = protocol.Marshal(out)
 	}
-	if err := h.nc.Publish(subject, data); err != nil {
+	if err := h.nc.PublishMsg(bus.ReplyMsg(subject, data, out)); err != nil {
 		h.log.Warn("send tool reply", "tool", tool, "err", err)
 	}
 }

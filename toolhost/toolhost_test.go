@@ -39,7 +39,7 @@ type host struct {
 	done   chan error
 }
 
-func startHost(t *testing.T, m *bustest.Mesh, cfg *config.Config, id string) *host {
+func startHost(t testing.TB, m *bustest.Mesh, cfg *config.Config, id string) *host {
 	t.Helper()
 	conn := m.Connect(t, id)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -51,7 +51,7 @@ func startHost(t *testing.T, m *bustest.Mesh, cfg *config.Config, id string) *ho
 	return h
 }
 
-func (h *host) stop(t *testing.T) {
+func (h *host) stop(t testing.TB) {
 	t.Helper()
 	h.cancel()
 	select {
@@ -206,7 +206,8 @@ func TestFailuresTravelAsResults(t *testing.T) {
 	startHost(t, m, testConfig(t), "host-a")
 
 	rep := call(t, m, "broken", `{}`, 30*time.Second)
-	if rep.OK || rep.Kind != protocol.ToolErrExit || !strings.Contains(rep.Error, "ZeroDivisionError") || rep.Host != "host-a" {
+	if rep.OK || rep.Kind != protocol.ToolErrExit || !strings.Contains(rep.Error, "ZeroDivisionError") || rep.Host != "host-a" ||
+		rep.Code != protocol.CodeToolFailed {
 		t.Errorf("broken: %+v", rep)
 	}
 	rep = call(t, m, "echo", `{"text": 5}`, 30*time.Second)
@@ -259,6 +260,10 @@ func TestMalformedRequestsGetAnErrorReply(t *testing.T) {
 		}
 		if rep.OK || rep.Kind != protocol.ToolErrBadArgs || !strings.Contains(rep.Error, "malformed tool request for echo") {
 			t.Errorf("%s: %+v", name, rep)
+		}
+		// The code of its kind, in the body and in the service error header.
+		if rep.Code != protocol.CodeBadRequest || msg.Header.Get(micro.ErrorCodeHeader) != protocol.CodeBadRequest.ServiceCode() {
+			t.Errorf("%s: code %q, headers %v; want bad_request in both", name, rep.Code, msg.Header)
 		}
 	}
 	// The host is still alive and serving.

@@ -22,7 +22,9 @@ trap 'rm -rf "$work"' EXIT
 # -trimpath: the same sources build the same binaries wherever they sit (and hit the build cache
 # from any folder); -s drops the symbol table and debug info the image has no use for (gateway
 # 46.8 -> 32.5 MB); stack traces and profiles keep their function names.
-GOFLAGS="-trimpath -ldflags=-s" make build tools-examples
+# make build links the version into skein (git describe; the build context has no .git, so
+# `make image` passes it as VERSION, else skein --version says devel).
+GOFLAGS="-trimpath -ldflags=-s" make build tools-examples CLI_LDFLAGS=-s
 
 mkdir -p "$dest/usr/local/bin" "$dest/opt/skein"
 cp bin/* "$dest/usr/local/bin/"

@@ -5,8 +5,11 @@ package console
 
 import (
 	"embed"
+	"encoding/json"
 	"io/fs"
 	"net/http"
+
+	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 //go:embed static
@@ -22,8 +25,12 @@ func Handler() http.Handler {
 	static := http.StripPrefix("/console/", http.FileServerFS(sub))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			// Refused as the API refuses: {error, code} with the code's status.
+			c := protocol.CodeMethodNotAllowed
 			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "the console is read with GET", http.StatusMethodNotAllowed)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(c.HTTPStatus())
+			_ = json.NewEncoder(w).Encode(protocol.APIError{Error: "the console is read with GET", Code: c})
 			return
 		}
 		h := w.Header()

@@ -305,7 +305,7 @@ func TestMatrixIsEnforced(t *testing.T) {
 				if strings.HasPrefix(s, "$JS.EVENT") || broadcast {
 					run(row, func(t *testing.T) { m.check(t, id, "subscribe "+s, admin || a&auth.Subscribe != 0, subscribe(s)) })
 					if !strings.HasPrefix(s, "$JS.EVENT") {
-						run(row, func(t *testing.T) { m.check(t, id, "publish "+s, admin || a&auth.Call != 0, call(s)) })
+						run(row, func(t *testing.T) { m.check(t, id, "publish "+s, admin || a&(auth.Call|auth.Publish) != 0, call(s)) })
 					}
 					continue
 				}

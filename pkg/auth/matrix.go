@@ -42,7 +42,8 @@ func (id Identity) Valid() bool { return slices.Contains(Identities, id) }
 type Access uint16
 
 const (
-	// Publish: put messages into a stream (its subjects).
+	// Publish: put messages into a stream (its subjects), or onto a plain subject that nobody
+	// answers and no stream keeps (a broadcast).
 	Publish Access = 1 << iota
 	// Get: read single messages of a stream by sequence (no consumers).
 	Get
@@ -123,6 +124,8 @@ var Matrix = []Row{
 		Grants: map[Identity]Access{Gateway: Serve, Client: Call}},
 	{Kind: KindSubject, Base: "cancel-notices", Subject: protocol.Names.CancelNoticeAll, Doc: "cancel notices, one per cancelled session (stop its model calls and tools)",
 		Grants: map[Identity]Access{Gateway: Call, Planner: Subscribe, Executor: Subscribe, Toolhost: Subscribe}},
+	{Kind: KindSubject, Base: "delta", Subject: protocol.Names.DeltaAll, Doc: "model answers as they are generated (not kept)",
+		Grants: map[Identity]Access{Executor: Publish, Gateway: Subscribe, Client: Subscribe}},
 	{Kind: KindSubject, Base: "tool.*", Subject: func(n protocol.Names) string { return n.Tool("*") }, Doc: "call a tool (or an agent as a tool)",
 		Grants: map[Identity]Access{Toolhost: Serve, Executor: Call}},
 	memRow(protocol.MemRetrieve, "guidelines for a step", Executor, Client),
@@ -137,6 +140,7 @@ var Matrix = []Row{
 	memRow(protocol.MemImport, "import memory (admin only)"),
 	memRow(protocol.MemEvict, "evict memory (admin only)"),
 	memRow(protocol.MemMigrate, "re-embed memory (admin only)"),
+	memRow(protocol.MemRepair, "bring Milvus back to the memory's records (admin only)"),
 	// The HTTP API (and so the console) retires or evicts single entries behind its bearer token.
 	memRow(protocol.MemRetire, "retire or evict one entry", Gateway),
 	// The process that runs the embedded server (as admin) says whether JetStream can write.
@@ -295,7 +299,7 @@ func For(id Identity, n protocol.Names) Perms {
 					}
 				}
 			}
-			if a&Call != 0 {
+			if a&(Call|Publish) != 0 {
 				pub[s] = true
 			}
 			if a&Subscribe != 0 {

@@ -38,10 +38,14 @@ type Agent struct {
 	Description string `yaml:"description"`
 	// InputSchema is the arguments callers send when this agent is offered as a tool (a JSON
 	// Schema as YAML; empty: {"task": string}). The child session's task is the arguments.
-	InputSchema  map[string]any `yaml:"input_schema"`
-	MaxSteps     int            `yaml:"max_steps"`
-	SystemPrompt string         `yaml:"system_prompt"`
-	Policies     []string       `yaml:"policies"`
+	InputSchema map[string]any `yaml:"input_schema"`
+	// MaxTurns bounds the model turns (calls) one step may take; the step ends incomplete after.
+	MaxTurns int `yaml:"max_turns"`
+	// MaxStepsOldName is max_turns under the name it had until this version ("steps" now means
+	// only a plan's steps); it is read into MaxTurns, and goes in the next version.
+	MaxStepsOldName int      `yaml:"max_steps"`
+	SystemPrompt    string   `yaml:"system_prompt"`
+	Policies        []string `yaml:"policies"`
 	// MaxDepth bounds agent-as-tool recursion.
 	MaxDepth int `yaml:"max_depth"`
 	// Budget limits every task of this agent (tokens, money, time, turns, tool calls, depth,
@@ -86,6 +90,18 @@ type Executor struct {
 	// MaxWaiting bounds the steps that wait for a child agent session without holding one of
 	// the Concurrency places (0: 8 × Concurrency).
 	MaxWaiting int `yaml:"max_waiting"`
+	// Stream publishes the text of model turns on the delta subject as it is generated.
+	Stream Stream `yaml:"stream"`
+}
+
+// Stream is `executor.stream:`: how model answers stream to readers (pkg/delta).
+type Stream struct {
+	// Enabled: publish deltas (default true). Off, readers see each turn's text when it ends.
+	Enabled bool `yaml:"enabled"`
+	// FlushMS is the longest a piece of text waits before it is published (default 50).
+	FlushMS int `yaml:"flush_ms"`
+	// MaxBytes is the most text one delta message carries (default 4096, at most 16384).
+	MaxBytes int `yaml:"max_bytes"`
 }
 
 // Toolhost is the `toolhost:` section.
@@ -134,7 +150,7 @@ type Tools struct {
 	MaxParallel  int       `yaml:"max_parallel"`
 	ResultFormat string    `yaml:"result_format"` // toon | json
 	TimeoutS     float64   `yaml:"timeout_s"`
-	MaxOutput    int       `yaml:"max_output_bytes"`
+	MaxOutput    ByteSize  `yaml:"max_output_bytes"`
 	Agents       []string  `yaml:"agents"` // other agents offered as tools
 	Retrieval    Retrieval `yaml:"retrieval"`
 	// MaxResultTokens caps what one tool result may put in the transcript; a bigger result is
@@ -143,6 +159,9 @@ type Tools struct {
 	MaxResultTokens int `yaml:"max_result_tokens"`
 	// Sandbox confines every subprocess tool (docs/security.md, "Tools").
 	Sandbox ToolSandbox `yaml:"sandbox"`
+	// MCP mounts MCP servers by name: each of their tools is served as <name>__<tool>
+	// (docs/mcp.md).
+	MCP map[string]MCPServer `yaml:"mcp"`
 }
 
 // ToolSandbox is `tools.sandbox:`. Limits of 0 take the built-in defaults; a manifest's own
@@ -214,6 +233,51 @@ type Memory struct {
 	ShareWithParent  bool `yaml:"share_with_parent"`
 	ShareMaxFindings int  `yaml:"share_max_findings"`
 	ShareMaxChars    int  `yaml:"share_max_chars"`
+	// ConversationFacts offers the durable facts the user stated in a conversation's turns to
+	// this agent's memory (as remember notes, through the lesson gate) when compaction folds
+	// those turns; false keeps them in the conversation's summary only.
+	ConversationFacts bool `yaml:"conversation_facts"`
+
+	// Cases and Skills are the memory kinds beyond guidelines (docs/memory.md).
+	Cases  MemoryCases  `yaml:"cases"`
+	Skills MemorySkills `yaml:"skills"`
+}
+
+// MemoryCases is `memory.cases:`: distilled episodes, and the worked examples shown from them.
+type MemoryCases struct {
+	// Enabled: the miner distils each finished session's episodes into cases.
+	Enabled bool `yaml:"enabled"`
+	// Capacity bounds the cases of one agent (eviction removes the least worth first).
+	Capacity int `yaml:"capacity"`
+	// MinCalls: an episode with fewer tool calls is trivial and gets no case.
+	MinCalls int `yaml:"min_calls"`
+	// Examples is how many successful cases like the task an executor shows as worked examples
+	// (0: none, at most 2); ExampleBudget bounds their tokens and the skill's together.
+	Examples      int `yaml:"examples"`
+	ExampleBudget int `yaml:"example_budget"`
+	// MinSimilarity and MinQuality: a case is shown only for a task at least this similar, and
+	// only when it scored at least this quality and carries an insight (it paid for itself).
+	MinSimilarity float64 `yaml:"min_similarity"`
+	MinQuality    float64 `yaml:"min_quality"`
+}
+
+// MemorySkills is `memory.skills:`: procedures aggregated from similar successful cases.
+type MemorySkills struct {
+	Enabled  bool `yaml:"enabled"`
+	Capacity int  `yaml:"capacity"`
+	// MinCases similar successful cases form a skill; MatureCases confirmations and
+	// MatureConfidence make it mature; below RetireConfidence it is retired.
+	MinCases         int     `yaml:"min_cases"`
+	MatureCases      int     `yaml:"mature_cases"`
+	MatureConfidence float64 `yaml:"mature_confidence"`
+	RetireConfidence float64 `yaml:"retire_confidence"`
+	// IntentFloor and ApproachFloor: how similar a case's task (cosine) and tool sequence must
+	// be to a skill's, or to the other cases of a cluster.
+	IntentFloor   float64 `yaml:"intent_floor"`
+	ApproachFloor float64 `yaml:"approach_floor"`
+	// Show: executors see the mature skill that fits a task as a short procedure, and planners
+	// use it as a plan template.
+	Show bool `yaml:"show"`
 }
 
 // Miner is the `miner:` section.
@@ -260,9 +324,9 @@ type TLS struct {
 
 // StreamLimits bound one stream. Zero or empty keeps the default of docs/config.md.
 type StreamLimits struct {
-	MaxAge   string `yaml:"max_age"`
-	MaxBytes int64  `yaml:"max_bytes"`
-	MaxMsgs  int64  `yaml:"max_msgs"`
+	MaxAge   string   `yaml:"max_age"`
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	MaxMsgs  int64    `yaml:"max_msgs"`
 }
 
 // MeshLimits is the `mesh.limits:` section: what the operator lets the mesh keep.
@@ -274,7 +338,7 @@ type MeshLimits struct {
 	Usage   StreamLimits `yaml:"usage"`
 	DLQ     StreamLimits `yaml:"dlq"`
 	// BucketMaxBytes bounds each KV bucket and the object store.
-	BucketMaxBytes int64 `yaml:"bucket_max_bytes"`
+	BucketMaxBytes ByteSize `yaml:"bucket_max_bytes"`
 	// SessionTTL, ToolCallTTL and StepTTL are how long session records, tool call records and
 	// step results are kept (durations).
 	SessionTTL  string `yaml:"session_ttl"`

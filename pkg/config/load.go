@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -28,7 +29,7 @@ func Default() *Config {
 	return &Config{
 		Agent: Agent{
 			Name:         "assistant",
-			MaxSteps:     10,
+			MaxTurns:     10,
 			SystemPrompt: "You are a careful assistant. Use the tools when they help, and answer concisely.",
 			MaxDepth:     3,
 		},
@@ -69,11 +70,17 @@ func Default() *Config {
 			Embedder:            "minilm",
 			ShareMaxFindings:    3,
 			ShareMaxChars:       300,
+			ConversationFacts:   true,
+			Cases: MemoryCases{Enabled: true, Capacity: 1000, MinCalls: 2, Examples: 1, ExampleBudget: 300,
+				MinSimilarity: 0.55, MinQuality: 0.6},
+			Skills: MemorySkills{Enabled: true, Capacity: 200, MinCases: 3, MatureCases: 4, MatureConfidence: 0.7,
+				RetireConfidence: 0.5, IntentFloor: 0.7, ApproachFloor: 0.6, Show: true},
 		},
-		Planner: Planner{Mode: "off", MaxItems: 8},
-		Miner:   Miner{Enabled: true},
-		Mesh:    Mesh{Namespace: protocol.DefaultNamespace, Replicas: 1},
-		Gateway: Gateway{MaxEventStreams: 8},
+		Planner:  Planner{Mode: "off", MaxItems: 8},
+		Executor: Executor{Stream: Stream{Enabled: true, FlushMS: 50, MaxBytes: 4096}},
+		Miner:    Miner{Enabled: true},
+		Mesh:     Mesh{Namespace: protocol.DefaultNamespace, Replicas: 1},
+		Gateway:  Gateway{MaxEventStreams: 8},
 	}
 }
 
@@ -125,6 +132,8 @@ func Load(path string) (*Config, error) {
 // Parse decodes data as if read from path.
 func Parse(path string, data []byte) (*Config, error) {
 	cfg := Default()
+	defaultTurns := cfg.Agent.MaxTurns
+	cfg.Agent.MaxTurns = turnsUnset // to tell whether the file sets max_turns
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	// An empty file means "all defaults".
@@ -135,6 +144,14 @@ func Parse(path string, data []byte) (*Config, error) {
 	if err != nil {
 		abs = path
 	}
+	switch a := &cfg.Agent; {
+	case a.MaxTurns != turnsUnset && a.MaxStepsOldName != 0:
+		return nil, &Error{File: abs, Key: "agent.max_steps", Msg: "is the old name of agent.max_turns, which the file sets too: keep max_turns only"}
+	case a.MaxStepsOldName != 0:
+		a.MaxTurns = a.MaxStepsOldName
+	case a.MaxTurns == turnsUnset:
+		a.MaxTurns = defaultTurns
+	}
 	cfg.Path = abs
 	cfg.resolvePaths(filepath.Dir(abs))
 	if errs := cfg.Validate(); len(errs) > 0 {
@@ -142,6 +159,9 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	return cfg, nil
 }
+
+// turnsUnset stands in agent.max_turns while a file is read; no file can write it.
+const turnsUnset = math.MinInt
 
 var (
 	yamlLineRE   = regexp.MustCompile(`^line (\d+): (.*)$`)
@@ -153,6 +173,7 @@ var (
 // section maps Go type names to YAML paths so errors name keys the user wrote.
 var section = map[string]string{
 	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.", "ToolSandbox": "tools.sandbox.",
+	"MCPServer": "tools.mcp.<server>.", "MCPSandbox": "tools.mcp.<server>.sandbox.",
 	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Toolhost": "toolhost.", "Miner": "miner.", "Mesh": "mesh.",
 	"TLS": "mesh.tls.", "Gateway": "gateway.",
 }
@@ -220,6 +241,12 @@ func goTypeName(t string) string {
 		return "true or false"
 	case t == "string":
 		return "a string"
+	case t == "config.ByteSize":
+		return sizeHint
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
 	}
 	return "a mapping"
 }
@@ -242,6 +269,9 @@ func (c *Config) resolvePaths(dir string) {
 	if c.Tools.Sandbox.ScratchDir != "" {
 		c.Tools.Sandbox.ScratchDir = abs(c.Tools.Sandbox.ScratchDir)
 	}
+	for name, s := range c.Tools.MCP {
+		c.Tools.MCP[name] = s.resolvePaths(dir)
+	}
 }
 
 // llms returns every model binding in the file, the default first.
@@ -263,8 +293,8 @@ func (c *Config) Validate() Errors {
 	}
 	for _, check := range []func(reporter){
 		c.validateAgent, c.validateModels, c.validateAgentTool, c.validateLLMs, c.validateToolSources,
-		c.validateWorkers, c.validateToolCalls, c.validateGateway, c.validateSandbox, c.validateMemory,
-		c.validateMemoryStore, c.validatePlanner, c.validateMesh, c.validateMeshAuth,
+		c.validateWorkers, c.validateToolCalls, c.validateGateway, c.validateSandbox, c.validateMCP,
+		c.validateMemory, c.validateMemoryStore, c.validatePlanner, c.validateMesh, c.validateMeshAuth,
 	} {
 		check(bad)
 	}
@@ -279,8 +309,8 @@ func (c *Config) validateAgent(bad reporter) {
 	if err := protocol.IDAgent.Check(c.Agent.Name); err != nil {
 		bad("agent.name", "%v", err)
 	}
-	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 1000 {
-		bad("agent.max_steps", "must be between 1 and 1000, got %d", c.Agent.MaxSteps)
+	if c.Agent.MaxTurns < 1 || c.Agent.MaxTurns > 1000 {
+		bad("agent.max_turns", "must be between 1 and 1000, got %d", c.Agent.MaxTurns)
 	}
 	if b := c.Agent.Budget; b.MaxInputTokens < 0 || b.MaxOutputTokens < 0 || b.MaxUSD < 0 || b.DeadlineS < 0 ||
 		b.MaxTurns < 0 || b.MaxToolCalls < 0 || b.MaxDepth < 0 || b.MaxFanout < 0 {
@@ -353,6 +383,12 @@ func (c *Config) validateWorkers(bad reporter) {
 	}
 	if c.Executor.MaxWaiting < 0 {
 		bad("executor.max_waiting", "must not be negative (0: 8 × executor.concurrency), got %d", c.Executor.MaxWaiting)
+	}
+	if st := c.Executor.Stream; st.FlushMS < 1 || st.FlushMS > 10000 {
+		bad("executor.stream.flush_ms", "must be 1 to 10000 (milliseconds a piece of text may wait), got %d", st.FlushMS)
+	}
+	if st := c.Executor.Stream; st.MaxBytes < 256 || st.MaxBytes > protocol.MaxDeltaBytes {
+		bad("executor.stream.max_bytes", "must be 256 to %d, got %d", protocol.MaxDeltaBytes, st.MaxBytes)
 	}
 	if c.Toolhost.Concurrency < 0 {
 		bad("toolhost.concurrency", "must not be negative (0 derives it from the machine), got %d", c.Toolhost.Concurrency)
@@ -462,6 +498,28 @@ func (c *Config) validateMemory(bad reporter) {
 	}
 	if c.Memory.TopK < 0 {
 		bad("memory.top_k", "must not be negative, got %d", c.Memory.TopK)
+	}
+	if c.Memory.Cases.Examples < 0 || c.Memory.Cases.Examples > 2 {
+		bad("memory.cases.examples", "must be 0, 1 or 2, got %d", c.Memory.Cases.Examples)
+	}
+	if b := c.Memory.Cases.ExampleBudget; b < 0 || b > 2000 {
+		bad("memory.cases.example_budget", "must be between 0 and 2000 tokens, got %d", b)
+	}
+	for key, v := range map[string]float64{"memory.cases.min_similarity": c.Memory.Cases.MinSimilarity, "memory.cases.min_quality": c.Memory.Cases.MinQuality,
+		"memory.skills.mature_confidence": c.Memory.Skills.MatureConfidence, "memory.skills.retire_confidence": c.Memory.Skills.RetireConfidence,
+		"memory.skills.intent_floor": c.Memory.Skills.IntentFloor, "memory.skills.approach_floor": c.Memory.Skills.ApproachFloor} {
+		if v < 0 || v > 1 {
+			bad(key, "must be in [0, 1], got %v", v)
+		}
+	}
+	if s := c.Memory.Skills; s.RetireConfidence >= s.MatureConfidence && s.MatureConfidence > 0 {
+		bad("memory.skills.retire_confidence", "must be below memory.skills.mature_confidence (%v), got %v", s.MatureConfidence, s.RetireConfidence)
+	}
+	for key, v := range map[string]int{"memory.cases.capacity": c.Memory.Cases.Capacity, "memory.skills.capacity": c.Memory.Skills.Capacity,
+		"memory.cases.min_calls": c.Memory.Cases.MinCalls, "memory.skills.min_cases": c.Memory.Skills.MinCases, "memory.skills.mature_cases": c.Memory.Skills.MatureCases} {
+		if v < 0 {
+			bad(key, "must not be negative, got %d", v)
+		}
 	}
 	if c.Memory.PatternShare < 0 || c.Memory.PatternShare > 1 {
 		bad("memory.pattern_share", "must be in [0, 1], got %v", c.Memory.PatternShare)

@@ -43,7 +43,7 @@ planner:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Agent.Name != "demo" || cfg.Agent.MaxSteps != 10 {
+	if cfg.Agent.Name != "demo" || cfg.Agent.MaxTurns != 10 {
 		t.Fatalf("agent = %+v, want name demo and the default max_steps 10", cfg.Agent)
 	}
 	if want := filepath.Join(dir, "script.yaml"); cfg.LLM.Script != want {
@@ -106,7 +106,7 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 	}{
 		{"unknown key", "agent:\n  nmae: x\n", []string{"agent.yaml:2", "agent.nmae", "unknown key"}},
 		{"unknown nested key", "tools:\n  retrieval:\n    topk: 3\n", []string{"tools.retrieval.topk", "unknown key"}},
-		{"wrong type", "agent:\n  max_steps: many\n", []string{"agent.yaml:2", "agent.max_steps", "wrong type", "an integer"}},
+		{"wrong type", "agent:\n  max_turns: many\n", []string{"agent.yaml:2", "agent.max_turns", "wrong type", "an integer"}},
 		{"wrong type in a list", "tools:\n  enabled: [a, [b]]\n", []string{"agent.yaml:2", "tools.enabled", "wrong type"}},
 		{"bad yaml", "agent: [\n", []string{"agent.yaml", "invalid YAML"}},
 		{"bad value", "tools:\n  result_format: xml\n", []string{"tools.result_format", "toon, json or auto"}},
@@ -121,6 +121,10 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"agent schema invalid", "agent:\n  input_schema: {type: object, required: 3}\n", []string{"agent.input_schema", "not a valid JSON Schema"}},
 		{"reversed uid range", "tools:\n  sandbox:\n    uids: 2000-1000\n", []string{"tools.sandbox.uids", "first-last"}},
 		{"uid range of one", "tools:\n  sandbox:\n    uids: \"1000\"\n", []string{"tools.sandbox.uids", "first-last"}},
+		{"size with a bad unit", "mesh:\n  limits:\n    work:\n      max_bytes: 1KX\n", []string{"agent.yaml:4", "mesh.limits.work.max_bytes", `got a string "1KX"`, "64MiB"}},
+		{"size as a list", "mesh:\n  limits:\n    bucket_max_bytes: [1]\n", []string{"agent.yaml:3", "mesh.limits.bucket_max_bytes", "got a list", "a size in bytes"}},
+		{"negative size", "mesh:\n  limits:\n    trace: {max_bytes: -1}\n", []string{"mesh.limits.trace", "must not be negative"}},
+		{"int64 wants an integer", "mesh:\n  limits:\n    work: {max_msgs: lots}\n", []string{"mesh.limits.work.max_msgs", "want an integer"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -135,6 +139,47 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// agent.max_turns bounds a step's model turns; max_steps, its old name, is still read.
+func TestMaxTurnsAndItsOldName(t *testing.T) {
+	for body, want := range map[string]int{"agent: {max_turns: 4}\n": 4, "agent: {max_steps: 6}\n": 6, "agent: {name: a}\n": 10, "": 10} {
+		cfg, err := Load(write(t, t.TempDir(), "agent.yaml", body))
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if cfg.Agent.MaxTurns != want {
+			t.Errorf("%q: max turns %d, want %d", body, cfg.Agent.MaxTurns, want)
+		}
+	}
+	_, err := Load(write(t, t.TempDir(), "agent.yaml", "agent: {max_turns: 4, max_steps: 6}\n"))
+	if err == nil || !strings.Contains(err.Error(), "agent.max_steps") || !strings.Contains(err.Error(), "max_turns only") {
+		t.Errorf("both names: %v; want an error saying to keep max_turns", err)
+	}
+	_, err = Load(write(t, t.TempDir(), "agent.yaml", "agent: {max_turns: 0}\n"))
+	if err == nil || !strings.Contains(err.Error(), "agent.max_turns") {
+		t.Errorf("max_turns 0: %v; want an error naming agent.max_turns", err)
+	}
+}
+
+// A size in bytes takes an integer or a number with a unit, decimal or binary as written.
+func TestByteSizesTakeUnits(t *testing.T) {
+	body := "tools:\n  max_output_bytes: 64KiB\nmesh:\n  limits:\n    work: {max_bytes: 1KB}\n    trace: {max_bytes: 2 GiB}\n" +
+		"    usage: {max_bytes: 1.5MB}\n    dlq: {max_bytes: 4096}\n    bucket_max_bytes: 512mib\n"
+	cfg, err := Load(write(t, t.TempDir(), "agent.yaml", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := cfg.Mesh.Limits
+	for name, c := range map[string]struct{ got, want ByteSize }{
+		"tools.max_output_bytes": {cfg.Tools.MaxOutput, 64 << 10}, "work.max_bytes": {l.Work.MaxBytes, 1000},
+		"trace.max_bytes": {l.Trace.MaxBytes, 2 << 30}, "usage.max_bytes": {l.Usage.MaxBytes, 1_500_000},
+		"dlq.max_bytes": {l.DLQ.MaxBytes, 4096}, "bucket_max_bytes": {l.BucketMaxBytes, 512 << 20},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", name, c.got, c.want)
+		}
 	}
 }
 

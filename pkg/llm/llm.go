@@ -52,6 +52,9 @@ type Request = core.Request
 // Response is the model's answer.
 type Response = core.Response
 
+// Delta is one piece of a streamed answer (Request.Stream).
+type Delta = core.Delta
+
 // Stop reasons, normalized across providers.
 const (
 	StopEndTurn   = core.StopEndTurn

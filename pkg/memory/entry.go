@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"unicode"
@@ -49,9 +50,21 @@ func EntryID(agent string, p protocol.Polarity, text string) string {
 	return hex.EncodeToString(h[:12])
 }
 
-// Filter narrows a search or listing. Empty fields match everything.
+// Kinds of entries (see protocol).
+const (
+	KindGuideline = protocol.KindGuideline
+	KindCase      = protocol.KindCase
+	KindSkill     = protocol.KindSkill
+	// KindAny in a Filter matches every kind.
+	KindAny = "*"
+)
+
+// Filter narrows a search or listing. Empty fields match everything, except Kind and Status:
+// Kind "" matches guidelines only, so code written before cases and skills existed keeps seeing
+// guidelines alone; Status "" matches active entries.
 type Filter struct {
 	Agent    string
+	Kind     string // KindGuideline (or ""), KindCase, KindSkill, KindAny
 	Tier     protocol.Tier
 	Polarity protocol.Polarity
 	Tools    []string // match entries tagged with any of these
@@ -75,6 +88,9 @@ func (f Filter) Match(e *Entry) bool {
 	if f.Agent != "" && e.Agent != f.Agent {
 		return false
 	}
+	if !f.MatchKind(e.KindOf()) {
+		return false
+	}
 	if f.Tier != "" && e.Tier != f.Tier {
 		return false
 	}
@@ -87,6 +103,55 @@ func (f Filter) Match(e *Entry) bool {
 	return true
 }
 
+// CheckKind normalises e's kind (a guideline is stored without one) and refuses an unknown one;
+// every store calls it before writing.
+func CheckKind(e *Entry) error {
+	switch e.Kind {
+	case KindGuideline:
+		e.Kind = ""
+	case "", KindCase, KindSkill:
+	default:
+		return fmt.Errorf("put memory entry %s: unknown kind %q (want guideline, case or skill)", e.ID, e.Kind)
+	}
+	return nil
+}
+
+// MatchKind reports whether an entry of kind k passes the filter's kind.
+func (f Filter) MatchKind(k string) bool {
+	switch f.Kind {
+	case KindAny:
+		return true
+	case "", KindGuideline:
+		return k == KindGuideline || k == ""
+	}
+	return k == f.Kind
+}
+
+// ShownText is every text of an entry a prompt may show, one per line: what the lesson gate
+// judges and retrieval's last check reads.
+func ShownText(e Entry) string {
+	parts := []string{e.Text}
+	if c := e.Case; c != nil {
+		parts = append(parts, c.Intent, c.Insight)
+		for _, s := range c.Approach {
+			parts = append(parts, s.Tool+" "+s.Args, s.Error, s.Note)
+		}
+	}
+	if k := e.Skill; k != nil {
+		parts = append(append(append(parts, k.Name), k.Preconditions...), k.Pitfalls...)
+		for _, s := range k.Steps {
+			parts = append(parts, s.Text)
+		}
+	}
+	out := parts[:0]
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // Clone returns a copy of e that shares no slices with it, so a store never hands out its own.
 func Clone(e Entry) Entry {
 	e.Tools = slices.Clone(e.Tools)
@@ -96,6 +161,17 @@ func Clone(e Entry) Entry {
 	e.Supersedes = slices.Clone(e.Supersedes)
 	e.Marks = slices.Clone(e.Marks)
 	e.History = slices.Clone(e.History)
+	if e.Case != nil {
+		c := *e.Case
+		c.Approach = slices.Clone(c.Approach)
+		e.Case = &c
+	}
+	if e.Skill != nil {
+		s := *e.Skill
+		s.Preconditions, s.Steps, s.Pitfalls = slices.Clone(s.Preconditions), slices.Clone(s.Steps), slices.Clone(s.Pitfalls)
+		s.Cases, s.Signature = slices.Clone(s.Cases), slices.Clone(s.Signature)
+		e.Skill = &s
+	}
 	return e
 }
 
@@ -111,11 +187,11 @@ type Hit struct {
 	Score float64 // cosine similarity
 }
 
-// ErrNotFound is returned for a missing entry.
-var ErrNotFound = errors.New("memory entry not found")
+// ErrNotFound is returned for a missing entry; its code, not_found, crosses the wire with it.
+var ErrNotFound error = &protocol.Error{Code: protocol.CodeNotFound, Msg: "memory entry not found"}
 
 // ErrConflict is returned when a compare-and-set write lost to a concurrent writer.
-var ErrConflict = errors.New("memory entry changed concurrently")
+var ErrConflict error = &protocol.Error{Code: protocol.CodeConflict, Msg: "memory entry changed concurrently"}
 
 // ErrModelMismatch is returned when a store holds vectors from a different embedding model.
 var ErrModelMismatch = errors.New("memory store was written by a different embedding model")

@@ -65,12 +65,6 @@ func ArgsHash(tool string, args json.RawMessage) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// Error codes carried across the wire beside an error message (see Code for the whole table).
-const (
-	ErrCodeRejected  = string(CodeRejected)  // permanent: the request is refused as it is
-	ErrCodeTransient = string(CodeTransient) // the mesh could not serve it now; the same request may succeed later
-)
-
 // Idempotent is implemented by requests that know whether sending them twice is harmless. A
 // request is retried after a timeout only when it says so (bus.Request): a timed-out request
 // may have been served, and its reply lost.

@@ -78,6 +78,9 @@ type Event struct {
 
 	// Retrieval: the guidelines injected and their entry ids.
 	Guidelines []Guideline `msgpack:"guidelines,omitempty" json:"guidelines,omitempty"`
+	// Retrieval: the cases and skills shown (worked examples, procedures); a planning event:
+	// the skill its plan follows.
+	Recalled []Recalled `msgpack:"recalled,omitempty" json:"recalled,omitempty"`
 
 	// Compaction: tokens saved.
 	TokensSaved int64 `msgpack:"tokens_saved,omitempty" json:"tokens_saved,omitempty"`
@@ -86,8 +89,9 @@ type Event struct {
 	Report *UsageReport `msgpack:"report,omitempty" json:"report,omitempty"`
 
 	// The mined event: the candidates mined from the session and what memoryd did with them.
-	Mined    []Candidate    `msgpack:"mined,omitempty" json:"mined,omitempty"`
-	Ingested []IngestAction `msgpack:"ingested,omitempty" json:"ingested,omitempty"`
+	Mined    []Candidate     `msgpack:"mined,omitempty" json:"mined,omitempty"`
+	Cases    []CaseCandidate `msgpack:"cases,omitempty" json:"cases,omitempty"`
+	Ingested []IngestAction  `msgpack:"ingested,omitempty" json:"ingested,omitempty"`
 
 	// Attrs carries small extra facts (decision names, counts) without a schema change.
 	Attrs map[string]string `msgpack:"attrs,omitempty" json:"attrs,omitempty"`

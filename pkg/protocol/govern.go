@@ -1,6 +1,9 @@
 package protocol
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Governance of a session tree: cancellation and budgets (see DESIGN "A session is a tree").
 // A root session and its child agent sessions share a root id; cancellation and budgets are
@@ -25,7 +28,7 @@ type CancelReply struct {
 	NoOp      bool    `msgpack:"no_op,omitempty" json:"no_op,omitempty"`
 	// Children are the child sessions cancelled with it, down the lineage.
 	Children []string `msgpack:"children,omitempty" json:"children,omitempty" id:"session"`
-	Error    string   `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // Cancel reply statuses.
@@ -48,15 +51,35 @@ type CancelNotice struct {
 // agent's agent.yaml (agent.budget) and from the task (submit), and the tighter value wins.
 type Budget struct {
 	// MaxInputTokens counts everything billed as input: fresh input, cache writes and reads.
-	MaxInputTokens  int64   `msgpack:"max_input_tokens,omitempty" json:"max_input_tokens,omitempty" yaml:"max_input_tokens"`
-	MaxOutputTokens int64   `msgpack:"max_output_tokens,omitempty" json:"max_output_tokens,omitempty" yaml:"max_output_tokens"`
-	MaxUSD          float64 `msgpack:"max_usd,omitempty" json:"max_usd,omitempty" yaml:"max_usd"`
+	MaxInputTokens  int64   `msgpack:"max_input_tokens,omitempty" json:"max_input_tokens,omitempty" yaml:"max_input_tokens" jsonschema:"minimum=0,maximum=9223372036854775807"`
+	MaxOutputTokens int64   `msgpack:"max_output_tokens,omitempty" json:"max_output_tokens,omitempty" yaml:"max_output_tokens" jsonschema:"minimum=0,maximum=9223372036854775807"`
+	MaxUSD          float64 `msgpack:"max_usd,omitempty" json:"max_usd,omitempty" yaml:"max_usd" jsonschema:"minimum=0,maximum=1.7976931348623157e308"`
 	// DeadlineS is the session's wall-time limit in seconds from submission.
-	DeadlineS    float64 `msgpack:"deadline_s,omitempty" json:"deadline_s,omitempty" yaml:"deadline_s"`
-	MaxTurns     int     `msgpack:"max_turns,omitempty" json:"max_turns,omitempty" yaml:"max_turns"`
-	MaxToolCalls int     `msgpack:"max_tool_calls,omitempty" json:"max_tool_calls,omitempty" yaml:"max_tool_calls"`
-	MaxDepth     int     `msgpack:"max_depth,omitempty" json:"max_depth,omitempty" yaml:"max_depth"`
-	MaxFanout    int     `msgpack:"max_fanout,omitempty" json:"max_fanout,omitempty" yaml:"max_fanout"`
+	DeadlineS    float64 `msgpack:"deadline_s,omitempty" json:"deadline_s,omitempty" yaml:"deadline_s" jsonschema:"minimum=0,maximum=1.7976931348623157e308"`
+	MaxTurns     int     `msgpack:"max_turns,omitempty" json:"max_turns,omitempty" yaml:"max_turns" jsonschema:"minimum=0,maximum=9223372036854775807"`
+	MaxToolCalls int     `msgpack:"max_tool_calls,omitempty" json:"max_tool_calls,omitempty" yaml:"max_tool_calls" jsonschema:"minimum=0,maximum=9223372036854775807"`
+	MaxDepth     int     `msgpack:"max_depth,omitempty" json:"max_depth,omitempty" yaml:"max_depth" jsonschema:"minimum=0,maximum=9223372036854775807"`
+	MaxFanout    int     `msgpack:"max_fanout,omitempty" json:"max_fanout,omitempty" yaml:"max_fanout" jsonschema:"minimum=0,maximum=9223372036854775807"`
+}
+
+// Check refuses a negative limit (0 is none; the contract documents say minimum 0).
+func (b *Budget) Check() error {
+	if b == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"max_input_tokens", float64(b.MaxInputTokens)}, {"max_output_tokens", float64(b.MaxOutputTokens)}, {"max_usd", b.MaxUSD},
+		{"deadline_s", b.DeadlineS}, {"max_turns", float64(b.MaxTurns)}, {"max_tool_calls", float64(b.MaxToolCalls)},
+		{"max_depth", float64(b.MaxDepth)}, {"max_fanout", float64(b.MaxFanout)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("budget %s is negative (%v); give a limit of 0 or more (0: none)", f.name, f.v)
+		}
+	}
+	return nil
 }
 
 // IsZero reports whether b sets no limit.

@@ -56,6 +56,7 @@ const (
 	MaxStepID    = 32
 	MaxCallID    = 256 // <session>.<step>.t<turn>.c<index>: 128 + 1 + 32 + 2 + 10 + 2 + 10 = 185, with room
 	MaxMemoryID  = 128 // what the Milvus store's primary key holds
+	MaxTurnID    = 64  // a client's id of a conversation message; it names no subject or key
 	MaxSubject   = 512
 	// MaxControlLine is the NATS server's default max_control_line, the limit the arithmetic
 	// above keeps under (pkg/bus refuses a line over it before it is sent).
@@ -73,12 +74,13 @@ var (
 	IDStep      = ID{Kind: "step", Name: "step id", Max: MaxStepID}
 	IDCall      = ID{Kind: "call", Name: "call id", Max: MaxCallID, Dotted: true}
 	IDMemory    = ID{Kind: "memory", Name: "memory entry id", Max: MaxMemoryID}
+	IDTurn      = ID{Kind: "turn", Name: "turn id", Max: MaxTurnID}
 	// IDStepKey is a finished step's key in the steps bucket: <session>.<step>.
 	IDStepKey = ID{Kind: "step_key", Name: "step key", Max: MaxSessionID + 1 + MaxStepID, Dotted: true}
 )
 
 // IDs lists every kind, for documents and tests.
-var IDs = []ID{IDNamespace, IDAgent, IDTool, IDSession, IDStep, IDCall, IDMemory, IDStepKey}
+var IDs = []ID{IDNamespace, IDAgent, IDTool, IDSession, IDStep, IDCall, IDMemory, IDTurn, IDStepKey}
 
 // IDOfKind returns the kind named in a struct tag.
 func IDOfKind(kind string) (ID, bool) {
@@ -153,10 +155,11 @@ func quoteShort(s string) string {
 
 // UnmarshalChecked is Unmarshal for a message that came through a door (a request, a task, a
 // step): it also checks the message's ids (CheckIDs), each of which may become part of a
-// subject or a key.
+// subject or a key. Its errors are coded: bad_request for a message it cannot read, the id's
+// code for a bad id.
 func UnmarshalChecked(data []byte, m Message) error {
 	if err := Unmarshal(data, m); err != nil {
-		return err
+		return Wrap(CodeBadRequest, err)
 	}
 	return CheckIDs(m)
 }

@@ -37,6 +37,9 @@ func TestIdentifierKindsRefuseWhatNoSubjectCanHold(t *testing.T) {
 		{IDCall, "s.*", CodeBadRequest},
 		{IDMemory, "0123456789abcdef01234567", ""},
 		{IDMemory, "a=b", CodeBadRequest},
+		{IDTurn, "t-0123456789abcdef0123", ""},
+		{IDTurn, strings.Repeat("t", MaxTurnID+1), CodeTooLarge},
+		{IDTurn, "t 1", CodeBadRequest},
 	}
 	for _, c := range cases {
 		err := c.kind.Check(c.s)
@@ -89,7 +92,7 @@ func TestLongestSubject(t *testing.T) {
 	}
 	var all []string
 	for _, group := range [][]string{
-		{n.Submit(), n.Cancel(), n.CancelNotice(session), n.Tool(tool), n.Memory(MemRemember), n.DLQ(StreamResults)},
+		{n.Submit(), n.Cancel(), n.CancelNotice(session), n.Delta(session), n.Tool(tool), n.Memory(MemRemember), n.DLQ(StreamResults)},
 		streamSubject(StreamTasks, n.Task(agent)), streamSubject(StreamWork, n.Work(agent)),
 		streamSubject(StreamResults, n.Result(session)), streamSubject(StreamTrace, n.Trace(session)),
 		streamSubject(StreamUsage, n.Usage(agent)),

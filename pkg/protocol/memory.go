@@ -17,10 +17,22 @@ const (
 	MemoryQuarantined MemoryStatus = "quarantined"
 )
 
-// MemoryEntry is one guideline as stored and exchanged.
+// Kinds of memory entries. An entry without a kind is a guideline (entries written before kinds
+// existed read as guidelines).
+const (
+	KindGuideline = "guideline" // a short rule mined from a failure or a success
+	KindCase      = "case"      // one distilled episode: intent, approach, outcome, insight, quality, cost
+	KindSkill     = "skill"     // a named, versioned procedure aggregated from similar successful cases
+)
+
+// MemoryEntry is one memory entry as stored and exchanged: a guideline, or (Kind) a case or a
+// skill, whose body is in Case or Skill. Text is what is embedded and searched: a guideline's
+// rule, a case's task intent, a skill's name and purpose.
 type MemoryEntry struct {
-	ID       string   `msgpack:"id" json:"id" id:"memory"`
-	Agent    string   `msgpack:"agent" json:"agent" id:"agent"`
+	ID    string `msgpack:"id" json:"id" id:"memory"`
+	Agent string `msgpack:"agent" json:"agent" id:"agent"`
+	// Kind is KindCase or KindSkill ("" and KindGuideline: a guideline).
+	Kind     string   `msgpack:"kind,omitempty" json:"kind,omitempty"`
 	Text     string   `msgpack:"text" json:"text"`
 	Polarity Polarity `msgpack:"polarity" json:"polarity"`
 	Tier     Tier     `msgpack:"tier" json:"tier"`
@@ -61,7 +73,120 @@ type MemoryEntry struct {
 	Updated  time.Time      `msgpack:"updated" json:"updated"`
 	LastUsed time.Time      `msgpack:"last_used,omitempty" json:"last_used,omitzero"`
 	Revision uint64         `msgpack:"-" json:"-"` // store revision for compare-and-set
+
+	Case  *CaseBody  `msgpack:"case,omitempty" json:"case,omitempty"`
+	Skill *SkillBody `msgpack:"skill,omitempty" json:"skill,omitempty"`
 }
+
+// KindOf is the entry's kind, KindGuideline for an entry without one.
+func (e MemoryEntry) KindOf() string {
+	if e.Kind == "" {
+		return KindGuideline
+	}
+	return e.Kind
+}
+
+// CaseStep is one step of a case's approach: a tool call (arguments compacted) and how it went,
+// consecutive repeats folded into one step.
+type CaseStep struct {
+	Tool string `msgpack:"tool" json:"tool"`
+	Args string `msgpack:"args,omitempty" json:"args,omitempty"`
+	OK   bool   `msgpack:"ok" json:"ok"`
+	// Error is the failure's own message, for a step that failed.
+	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Note says what the step was for, when the extracting model said so.
+	Note string `msgpack:"note,omitempty" json:"note,omitempty"`
+}
+
+// CaseCost is what the episode cost.
+type CaseCost struct {
+	InputTokens  int64   `msgpack:"input_tokens,omitempty" json:"input_tokens,omitempty"`
+	OutputTokens int64   `msgpack:"output_tokens,omitempty" json:"output_tokens,omitempty"`
+	USD          float64 `msgpack:"usd,omitempty" json:"usd,omitempty"`
+	Turns        int     `msgpack:"turns,omitempty" json:"turns,omitempty"`
+	ToolCalls    int     `msgpack:"tool_calls,omitempty" json:"tool_calls,omitempty"`
+	ToolFailures int     `msgpack:"tool_failures,omitempty" json:"tool_failures,omitempty"`
+	WallS        float64 `msgpack:"wall_s,omitempty" json:"wall_s,omitempty"`
+}
+
+// CaseBody is a case: one episode of a finished session, distilled (see docs/memory.md).
+type CaseBody struct {
+	// Intent is the task as one self-contained statement (also the entry's Text).
+	Intent   string     `msgpack:"intent" json:"intent"`
+	Approach []CaseStep `msgpack:"approach" json:"approach"`
+	Outcome  Outcome    `msgpack:"outcome" json:"outcome"`
+	// Insight is the one thing that made the difference (what failed and what worked instead),
+	// Evidence a verbatim quote of the trajectory it rests on.
+	Insight  string   `msgpack:"insight,omitempty" json:"insight,omitempty"`
+	Evidence string   `msgpack:"evidence,omitempty" json:"evidence,omitempty"`
+	Quality  float64  `msgpack:"quality" json:"quality"` // in [0, 1]
+	Cost     CaseCost `msgpack:"cost" json:"cost"`
+	// Episode is the episode's key within its session (several tasks in one session or
+	// conversation are several episodes).
+	Episode string `msgpack:"episode,omitempty" json:"episode,omitempty"`
+	// Skill is the skill this case supports or weakened ("" none).
+	Skill string `msgpack:"skill,omitempty" json:"skill,omitempty" id:"memory"`
+	// Extractor says how it was distilled: "model", or "template" (no model, or the model's
+	// answer was refused: Refused says why).
+	Extractor string `msgpack:"extractor,omitempty" json:"extractor,omitempty"`
+	Refused   string `msgpack:"refused,omitempty" json:"refused,omitempty"`
+}
+
+// Succeeded reports whether the case's episode ended well.
+func (c CaseBody) Succeeded() bool { return c.Outcome.Succeeded() }
+
+// SkillStep is one step of a skill's procedure.
+type SkillStep struct {
+	Tool string `msgpack:"tool,omitempty" json:"tool,omitempty"`
+	Text string `msgpack:"text" json:"text"`
+}
+
+// Skill maturities.
+const (
+	SkillCandidate = "candidate" // formed from enough similar cases, not yet proven
+	SkillMature    = "mature"    // enough confirming cases and confidence: shown to the planner and executors
+)
+
+// SkillBody is a skill: a procedure aggregated from similar successful cases.
+type SkillBody struct {
+	Name          string      `msgpack:"name" json:"name"`
+	Version       int         `msgpack:"version" json:"version"`
+	Preconditions []string    `msgpack:"preconditions,omitempty" json:"preconditions,omitempty"`
+	Steps         []SkillStep `msgpack:"steps" json:"steps"`
+	// Pitfalls are what went wrong on the way in its cases, and what worked instead.
+	Pitfalls []string `msgpack:"pitfalls,omitempty" json:"pitfalls,omitempty"`
+	Maturity string   `msgpack:"maturity" json:"maturity"`
+	// Confidence is the mean of a Beta belief in the procedure: 1 plus the quality of each
+	// confirming case against 1 plus each weakening case (see docs/memory.md).
+	Confidence float64 `msgpack:"confidence" json:"confidence"`
+	Confirmed  int     `msgpack:"confirmed" json:"confirmed"` // cases that followed it and succeeded
+	Weakened   int     `msgpack:"weakened" json:"weakened"`   // cases that followed it and failed
+	// Support and Against are the Beta belief's evidence (quality-weighted).
+	Support float64 `msgpack:"support" json:"support"`
+	Against float64 `msgpack:"against" json:"against"`
+	// Cases are the supporting and weakening cases, newest last (at most MaxSkillCases).
+	Cases []string `msgpack:"cases" json:"cases" id:"memory"`
+	// Signature is the tool sequence the procedure follows, for matching new cases.
+	Signature []string `msgpack:"signature" json:"signature"`
+	Writer    string   `msgpack:"writer,omitempty" json:"writer,omitempty"` // "model" or "template"
+}
+
+// Bounds of cases and skills, so an entry stays a small message.
+const (
+	MaxCaseSteps      = 12
+	MaxCaseStepChars  = 200
+	MaxIntentChars    = 300
+	MaxInsightChars   = 300
+	MaxEvidenceChars  = 300
+	MaxSkillSteps     = 8
+	MaxSkillPre       = 4
+	MaxSkillPitfalls  = 4
+	MaxSkillStepChars = 200
+	MaxSkillName      = 64
+	MaxSkillCases     = 32
+	// MaxCasesPerRequest bounds the cases (episodes) one ingest request carries.
+	MaxCasesPerRequest = 8
+)
 
 // Uses of a retrieved entry in one session, as the miner reads them from the trace.
 const (
@@ -88,6 +213,11 @@ const (
 	ChangeRetired     = "retired"     // out of retrieval for good
 	ChangeQuarantined = "quarantined" // the lesson gate held it back
 	ChangeReworded    = "reworded"    // the judge reconciled its text with Other's
+	// Skills.
+	ChangeFormed    = "formed"    // similar cases (Other: the newest) formed the skill
+	ChangeConfirmed = "confirmed" // case Other followed it and succeeded
+	ChangeWeakened  = "weakened"  // case Other followed it and failed
+	ChangeUpdated   = "updated"   // its procedure changed (a new version) after case Other
 )
 
 // MemoryChange is one event of an entry's life: what, when, the other entry involved, and why.
@@ -114,6 +244,7 @@ func (e MemoryEntry) DistinctSessions() int { return max(e.SessionCount, len(e.S
 type MemoryEviction struct {
 	ID      string       `msgpack:"id" json:"id" id:"memory"`
 	Agent   string       `msgpack:"agent" json:"agent" id:"agent"`
+	Kind    string       `msgpack:"kind,omitempty" json:"kind,omitempty"`
 	Tier    Tier         `msgpack:"tier" json:"tier"`
 	Status  MemoryStatus `msgpack:"status" json:"status"`
 	Text    string       `msgpack:"text" json:"text"`
@@ -128,6 +259,8 @@ type MemoryEviction struct {
 type MemoryInspectRequest struct {
 	Header
 	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
+	// Kind narrows the hits to one kind ("": every kind).
+	Kind  string `msgpack:"kind,omitempty" json:"kind,omitempty"`
 	Query string `msgpack:"query,omitempty" json:"query,omitempty"`
 	TopK  int    `msgpack:"top_k,omitempty" json:"top_k,omitempty"`
 	Tier  Tier   `msgpack:"tier,omitempty" json:"tier,omitempty"`
@@ -136,6 +269,7 @@ type MemoryInspectRequest struct {
 // MemoryCount is the number of entries of one agent in one tier and status.
 type MemoryCount struct {
 	Agent  string       `msgpack:"agent" json:"agent" id:"agent"`
+	Kind   string       `msgpack:"kind,omitempty" json:"kind,omitempty"` // "" is a guideline
 	Tier   Tier         `msgpack:"tier" json:"tier"`
 	Status MemoryStatus `msgpack:"status" json:"status"`
 	N      int          `msgpack:"n" json:"n"`
@@ -157,14 +291,17 @@ type MemoryInspectReply struct {
 	Counts []MemoryCount  `msgpack:"counts" json:"counts"`
 	Hits   []MemoryScored `msgpack:"hits,omitempty" json:"hits,omitempty"`
 	Model  string         `msgpack:"model" json:"model"`
-	Error  string         `msgpack:"error,omitempty" json:"error,omitempty"`
 	At     time.Time      `msgpack:"at" json:"at"`
+	Fault
 }
 
 // MemoryListRequest pages through entries (status "" means active, "*" every status).
 type MemoryListRequest struct {
 	Header
-	Agent  string       `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
+	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
+	// Kind is KindGuideline, KindCase, KindSkill or "*" for every kind ("": guidelines, as
+	// before kinds existed).
+	Kind   string       `msgpack:"kind,omitempty" json:"kind,omitempty"`
 	Tier   Tier         `msgpack:"tier,omitempty" json:"tier,omitempty"`
 	Status MemoryStatus `msgpack:"status,omitempty" json:"status,omitempty"`
 	Offset int          `msgpack:"offset,omitempty" json:"offset,omitempty"`
@@ -176,7 +313,7 @@ type MemoryListReply struct {
 	Header
 	Entries []MemoryEntry `msgpack:"entries" json:"entries"`
 	Total   int           `msgpack:"total" json:"total"`
-	Error   string        `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryGetRequest asks for one entry.
@@ -189,7 +326,7 @@ type MemoryGetRequest struct {
 type MemoryGetReply struct {
 	Header
 	Entry *MemoryEntry `msgpack:"entry,omitempty" json:"entry,omitempty"`
-	Error string       `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryImportRequest writes entries (from `skein memory export`, or hand-written). Each is re-embedded
@@ -206,7 +343,7 @@ type MemoryImportReply struct {
 	Imported int      `msgpack:"imported" json:"imported"`
 	Skipped  int      `msgpack:"skipped" json:"skipped"`
 	Problems []string `msgpack:"problems,omitempty" json:"problems,omitempty"`
-	Error    string   `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryEvictRequest runs the capacity policy now (agent "" = every agent).
@@ -222,7 +359,7 @@ type MemoryEvictReply struct {
 	Evicted  []MemoryEviction `msgpack:"evicted" json:"evicted"`
 	DryRun   bool             `msgpack:"dry_run" json:"dry_run"`
 	Capacity int              `msgpack:"capacity" json:"capacity"`
-	Error    string           `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryRetireRequest takes one entry out of retrieval: retired (kept with its evidence, listed,
@@ -241,7 +378,7 @@ type MemoryRetireReply struct {
 	ID      string       `msgpack:"id" json:"id" id:"memory"`
 	Status  MemoryStatus `msgpack:"status,omitempty" json:"status,omitempty"`
 	Evicted bool         `msgpack:"evicted" json:"evicted"`
-	Error   string       `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // MemoryMigrateRequest re-embeds every entry with memoryd's current model.
@@ -255,7 +392,29 @@ type MemoryMigrateReply struct {
 	Reembedded int    `msgpack:"reembedded" json:"reembedded"`
 	From       string `msgpack:"from" json:"from"`
 	Model      string `msgpack:"model" json:"model"`
-	Error      string `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
+}
+
+// MemoryRepairRequest asks memoryd to make its store's search index hold exactly the store's
+// records (memory.store milvus: the records in the mesh's bucket, the rows in Milvus).
+type MemoryRepairRequest struct {
+	Header
+}
+
+// MemoryRepairReply says what the repair found: the records and rows there were, the records
+// without a row (indexed now), the rows of an older revision (rewritten), the rows without a
+// record (deleted). Repaired is false for a store with nothing to repair (kv: its index is
+// rebuilt from the bucket on every start).
+type MemoryRepairReply struct {
+	Header
+	Store    string `msgpack:"store" json:"store"`
+	Repaired bool   `msgpack:"repaired" json:"repaired"`
+	Records  int    `msgpack:"records" json:"records"`
+	Rows     int    `msgpack:"rows" json:"rows"`
+	Missing  int    `msgpack:"missing" json:"missing"`
+	Stale    int    `msgpack:"stale" json:"stale"`
+	Orphans  int    `msgpack:"orphans" json:"orphans"`
+	Fault
 }
 
 // MemoryHealthRequest asks whether memoryd is serving.
@@ -271,7 +430,8 @@ type MemoryHealthReply struct {
 	Model   string `msgpack:"model" json:"model"`
 	Dim     int    `msgpack:"dim" json:"dim"`
 	Entries int    `msgpack:"entries" json:"entries"`
-	Error   string `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Fault says why OK is false (code unavailable while the store needs a migration).
+	Fault
 	// Storage is the mesh's store as memoryd sees it (StorageReply.State): while it is not ok,
 	// learning (ingest, remember) fails or waits; retrieval goes on. Empty when nobody reports it.
 	Storage StorageState `msgpack:"storage,omitempty" json:"storage,omitempty"`
@@ -288,7 +448,7 @@ type MemoryEmbedReply struct {
 	Header
 	Vectors [][]float32 `msgpack:"vectors" json:"vectors"`
 	Model   string      `msgpack:"model" json:"model"`
-	Error   string      `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // Sources of memory entries: who wrote them.
@@ -329,5 +489,5 @@ type RememberRequest struct {
 type RememberReply struct {
 	Header
 	Actions []IngestAction `msgpack:"actions" json:"actions"`
-	Error   string         `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }

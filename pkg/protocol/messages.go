@@ -61,6 +61,12 @@ const (
 	MaxInlineResult = 256 << 10
 )
 
+// TaskTextPattern is what a task's text must contain: a character that is not white space as
+// Go's unicode.IsSpace has it (the gateway trims the text and refuses an empty one). Documents
+// fields tagged `text:"task"` (JSON Schema; unanchored, so one such character anywhere). The
+// characters are literal, so every regular expression dialect reads the class alike.
+const TaskTextPattern = "[^\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+
 // SubmitRequest asks the gateway to start a session.
 type SubmitRequest struct {
 	Header
@@ -75,6 +81,15 @@ type SubmitRequest struct {
 	Depth  int    `msgpack:"depth,omitempty" json:"depth,omitempty"`
 	// Budget limits this task; the agent's agent.budget applies too and the tighter value wins.
 	Budget *Budget `msgpack:"budget,omitempty" json:"budget,omitempty"`
+	// TurnID is the id the client minted for this message before its first try (IDTurn).
+	// Sent to a finished session, the message is the next turn of its conversation, whatever
+	// its text; sent again with the turn id of the conversation's latest turn, it is a retry
+	// of that turn. Without one, a session's own task sent again is that session.
+	TurnID string `msgpack:"turn_id,omitempty" json:"turn_id,omitempty" id:"turn"`
+	// From forks a conversation: the new session (SessionID, minted by the gateway when empty)
+	// continues the transcript of this finished turn, the first turn of a conversation of its
+	// own; the conversation From belongs to is not touched.
+	From string `msgpack:"from,omitempty" json:"from,omitempty" id:"session"`
 }
 
 // SubmitReply answers a SubmitRequest.
@@ -82,12 +97,11 @@ type SubmitReply struct {
 	Header
 	SessionID string `msgpack:"session_id" json:"session_id" id:"session"`
 	Duplicate bool   `msgpack:"duplicate,omitempty" json:"duplicate,omitempty"`
-	Error     string `msgpack:"error,omitempty" json:"error,omitempty"`
-	// Code classifies Error: ErrCodeRejected (the task itself is refused; sending it again
-	// will not help), CodeBadRequest or CodeTooLarge (an id is malformed or too long, see ID),
-	// ErrCodeTransient (the mesh could not take it now; try again) or CodeStorageFull (the
-	// mesh's store cannot take it now; try again once space is freed).
-	Code string `msgpack:"code,omitempty" json:"code,omitempty"`
+	// Fault says why a task is refused: code rejected (the task itself is refused; sending it
+	// again will not help), bad_request or too_large (an id is malformed or too long, see ID),
+	// transient (the mesh could not take it now; try again) or storage_full (the mesh's store
+	// cannot take it now; try again once space is freed).
+	Fault
 }
 
 // CancelRequest asks the gateway to cancel a session.
@@ -198,6 +212,11 @@ type Session struct {
 	LastTurn     string    `msgpack:"last_turn,omitempty" json:"last_turn,omitempty" id:"session"`
 	Created      time.Time `msgpack:"created" json:"created"`
 	Updated      time.Time `msgpack:"updated" json:"updated"`
+	// TurnID is the client's id of the message that started this session (SubmitRequest.TurnID).
+	TurnID string `msgpack:"turn_id,omitempty" json:"turn_id,omitempty" id:"turn"`
+	// ForkedFrom is the turn a forked conversation's first session continues (also its
+	// Previous); "" for every other session.
+	ForkedFrom string `msgpack:"forked_from,omitempty" json:"forked_from,omitempty" id:"session"`
 }
 
 // Usage counts tokens the way the providers bill them.
@@ -221,7 +240,12 @@ func (u Usage) Add(o Usage) Usage {
 // UsageReport is the last event of every session and the message on the usage subject.
 type UsageReport struct {
 	Usage
-	Calls     int              `msgpack:"calls" json:"calls"`
+	Calls int `msgpack:"calls" json:"calls"`
+	// Turns counts the model turns of every step of the session (a turn is one model call and
+	// what it asked for; a step is one item of the plan).
+	Turns int `msgpack:"turns" json:"turns"`
+	// Steps is Turns under its old name, written until the next version so readers of the old
+	// field keep working; read TurnCount, which also understands reports written before Turns.
 	Steps     int              `msgpack:"steps" json:"steps"`
 	WallTimeS float64          `msgpack:"wall_time_s" json:"wall_time_s"`
 	CostUSD   *float64         `msgpack:"cost_usd" json:"cost_usd"` // nil: a model's price is unknown
@@ -230,6 +254,17 @@ type UsageReport struct {
 	// UnpricedModels lists models whose cost could not be computed.
 	UnpricedModels []string `msgpack:"unpriced_models,omitempty" json:"unpriced_models,omitempty"`
 }
+
+// TurnCount is the report's model turns, from a report of any version.
+func (r UsageReport) TurnCount() int {
+	if r.Turns == 0 {
+		return r.Steps
+	}
+	return r.Turns
+}
+
+// SetTurns records n model turns under both names (see Steps).
+func (r *UsageReport) SetTurns(n int) { r.Turns, r.Steps = n, n }
 
 // ToolSpec is what a model is shown of a tool; toolhost publishes it to the tools KV.
 type ToolSpec struct {
@@ -241,6 +276,10 @@ type ToolSpec struct {
 	Agent string `msgpack:"agent,omitempty" json:"agent,omitempty" id:"agent"`
 	// TimeoutS is the tool's own limit (0: the host's tools.timeout_s), so callers wait long enough.
 	TimeoutS float64 `msgpack:"timeout_s,omitempty" json:"timeout_s,omitempty"`
+	// MCP is set when the tool is a tool of an MCP server a toolhost mounts: the server's name
+	// (its key in tools.mcp), and MCPTool the tool's own name on that server.
+	MCP     string `msgpack:"mcp,omitempty" json:"mcp,omitempty"`
+	MCPTool string `msgpack:"mcp_tool,omitempty" json:"mcp_tool,omitempty"`
 }
 
 // MaxToolDescription is the longest description a tool (or an agent offered as one) may have.
@@ -297,8 +336,10 @@ const (
 
 // ToolResult is the one normalized shape of every tool outcome: {ok, error?, result?, stderr?, truncated?}.
 type ToolResult struct {
-	OK        bool            `msgpack:"ok" json:"ok"`
-	Error     string          `msgpack:"error,omitempty" json:"error,omitempty"`
+	OK    bool   `msgpack:"ok" json:"ok"`
+	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Code is the failure's code (ToolKindCode of Kind), set by the toolhost that answers.
+	Code      Code            `msgpack:"code,omitempty" json:"code,omitempty"`
 	Result    json.RawMessage `msgpack:"result,omitempty" json:"result,omitempty"`
 	Stderr    string          `msgpack:"stderr,omitempty" json:"stderr,omitempty"`
 	Truncated bool            `msgpack:"truncated,omitempty" json:"truncated,omitempty"`
@@ -382,13 +423,51 @@ type RetrieveRequest struct {
 	Tools     []string `msgpack:"tools,omitempty" json:"tools,omitempty" id:"tool"`
 	TopK      int      `msgpack:"top_k,omitempty" json:"top_k,omitempty"`
 	SessionID string   `msgpack:"session_id,omitempty" json:"session_id,omitempty" id:"session"`
+	// Cases is how many worked examples (successful cases like the task) to return at most, and
+	// Skills how many mature skills; 0 asks for none. ExampleBudget bounds the tokens of both
+	// as the prompt renders them (0: memoryd's memory.example_budget).
+	Cases         int `msgpack:"cases,omitempty" json:"cases,omitempty"`
+	Skills        int `msgpack:"skills,omitempty" json:"skills,omitempty"`
+	ExampleBudget int `msgpack:"example_budget,omitempty" json:"example_budget,omitempty"`
 }
 
-// RetrieveReply carries guidelines, strategic first.
+// RetrieveReply carries guidelines, strategic first, and the cases and skills asked for.
 type RetrieveReply struct {
 	Header
 	Guidelines []Guideline `msgpack:"guidelines" json:"guidelines"`
-	Error      string      `msgpack:"error,omitempty" json:"error,omitempty"`
+	Cases      []Recalled  `msgpack:"cases,omitempty" json:"cases,omitempty"`
+	Skills     []Recalled  `msgpack:"skills,omitempty" json:"skills,omitempty"`
+	Fault
+}
+
+// Recalled is a case or a skill chosen for a task: the prompt shows a case as a worked example
+// and a skill as a short procedure, both fenced as reference data.
+type Recalled struct {
+	ID    string   `msgpack:"id" json:"id" id:"memory"`
+	Kind  string   `msgpack:"kind" json:"kind"`
+	Tools []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	Score float64  `msgpack:"score" json:"score"`
+	Why   string   `msgpack:"why,omitempty" json:"why,omitempty"`
+	// Tokens is what it costs in the prompt.
+	Tokens        int        `msgpack:"tokens,omitempty" json:"tokens,omitempty"`
+	Source        string     `msgpack:"source,omitempty" json:"source,omitempty"`
+	SourceAgent   string     `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
+	SourceSession string     `msgpack:"source_session,omitempty" json:"source_session,omitempty" id:"session"`
+	Case          *CaseBody  `msgpack:"case,omitempty" json:"case,omitempty"`
+	Skill         *SkillBody `msgpack:"skill,omitempty" json:"skill,omitempty"`
+}
+
+// CaseCandidate is one distilled episode offered to memoryd.
+type CaseCandidate struct {
+	// Key identifies the episode within its session, so re-mining is idempotent.
+	Key   string   `msgpack:"key" json:"key"`
+	Tools []string `msgpack:"tools,omitempty" json:"tools,omitempty"`
+	// Sessions are the sessions the episode spans, oldest first (a conversation's turns), when
+	// more than the request's own.
+	Sessions    []string `msgpack:"sessions,omitempty" json:"sessions,omitempty" id:"session"`
+	Source      string   `msgpack:"source,omitempty" json:"source,omitempty"`
+	SourceAgent string   `msgpack:"source_agent,omitempty" json:"source_agent,omitempty" id:"agent"`
+	Case        CaseBody `msgpack:"case" json:"case"`
 }
 
 // Candidate is one mined guideline offered to memoryd.
@@ -410,6 +489,8 @@ type IngestRequest struct {
 	Agent      string      `msgpack:"agent" json:"agent" id:"agent"`
 	SessionID  string      `msgpack:"session_id" json:"session_id" id:"session"`
 	Candidates []Candidate `msgpack:"candidates" json:"candidates"`
+	// Cases are the session's distilled episodes (at most MaxCasesPerRequest).
+	Cases []CaseCandidate `msgpack:"cases,omitempty" json:"cases,omitempty"`
 	// Scope is the tools the session offered or called, Seen the hosts and mail domains its task
 	// and tool arguments named: what the lesson gate lets a lesson of this session speak of
 	// (nil: unknown, and that check is skipped).
@@ -421,7 +502,7 @@ type IngestRequest struct {
 type IngestReply struct {
 	Header
 	Actions []IngestAction `msgpack:"actions" json:"actions"`
-	Error   string         `msgpack:"error,omitempty" json:"error,omitempty"`
+	Fault
 }
 
 // IngestAction is what happened to one candidate (added, merged, promoted, superseded, skipped).
@@ -450,8 +531,8 @@ type FeedbackRequest struct {
 // Ack is the generic reply of operations that return nothing else.
 type Ack struct {
 	Header
-	OK    bool   `msgpack:"ok" json:"ok"`
-	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
+	OK bool `msgpack:"ok" json:"ok"`
+	Fault
 }
 
 // AgentSpec is what the agents KV holds about an agent: enough for the gateway to accept its

@@ -68,6 +68,9 @@ const (
 	// MemRemember stores notes written inside a session: an agent's own remember calls and a
 	// sub-agent's findings shared with its parent.
 	MemRemember = "remember"
+	// MemRepair brings a store whose search index lives apart from its records (Milvus) back
+	// to the records.
+	MemRepair = "repair"
 )
 
 // Queue groups for micro services, so that more replicas share the load.
@@ -131,6 +134,12 @@ func (n Names) WorkAll() string          { return n.subj("work", ">") }
 // Result is the RESULTS subject of one session; ResultAll matches every session.
 func (n Names) Result(session string) string { return n.subj("result", session) }
 func (n Names) ResultAll() string            { return n.subj("result", ">") }
+
+// Delta is the core NATS subject on which a session's model answers stream as they are
+// generated (Delta messages, batched, not kept in any stream); DeltaAll matches every session.
+// The trace keeps the whole text: a reader that misses deltas loses nothing but the wait.
+func (n Names) Delta(session string) string { return n.subj("delta", session) }
+func (n Names) DeltaAll() string            { return n.subj("delta", ">") }
 
 // Trace is the TRACE subject of one session; TraceAll matches every session.
 func (n Names) Trace(session string) string { return n.subj("trace", session) }
@@ -211,3 +220,11 @@ func ResultMsgID(session, step string) string { return session + "/" + step + "/
 // AttrMemory, on a step_started event, names the memory the step used when it is not the
 // agent's own (memory.namespace); the miner learns into it.
 const AttrMemory = "memory"
+
+// AttrPurpose, on a model_call or decision event of the executor, names work done besides the
+// step's own turns: PurposeCompaction for the notes compaction extracts from the turns it folds
+// (and offers to memory).
+const (
+	AttrPurpose       = "purpose"
+	PurposeCompaction = "compaction"
+)

@@ -44,6 +44,9 @@ type StorageReply struct {
 	// Restarts counts the times JetStream was restarted in place to clear write errors once
 	// space came back.
 	Restarts int `msgpack:"restarts" json:"restarts"`
+	// Fault is set when the request itself is refused (an unreadable one); a store that is low
+	// or full is a State, not an error.
+	Fault
 }
 
 // Idempotent: asking twice is harmless.

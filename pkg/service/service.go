@@ -140,18 +140,18 @@ func Main(role string, fn func(Deps) error) int {
 	cfg, err := LoadConfig(*cfgPath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 2
+		return protocol.ExitConfig
 	}
 	if err := CheckKeys(role, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 2
+		return protocol.ExitConfig
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *pprofAddr != "" {
 		if _, err := ServePprof(ctx, *pprofAddr, log); err != nil {
 			fmt.Fprintln(os.Stderr, err)
-			return 2
+			return protocol.ExitUsage
 		}
 	}
 	// The health listener is up before the connection, so a probe tells "still connecting" from
@@ -160,7 +160,7 @@ func Main(role string, fn func(Deps) error) int {
 	if *healthAddr != "" {
 		if _, err := ServeHealth(ctx, *healthAddr, health, log); err != nil {
 			fmt.Fprintln(os.Stderr, err)
-			return 2
+			return protocol.ExitUsage
 		}
 	}
 	url := NATSURL(*natsURL, cfg)
@@ -170,14 +170,18 @@ func Main(role string, fn func(Deps) error) int {
 	conn, err := bus.Connect(ctx, url, "skein-"+role, 30*time.Second, ConnectOptions(auth.Identity(role), *creds, cfg)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		var ae *bus.AuthError
+		if errors.As(err, &ae) {
+			return protocol.ExitNoPerm
+		}
+		return protocol.ExitUnavailable
 	}
 	defer conn.Close()
 	health.SetConn(conn.NC)
 	names := protocol.NewNames(cfg.Mesh.Namespace)
 	if err := Prepare(ctx, auth.Identity(role), conn, names, cfg, log); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return protocol.ExitUnavailable
 	}
 	log.Info("started", "nats", redact.URL(url), "namespace", names.NS, "agent", cfg.Agent.Name)
 	ready := make(chan struct{})
@@ -206,7 +210,7 @@ func run(ctx context.Context, conn *bus.Conn, log *slog.Logger, fn func(context.
 	case err := <-done:
 		if err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("stopped", "err", err)
-			return 1
+			return protocol.ExitInternal
 		}
 		return 0
 	case <-conn.Lost():
@@ -257,7 +261,7 @@ func Limits(cfg *config.Config) bus.Limits {
 		cur := l.Streams[base]
 		cur.MaxAge = config.DurationOr(sl.MaxAge, cur.MaxAge)
 		if sl.MaxBytes > 0 {
-			cur.MaxBytes = sl.MaxBytes
+			cur.MaxBytes = int64(sl.MaxBytes)
 		}
 		if sl.MaxMsgs > 0 {
 			cur.MaxMsgs = sl.MaxMsgs
@@ -265,7 +269,7 @@ func Limits(cfg *config.Config) bus.Limits {
 		l.Streams[base] = cur
 	}
 	if ml.BucketMaxBytes > 0 {
-		l.BucketMaxBytes = ml.BucketMaxBytes
+		l.BucketMaxBytes = int64(ml.BucketMaxBytes)
 	}
 	l.SessionTTL = config.DurationOr(ml.SessionTTL, l.SessionTTL)
 	l.ToolCallTTL = config.DurationOr(ml.ToolCallTTL, l.ToolCallTTL)

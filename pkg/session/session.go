@@ -127,6 +127,32 @@ func (r *Records) Children(ctx context.Context, id string) []string {
 	return s.Children
 }
 
+// Watch calls fn with each readable version of a session's record, the current one first, until
+// fn returns false (nil) or ctx ends (its error).
+func (r *Records) Watch(ctx context.Context, id string, fn func(protocol.Session) bool) error {
+	w, err := r.kv.Watch(ctx, id)
+	if err != nil {
+		return fmt.Errorf("watch session %s: %w", id, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("watch session %s: the watch ended", id)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // the end of the current records, or a delete
+			}
+			if s, err := decode(id, e); err == nil && !fn(s) {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("watch session %s: %w", id, ctx.Err())
+		}
+	}
+}
+
 // Each calls fn with every readable record, in no particular order, until fn returns false.
 func (r *Records) Each(ctx context.Context, fn func(protocol.Session) bool) error {
 	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())

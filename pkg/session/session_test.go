@@ -139,3 +139,44 @@ func TestUnreadableRecords(t *testing.T) {
 		t.Errorf("each stopped after the first: %d calls, %v", n, err)
 	}
 }
+
+// Watch gives the current record first, then each change, until fn has what it waits for; a
+// record that never gets there leaves Watch at ctx's end with ctx's error.
+func TestWatchFollowsOneRecord(t *testing.T) {
+	ctx, r, _ := open(t)
+	if err := r.Create(ctx, record("w1")); err != nil {
+		t.Fatal(err)
+	}
+	var seen []protocol.SessionStatus
+	first := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Watch(ctx, "w1", func(s protocol.Session) bool {
+			seen = append(seen, s.Status)
+			if len(seen) == 1 {
+				close(first)
+			}
+			return s.Status != protocol.StatusDone
+		})
+	}()
+	<-first
+	for _, st := range []protocol.SessionStatus{protocol.StatusRunning, protocol.StatusDone} {
+		if _, _, err := r.Update(ctx, "w1", func(s *protocol.Session) (bool, error) { s.Status = st; return true, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	want := []protocol.SessionStatus{protocol.StatusQueued, protocol.StatusRunning, protocol.StatusDone}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("statuses seen %v, want %v", seen, want)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err := r.Watch(short, "w1", func(s protocol.Session) bool { return s.Status != protocol.StatusQueued })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("watch for a state that never comes: %v, want the deadline", err)
+	}
+}

@@ -22,3 +22,6 @@ func WithoutLandlock() func() {
 
 // NamespacesMade is how many mount namespaces this process has made for calls.
 func NamespacesMade() int64 { return namespacesMade.Load() }
+
+// ScratchDir is the process's scratch folder as the host sees it.
+func (p *Process) ScratchDir() string { return p.prepared.scratch }

@@ -323,8 +323,34 @@ func (r *Runner) start(c *Prepared) (*proc, error) {
 		closeAll(inR, inW, outR, outW)
 		return nil, err
 	}
+	cmd, conf, err := r.spawn(c, inR, outW, errW)
+	if err != nil {
+		closeAll(inW, outR, errR)
+		return nil, err
+	}
+	p := &proc{
+		cmd: cmd, conf: conf, pgid: cmd.Process.Pid, stdin: inW, outR: outR, errR: errR,
+		stdout: newCapped(r.maxOutput(t)),
+		stderr: &tailBuf{max: r.stderrTail()},
+		exited: make(chan struct{}),
+	}
+	p.reads.Add(2)
+	go func() { defer p.reads.Done(); p.stdout.readFrom(outR) }()
+	go func() { defer p.reads.Done(); p.stderr.readFrom(errR) }()
+	go func() {
+		_ = cmd.Wait() // the exit status is read from ProcessState
+		p.state = cmd.ProcessState
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// spawn starts the prepared call's program, confined (see confine), with the child's ends of its
+// pipes, which it closes: a call's process (start) and a long-lived one (StartProcess) start
+// the same way.
+func (r *Runner) spawn(c *Prepared, stdin, stdout, stderr *os.File) (*exec.Cmd, *callConf, error) {
 	newCmd := func() *exec.Cmd {
-		return &exec.Cmd{Path: c.path, Args: append([]string(nil), t.Argv...), Dir: c.dir, Env: c.env, Stdin: inR, Stdout: outW, Stderr: errW}
+		return &exec.Cmd{Path: c.path, Args: append([]string(nil), c.t.Argv...), Dir: c.dir, Env: c.env, Stdin: stdin, Stdout: stdout, Stderr: stderr}
 	}
 	cmd := newCmd()
 	// Its own process group, parent-death signal, uid, namespaces, cgroup, limits, Landlock
@@ -343,28 +369,13 @@ func (r *Runner) start(c *Prepared) (*proc, error) {
 			err = conf.startTool(cmd)
 		}
 	}
-	closeAll(inR, outW, errW) // the child has its copies
+	closeAll(stdin, stdout, stderr) // the child has its copies
 	if err != nil {
-		closeAll(inW, outR, errR)
 		conf.release()
-		return nil, err
+		return nil, nil, err
 	}
 	conf.started(cmd.Process.Pid)
-	p := &proc{
-		cmd: cmd, conf: conf, pgid: cmd.Process.Pid, stdin: inW, outR: outR, errR: errR,
-		stdout: newCapped(r.maxOutput(t)),
-		stderr: &tailBuf{max: r.stderrTail()},
-		exited: make(chan struct{}),
-	}
-	p.reads.Add(2)
-	go func() { defer p.reads.Done(); p.stdout.readFrom(outR) }()
-	go func() { defer p.reads.Done(); p.stderr.readFrom(errR) }()
-	go func() {
-		_ = cmd.Wait() // the exit status is read from ProcessState
-		p.state = cmd.ProcessState
-		close(p.exited)
-	}()
-	return p, nil
+	return cmd, conf, nil
 }
 
 // feed writes the arguments and closes stdin. A tool that never reads stdin makes the write
@@ -440,15 +451,19 @@ func (t *tailBuf) readFrom(r io.Reader) {
 	for {
 		n, err := r.Read(p)
 		if n > 0 {
-			t.buf = append(t.buf, p[:n]...)
-			if len(t.buf) > 2*t.max {
-				t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
-				t.dropped = true
-			}
+			t.add(p[:n])
 		}
 		if err != nil {
 			return
 		}
+	}
+}
+
+func (t *tailBuf) add(p []byte) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+		t.dropped = true
 	}
 }
 

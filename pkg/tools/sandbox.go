@@ -97,6 +97,12 @@ type ManifestSandbox struct {
 // flag, clone3).
 var SeccompGroups = []string{"ptrace", "mount", "modules", "keyring", "namespaces"}
 
+// CheckSeccompAllow says whether every name is a group of SeccompGroups (a config's check).
+func CheckSeccompAllow(names []string) error {
+	_, err := seccompAllowMask(names)
+	return err
+}
+
 // seccompAllowMask is the set of groups names, one bit per group of SeccompGroups.
 func seccompAllowMask(names []string) (uint32, error) {
 	var mask uint32

@@ -73,9 +73,9 @@ func Line(ev protocol.Event) string {
 		}
 	case protocol.EvUsage:
 		if r := ev.Report; r != nil {
-			fmt.Fprintf(&b, " in=%d out=%d cache_w=%d cache_r=%d calls=%d steps=%d wall=%.2fs cost=%s",
+			fmt.Fprintf(&b, " in=%d out=%d cache_w=%d cache_r=%d calls=%d turns=%d wall=%.2fs cost=%s",
 				r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens,
-				r.Calls, r.Steps, r.WallTimeS, Cost(r.CostUSD))
+				r.Calls, r.TurnCount(), r.WallTimeS, Cost(r.CostUSD))
 		}
 	}
 	for k, v := range ev.Attrs {

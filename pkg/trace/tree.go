@@ -46,6 +46,10 @@ type TreeNode struct {
 	WallTimeS float64     `json:"wall_time_s"`
 	Steps     []StepNode  `json:"steps"`
 	Children  []*TreeNode `json:"children"`
+	// Previous is the conversation turn this session continues; ForkedFrom, the turn a forked
+	// conversation's first session continues (then Previous is empty).
+	Previous   string `json:"previous,omitempty"`
+	ForkedFrom string `json:"forked_from,omitempty"`
 }
 
 // maxTreeNodes bounds how many sessions one tree reads.
@@ -88,7 +92,7 @@ func Tree(ctx context.Context, js jetstream.JetStream, names protocol.Names, roo
 		return nil, err
 	}
 	if n.Agent == "" && len(n.Steps) == 0 {
-		return nil, fmt.Errorf("no trace for session %s", root)
+		return nil, protocol.Errorf(protocol.CodeNotFound, "no trace for session %s", root)
 	}
 	return n, nil
 }
@@ -122,6 +126,7 @@ func node(id string, evs []protocol.Event) (*TreeNode, []string) {
 		switch ev.Type {
 		case protocol.EvSessionStarted:
 			n.Agent, n.Task = ev.Agent, ev.Task
+			n.Previous, n.ForkedFrom = ev.Attrs[protocol.AttrPrevious], ev.Attrs[protocol.AttrForkedFrom]
 		case protocol.EvStepStarted:
 			step(ev.StepID)
 			started[ev.StepID] = t
@@ -194,8 +199,15 @@ func printNode(w io.Writer, n *TreeNode, first, rest string) {
 	if outcome == "" {
 		outcome = "(running)"
 	}
-	fmt.Fprintf(w, "%s%s %s %s · %d turn(s) · %d tool call(s) · in %d / out %d tokens · %s · %.1fs  %q\n", first, n.SessionID, n.Agent, outcome,
-		n.Turns, n.ToolCalls, inputTokens(n.Usage), n.Usage.OutputTokens, Cost(n.CostUSD), n.WallTimeS, clip(n.Task, 60))
+	lineage := ""
+	switch {
+	case n.ForkedFrom != "":
+		lineage = " · forked from " + n.ForkedFrom
+	case n.Previous != "":
+		lineage = " · continues " + n.Previous
+	}
+	fmt.Fprintf(w, "%s%s %s %s · %d turn(s) · %d tool call(s) · in %d / out %d tokens · %s · %.1fs%s  %q\n", first, n.SessionID, n.Agent, outcome,
+		n.Turns, n.ToolCalls, inputTokens(n.Usage), n.Usage.OutputTokens, Cost(n.CostUSD), n.WallTimeS, lineage, clip(n.Task, 60))
 	total := len(n.Steps) + len(n.Children)
 	i := 0
 	for _, s := range n.Steps {

@@ -32,12 +32,15 @@ func newCancelCmd() *cobra.Command {
 		Args: idArg(protocol.IDSession),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withBus(cmd, func(env meshEnv) error {
+				if err := sessionKnown(cmd.Context(), env, args[0]); err != nil {
+					return err
+				}
 				rep, err := cancelSession(cmd.Context(), env.conn, env.names, args[0], cliUser(), reason)
 				if err != nil {
 					return err
 				}
-				if rep.Error != "" {
-					return &exitError{code: 1, msg: "skein: " + rep.Error}
+				if err := rep.Err(); err != nil {
+					return wireExit(err, "skein: "+err.Error())
 				}
 				w := cmd.OutOrStdout()
 				if asJSON {
@@ -95,7 +98,7 @@ func cancelSession(ctx context.Context, conn *bus.Conn, names protocol.Names, id
 	}
 	rep, err = g.Cancel(cctx, req)
 	if err != nil {
-		rep.Error = err.Error()
+		rep.Fail(protocol.Wrap(gateway.ErrorCode(err), err))
 	}
 	rep.SessionID = id
 	return rep, nil

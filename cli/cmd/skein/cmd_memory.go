@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/skein-mesh/skein/memoryd"
@@ -26,6 +28,15 @@ func init() {
 	extraCommands = append(extraCommands, newInspectMemoryCmd, newMemoryCmd, newIngestTracesCmd, newReplayCmd)
 }
 
+// noEntry is the exit for an entry memoryd did not give: it answered its health check just
+// before, so a failure that is not the connection's is the entry's absence.
+func noEntry(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		return err
+	}
+	return fail(protocol.ExitNotFound, "%v", err)
+}
+
 func memClient(env meshEnv) memoryd.Client {
 	return memoryd.Client{NC: env.conn.NC, Names: env.names, PerTry: 30 * time.Second}
 }
@@ -38,10 +49,10 @@ func memReady(cmd *cobra.Command, env meshEnv) (memoryd.Client, error) {
 	defer cancel()
 	h, err := c.Health(ctx)
 	if err != nil {
-		return c, &exitError{code: 1, msg: fmt.Sprintf("skein: memoryd is not answering on %s: %v\n"+
+		return c, wireExit(err, fmt.Sprintf("skein: memoryd is not answering on %s: %v\n"+
 			"start it (`skein up` runs every service, or run the memoryd binary against this mesh) and check its log; "+
 			"in process it needs the embedding model (`make setup`) or memory.embedder: ollama|openai",
-			env.names.Memory(protocol.MemHealth), err)}
+			env.names.Memory(protocol.MemHealth), err))
 	}
 	if !h.OK && h.Error != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "skein: warning:", h.Error)
@@ -51,7 +62,7 @@ func memReady(cmd *cobra.Command, env meshEnv) (memoryd.Client, error) {
 
 func newInspectMemoryCmd() *cobra.Command {
 	var topK int
-	var tier, agent, id string
+	var tier, agent, id, kind string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "inspect-memory [QUERY]",
@@ -59,13 +70,17 @@ func newInspectMemoryCmd() *cobra.Command {
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tier != "" && tier != string(protocol.TierTactical) && tier != string(protocol.TierStrategic) {
-				return &exitError{code: 2, msg: fmt.Sprintf("skein: --tier must be tactical or strategic, got %q", tier)}
+				return usageError(cmd, fmt.Errorf("--tier must be tactical or strategic, got %q", tier))
 			}
 			if id != "" {
 				return withMesh(cmd, func(env meshEnv) error { return inspectOne(cmd, env, id, asJSON) })
 			}
+			k, err := kindFlag(kind)
+			if err != nil {
+				return err
+			}
 			return withMesh(cmd, func(env meshEnv) error {
-				req := protocol.MemoryInspectRequest{Agent: agent, TopK: topK, Tier: protocol.Tier(tier)}
+				req := protocol.MemoryInspectRequest{Agent: agent, TopK: topK, Tier: protocol.Tier(tier), Kind: k}
 				if len(args) == 1 {
 					req.Query = args[0]
 				}
@@ -89,6 +104,7 @@ func newInspectMemoryCmd() *cobra.Command {
 	cmd.Flags().StringVar(&tier, "tier", "", "only this tier (tactical or strategic)")
 	cmd.Flags().StringVar(&agent, "agent", "", "only this agent (default: every agent)")
 	cmd.Flags().StringVar(&id, "id", "", "show this entry's history and the entries it supersedes or was superseded by")
+	cmd.Flags().StringVar(&kind, "kind", "all", "only entries of this kind: guideline, case, skill or all")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -101,7 +117,7 @@ func inspectOne(cmd *cobra.Command, env meshEnv, id string, asJSON bool) error {
 	}
 	e, err := c.Get(cmd.Context(), id)
 	if err != nil {
-		return &exitError{code: 1, msg: "skein: " + err.Error()}
+		return wireExit(err, "skein: "+err.Error())
 	}
 	linked := map[string]*memory.Entry{}
 	for _, l := range append([]string{e.SupersededBy}, e.Supersedes...) {
@@ -119,8 +135,13 @@ func inspectOne(cmd *cobra.Command, env meshEnv, id string, asJSON bool) error {
 			Linked map[string]*memory.Entry `json:"linked,omitempty"`
 		}{e, linked})
 	}
-	fmt.Fprintf(w, "%s  %s %s %s  %s\n  %s\n", e.ID, e.Status, e.Tier, e.Polarity, sourceOf(*e), e.Text)
+	kind := ""
+	if e.KindOf() != memory.KindGuideline {
+		kind = e.KindOf() + " "
+	}
+	fmt.Fprintf(w, "%s  %s%s %s %s  %s\n  %s\n", e.ID, kind, e.Status, e.Tier, e.Polarity, sourceOf(*e), e.Text)
 	fmt.Fprintf(w, "  sessions %d  helpful %d  harmful %d  utility %+.2f (echo %d, fizzle %d)\n", e.DistinctSessions(), e.Helpful, e.Harmful, e.Utility, e.Echoes, e.Fizzles)
+	printBody(w, *e, "  ")
 	printHistory(w, *e, "  ")
 	link := func(rel, l string) {
 		if x := linked[l]; x != nil {
@@ -176,9 +197,14 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 			t.tactical += c.N
 		}
 	}
+	kinds := kindCounts(rep.Counts)
 	for _, a := range agents {
 		t := by[a]
-		fmt.Fprintf(w, "  %-16s strategic %d  tactical %d  superseded/retired/quarantined %d\n", a, t.strategic, t.tactical, t.inactive)
+		fmt.Fprintf(w, "  %-16s strategic %d  tactical %d  superseded/retired/quarantined %d", a, t.strategic, t.tactical, t.inactive)
+		if k := kinds[a]; len(k) > 0 {
+			fmt.Fprintf(w, "  (of them: %d cases, %d skills)", k[memory.KindCase], k[memory.KindSkill])
+		}
+		fmt.Fprintln(w)
 	}
 	if len(rep.Hits) == 0 {
 		if req.Query != "" {
@@ -199,7 +225,12 @@ func printInspect(w io.Writer, req protocol.MemoryInspectRequest, rep *protocol.
 		}
 		fmt.Fprintf(w, "%3d. %s  %-9s %-7s %s  sessions %d  hits %d  helpful %d  harmful %d  utility %+.2f  %s  %s\n", i+1, score, e.Tier, e.Polarity,
 			toolList(e.Tools), e.DistinctSessions(), e.Hits, e.Helpful, e.Harmful, e.Utility, sourceOf(e), e.ID)
-		fmt.Fprintf(w, "       %s\n", e.Text)
+		if e.Case != nil || e.Skill != nil {
+			fmt.Fprintf(w, "       %s %s\n", e.KindOf(), e.Text)
+			printBody(w, e, "       ")
+		} else {
+			fmt.Fprintf(w, "       %s\n", e.Text)
+		}
 		if h.Why != "" {
 			fmt.Fprintf(w, "       why: %s\n", h.Why)
 		}
@@ -249,9 +280,9 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func newMemoryCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "memory", Short: "List, show, export, import, evict and migrate memory entries"}
+	cmd := &cobra.Command{Use: "memory", Short: "List, show, export, import, evict, migrate and repair memory entries"}
 	cmd.AddCommand(newMemoryListCmd(), newMemoryShowCmd(), newMemoryExportCmd(), newMemoryImportCmd(),
-		newMemoryEvictCmd(), newMemoryMigrateCmd())
+		newMemoryEvictCmd(), newMemoryMigrateCmd(), newMemoryRepairCmd())
 	return cmd
 }
 
@@ -267,12 +298,16 @@ func withMemory(cmd *cobra.Command, fn func(memoryd.Client) error) error {
 }
 
 func newMemoryListCmd() *cobra.Command {
-	var agent, tier string
+	var agent, tier, kind string
 	var all, asJSON bool
 	list := &cobra.Command{
-		Use: "list", Short: "List guidelines (active ones unless --all)", Args: cobra.NoArgs,
+		Use: "list", Short: "List memory entries: guidelines, cases, skills (active ones unless --all)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := protocol.MemoryListRequest{Agent: agent, Tier: protocol.Tier(tier)}
+			k, err := kindFlag(kind)
+			if err != nil {
+				return err
+			}
+			req := protocol.MemoryListRequest{Agent: agent, Tier: protocol.Tier(tier), Kind: k}
 			if all {
 				req.Status = memory.StatusAny
 			}
@@ -284,7 +319,7 @@ func newMemoryListCmd() *cobra.Command {
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), es)
 				}
-				printGuidelines(cmd.OutOrStdout(), es)
+				printEntries(cmd.OutOrStdout(), es)
 				return nil
 			})
 		},
@@ -292,26 +327,18 @@ func newMemoryListCmd() *cobra.Command {
 	list.Flags().StringVar(&agent, "agent", "", "only this agent")
 	list.Flags().StringVar(&tier, "tier", "", "only this tier (tactical or strategic)")
 	list.Flags().BoolVar(&all, "all", false, "include superseded, retired and quarantined entries")
+	list.Flags().StringVar(&kind, "kind", "all", "only this kind: guideline, case, skill or all")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return list
 }
 
-// printGuidelines prints one line per entry: id, agent, tier, polarity, evidence, source, text
-// and, when it is not active, its status.
-func printGuidelines(w io.Writer, es []memory.Entry) {
+// printEntries prints one line per entry (entryLine).
+func printEntries(w io.Writer, es []memory.Entry) {
 	if len(es) == 0 {
-		fmt.Fprintln(w, "no guidelines")
+		fmt.Fprintln(w, "no entries")
 	}
 	for _, e := range es {
-		status := ""
-		switch {
-		case e.SupersededBy != "":
-			status = fmt.Sprintf("  (%s by %s)", e.Status, e.SupersededBy)
-		case e.Status != memory.StatusActive:
-			status = fmt.Sprintf("  (%s)", e.Status)
-		}
-		fmt.Fprintf(w, "%s  %-12s %-9s %-7s sessions %-3d helpful %-3d harmful %-3d %-10s %s%s\n", e.ID, e.Agent, e.Tier, e.Polarity,
-			e.DistinctSessions(), e.Helpful, e.Harmful, sourceLabel(e), clipText(e.Text, 90), status)
+		fmt.Fprintln(w, entryLine(e))
 	}
 }
 
@@ -322,7 +349,7 @@ func newMemoryShowCmd() *cobra.Command {
 			return withMemory(cmd, func(c memoryd.Client) error {
 				e, err := c.Get(cmd.Context(), args[0])
 				if err != nil {
-					return &exitError{code: 1, msg: "skein: " + err.Error()}
+					return wireExit(err, "skein: "+err.Error())
 				}
 				return writeJSON(cmd.OutOrStdout(), e)
 			})
@@ -333,10 +360,10 @@ func newMemoryShowCmd() *cobra.Command {
 func newMemoryExportCmd() *cobra.Command {
 	var agent string
 	export := &cobra.Command{
-		Use: "export [FILE]", Short: "Write every entry (any status) as JSONL to FILE or stdout", Args: cobra.MaximumNArgs(1),
+		Use: "export [FILE]", Short: "Write every entry (any kind, any status) as JSONL to FILE or stdout", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withMemory(cmd, func(c memoryd.Client) error {
-				es, err := c.ListAll(cmd.Context(), protocol.MemoryListRequest{Agent: agent, Status: memory.StatusAny})
+				es, err := c.ListAll(cmd.Context(), protocol.MemoryListRequest{Agent: agent, Kind: memory.KindAny, Status: memory.StatusAny})
 				if err != nil {
 					return err
 				}
@@ -378,8 +405,10 @@ func newMemoryImportCmd() *cobra.Command {
 		Use: "import FILE", Short: "Read JSONL entries (from export, or hand-written) into memory", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			entries, err := readJSONL(args[0])
-			if err != nil {
-				return &exitError{code: 2, msg: "skein: " + err.Error()}
+			if errors.Is(err, fs.ErrNotExist) {
+				return fail(protocol.ExitNotFound, "%v", err)
+			} else if err != nil {
+				return fail(protocol.ExitDataErr, "%v", err)
 			}
 			return withMemory(cmd, func(c memoryd.Client) error {
 				res, err := importEntries(cmd, c, entries, replace)
@@ -390,7 +419,7 @@ func newMemoryImportCmd() *cobra.Command {
 					return err
 				}
 				if len(res.Problems) > 0 {
-					return &exitError{code: 1}
+					return &exitError{code: protocol.ExitDataErr} // some entries were refused as they are
 				}
 				return nil
 			})
@@ -503,6 +532,38 @@ func newMemoryMigrateCmd() *cobra.Command {
 	return migrate
 }
 
+func newMemoryRepairCmd() *cobra.Command {
+	var asJSON bool
+	repair := &cobra.Command{
+		Use: "repair", Short: "Bring the Milvus collection back to the memory's records and say what was found", Args: cobra.NoArgs,
+		Long: "repair makes the search index hold exactly the entry records in the mesh's memory bucket: records without a\n" +
+			"row are indexed, rows of an older revision rewritten, rows without a record deleted. memoryd also does this\n" +
+			"once when it starts. The kv store needs no repair (its index is rebuilt from the bucket on every start).",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withMemory(cmd, func(c memoryd.Client) error {
+				stopTicks := ticker(cmd.ErrOrStderr(), "repair: still comparing records and rows", 10*time.Second)
+				rep, err := c.Repair(cmd.Context())
+				stopTicks()
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), rep)
+				}
+				if !rep.Repaired {
+					fmt.Fprintf(cmd.OutOrStdout(), "memory store %s: nothing to repair (its index is rebuilt from the records on every start)\n", rep.Store)
+					return nil
+				}
+				found := memory.RepairReport{Records: rep.Records, Rows: rep.Rows, Missing: rep.Missing, Stale: rep.Stale, Orphans: rep.Orphans}
+				fmt.Fprintf(cmd.OutOrStdout(), "memory store %s: %s\n", rep.Store, found)
+				return nil
+			})
+		},
+	}
+	repair.Flags().BoolVar(&asJSON, "json", false, `print {"v", "store", "repaired", "records", "rows", "missing", "stale", "orphans"}`)
+	return repair
+}
+
 func readJSONL(path string) ([]memory.Entry, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -578,7 +639,7 @@ func newIngestTracesCmd() *cobra.Command {
 				}
 				r, err := miner.MineSession(cmd.Context(), minerDeps(env), args[0])
 				if errors.Is(err, miner.ErrNoTrace) {
-					return &exitError{code: 1, msg: fmt.Sprintf("skein: no trace for session %s", args[0])}
+					return fail(protocol.ExitNotFound, "no trace for session %s", args[0])
 				}
 				if r != nil {
 					if asJSON {
@@ -593,7 +654,7 @@ func newIngestTracesCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print what mining did: {"session", "agent", "outcome", "candidates", "actions", "feedback", "usage"}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print what mining did: {"session", "agent", "outcome", "candidates", "cases"?, "case_skips"?, "actions", "feedback", "usage"}`)
 	return cmd
 }
 
@@ -636,7 +697,7 @@ func newReplayCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (since > 0) == (fromSeq > 0) {
-				return &exitError{code: 2, msg: "skein: replay needs exactly one of --since DURATION or --from-seq N"}
+				return usageError(cmd, errors.New("replay needs exactly one of --since DURATION or --from-seq N"))
 			}
 			return withMesh(cmd, func(env meshEnv) error {
 				if _, err := memReady(cmd, env); err != nil {

@@ -132,6 +132,15 @@ func TestMemoryCommandsRoundTrip(t *testing.T) {
 	if err != nil || !strings.Contains(out, "re-embedded 2 entries") {
 		t.Fatalf("migrate: %q %v", out, err)
 	}
+	// The KV store has no index apart from its records (the Milvus case: memoryd's tests).
+	out, err = runCLI(t, m, "memory", "repair")
+	if err != nil || !strings.Contains(out, "memory store kv: nothing to repair") {
+		t.Fatalf("repair: %q %v", out, err)
+	}
+	out, err = runCLI(t, m, "memory", "repair", "--json")
+	if err != nil || !strings.Contains(out, `"repaired": false`) || !strings.Contains(out, `"store": "kv"`) {
+		t.Fatalf("repair --json: %q %v", out, err)
+	}
 }
 
 // An export is readable by its owner only, also when it replaces a file others could read.

@@ -18,9 +18,11 @@ import (
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/service"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -35,13 +37,15 @@ type runResult struct {
 }
 
 type runUsage struct {
-	InputTokens              int64    `json:"input_tokens"`
-	OutputTokens             int64    `json:"output_tokens"`
-	CacheCreationInputTokens int64    `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64    `json:"cache_read_input_tokens"`
-	Steps                    int      `json:"steps"`
-	WallTimeS                float64  `json:"wall_time_s"`
-	CostUSD                  *float64 `json:"cost_usd"`
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	Turns                    int   `json:"turns"`
+	// Steps is Turns under its old name, printed until the next version (docs/json.md).
+	Steps     int      `json:"steps"`
+	WallTimeS float64  `json:"wall_time_s"`
+	CostUSD   *float64 `json:"cost_usd"`
 }
 
 // runOpts are `skein run`'s flags.
@@ -59,7 +63,10 @@ func newRunCmd() *cobra.Command {
 		Short: "Submit a task, stream its progress and print the result",
 		Long: "run submits TASK to the mesh at --nats / $SKEIN_NATS_URL; with neither it starts an embedded mesh\n" +
 			"for this run, keeping state in $SKEIN_HOME (default ./.skein) so later runs see it.\n" +
-			"Exit status is 0 only for the outcomes success and success_with_recovery.",
+			"Offline, llm.provider: scripted answers from a rule file instead of a model: `skein help script`.\n\n" +
+			"Exit status: 0 for the outcomes success and success_with_recovery, 1 for any other outcome, and\n" +
+			"for a failure before the task ran the class of the failure: 64 usage, 65 task refused, 69 no mesh,\n" +
+			"75 try again later, 77 credentials refused, 78 config (docs/json.md, \"Exit status\").",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
 	}
@@ -85,7 +92,7 @@ func (o *runOpts) run(cmd *cobra.Command, task string) error {
 	cmd.SetContext(ctx)
 	submitted, release := interruptible(cmd, stop)
 	defer release()
-	conn, names, mesh, closeMesh, err := dialMeshFull(cmd, cfg, true)
+	conn, names, mesh, closeMesh, err := dialMeshFull(cmd, cfg)
 	if err != nil {
 		return err
 	}
@@ -98,7 +105,10 @@ func (o *runOpts) run(cmd *cobra.Command, task string) error {
 	if o.sessionID == "" {
 		o.sessionID = gateway.NewSessionID()
 	}
-	session, err := submitTask(ctx, conn, names, &protocol.SubmitRequest{SessionID: o.sessionID, Agent: o.agent, Task: task, Caller: "cli", Budget: budget})
+	text, unfollow := o.streamText(cmd, conn, names)
+	defer unfollow()
+	session, err := submitTask(ctx, conn, names, &protocol.SubmitRequest{SessionID: o.sessionID, Agent: o.agent, Task: task, Caller: "cli", Budget: budget,
+		TurnID: protocol.DerivedTurnID(o.sessionID, task)})
 	if err != nil {
 		return err
 	}
@@ -119,7 +129,7 @@ func (o *runOpts) run(cmd *cobra.Command, task string) error {
 	waitMiner := func() bool {
 		return mesh != nil && cfg.Miner.Enabled && mesh.memoryOn && waitingForMiner() && memorydUp(ctx, conn, names)
 	}
-	f := o.follow(cmd, conn, names, session, waitMiner)
+	f := o.follow(cmd, conn, names, session, text, waitMiner)
 	if f.err != nil {
 		return f.err
 	}
@@ -128,7 +138,7 @@ func (o *runOpts) run(cmd *cobra.Command, task string) error {
 		waitMirrored(ctx, mesh, names, session, 5*time.Second)
 	}
 	memoryServed := cfg.Miner.Enabled && cfg.Memory.Enabled && (mesh == nil || mesh.memoryOn)
-	return o.print(cmd, f, memoryServed)
+	return o.print(cmd, f, text != nil && text.showed(f.res.FinalText), memoryServed)
 }
 
 // prepare checks the flags and loads the configuration; when the mesh will start in this
@@ -140,30 +150,31 @@ func (o *runOpts) prepare(cmd *cobra.Command) (*config.Config, *protocol.Budget,
 	if err := checkID(protocol.IDAgent, o.agent); err != nil {
 		return nil, nil, err
 	}
+	var budget *protocol.Budget
+	if len(o.budgetKVs) > 0 {
+		b, err := govern.ParseBudget(o.budgetKVs)
+		if err != nil {
+			return nil, nil, usageError(cmd, fmt.Errorf("--budget: %w", err))
+		}
+		budget = &b
+	}
 	cfg, err := loadConfig(cmd)
 	if err != nil {
-		return nil, nil, &exitError{code: 2, msg: err.Error()}
+		return nil, nil, configError(err)
 	}
 	flagURL, _ := cmd.Flags().GetString("nats")
 	if service.NATSURL(flagURL, cfg) == "" {
 		others, err := agentConfigs(cmd, cfg)
 		if err != nil {
-			return nil, nil, &exitError{code: 2, msg: err.Error()}
+			return nil, nil, configError(err)
 		}
 		for _, c := range append([]*config.Config{cfg}, others...) {
-			if err := checkKeys(c); err != nil {
+			if err := checkKeys(c, nil); err != nil {
 				return nil, nil, err
 			}
 		}
 	}
-	if len(o.budgetKVs) == 0 {
-		return cfg, nil, nil
-	}
-	b, err := govern.ParseBudget(o.budgetKVs)
-	if err != nil {
-		return nil, nil, &exitError{code: 2, msg: "skein: --budget: " + err.Error()}
-	}
-	return cfg, &b, nil
+	return cfg, budget, nil
 }
 
 // interruptible handles Ctrl-C: before the task is submitted it stops the command (stop);
@@ -192,20 +203,37 @@ func interruptible(cmd *cobra.Command, stop func()) (submitted *atomic.Pointer[f
 	return submitted, func() { signal.Stop(sigs) }
 }
 
-// submitTask asks the mesh to run req and returns the session id it answers with; an error is
-// an exitError saying whether trying again can help.
+// streamText shows the model's text as it is generated when stdout is a terminal (and not
+// --json): it follows the session's deltas before the session exists, so none is missed. It
+// returns nil when the answer shows only once complete, and the function that stops following.
+func (o *runOpts) streamText(cmd *cobra.Command, conn *bus.Conn, names protocol.Names) (*textStream, func()) {
+	w, h, ok := terminalOut(cmd.OutOrStdout())
+	if !ok || o.asJSON {
+		return nil, func() {}
+	}
+	text := newTextStream(cmd.OutOrStdout(), w, h, "")
+	sub, err := delta.Follow(conn.NC, names, o.sessionID, text.add)
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "skein: the answer shows when it is complete (%v)\n", err)
+		return nil, func() {}
+	}
+	return text, func() { _ = sub.Unsubscribe() }
+}
+
+// submitTask asks the mesh to run req and returns the session id it answers with; an error
+// exits with the status of its class (wireExit), saying whether trying again can help.
 func submitTask(ctx context.Context, conn *bus.Conn, names protocol.Names, req *protocol.SubmitRequest) (string, error) {
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var rep protocol.SubmitReply
 	if err := bus.Request(sctx, conn.NC, names.Submit(), req, &rep, submitTry); err != nil {
-		return "", &exitError{code: exitTransient, msg: fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err)}
+		return "", wireExit(err, fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err))
 	}
-	if rep.Error != "" {
-		if protocol.Code(rep.Code).Retryable() { // transient, storage_full
-			return "", &exitError{code: exitTransient, msg: "skein: " + rep.Error + " (try again)"}
+	if err := rep.Err(); err != nil {
+		if protocol.CodeOf(err).Retryable() { // transient, storage_full
+			return "", wireExit(err, "skein: "+err.Error()+" (try again)")
 		}
-		return "", &exitError{code: 2, msg: "skein: " + rep.Error}
+		return "", wireExit(err, "skein: "+err.Error())
 	}
 	return rep.SessionID, nil
 }
@@ -218,13 +246,16 @@ type followed struct {
 	err   error
 }
 
-// follow shows the session's progress until its usage report ends it or --timeout passes; with
-// waitMiner (asked when the session has ended) it then waits up to a minute more for the
-// miner's report.
-func (o *runOpts) follow(cmd *cobra.Command, conn *bus.Conn, names protocol.Names, session string, waitMiner func() bool) followed {
+// follow shows the session's progress (and text, when it streams) until its usage report ends
+// it or --timeout passes; with waitMiner (asked when the session has ended) it then waits up to
+// a minute more for the miner's report.
+func (o *runOpts) follow(cmd *cobra.Command, conn *bus.Conn, names protocol.Names, session string, text *textStream, waitMiner func() bool) followed {
 	ctx := cmd.Context()
 	view := newProgress(cmd.ErrOrStderr(), o.asJSON)
 	view.verbose = o.verbose
+	if text != nil {
+		view.text, text.before = text, view.clear
+	}
 	f := followed{res: runResult{SessionID: session}}
 	fctx, fcancel := context.WithTimeout(ctx, o.timeout)
 	defer fcancel()
@@ -242,7 +273,7 @@ func (o *runOpts) follow(cmd *cobra.Command, conn *bus.Conn, names protocol.Name
 			f.mined = &ev
 		case ev.Type == protocol.EvUsage:
 			if r := ev.Report; r != nil {
-				f.res.Usage = runUsage{r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens, r.Steps, r.WallTimeS, r.CostUSD}
+				f.res.Usage = runUsage{r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens, r.TurnCount(), r.TurnCount(), r.WallTimeS, r.CostUSD}
 			}
 			if f.res.Outcome == "" {
 				f.res.Outcome = string(ev.Outcome)
@@ -257,6 +288,9 @@ func (o *runOpts) follow(cmd *cobra.Command, conn *bus.Conn, names protocol.Name
 		return true
 	})
 	view.done()
+	if text != nil {
+		text.end()
+	}
 	if ended && followCtx.Err() != nil && fctx.Err() == nil {
 		err = nil // stopped waiting for the miner, not for the session
 	}
@@ -264,21 +298,23 @@ func (o *runOpts) follow(cmd *cobra.Command, conn *bus.Conn, names protocol.Name
 		if err == nil {
 			err = fctx.Err()
 		}
-		f.err = &exitError{code: 1, msg: fmt.Sprintf("skein: session %s did not finish: %v (follow it with `skein trace tail %s`)", session, err, session)}
+		f.err = fail(protocol.ExitTempFail, "session %s did not finish: %v (follow it with `skein trace tail %s`)", session, err, session)
 	}
 	return f
 }
 
-// print writes the result (one JSON object with --json) and what the miner decided; the exit
-// status is 0 only for a successful outcome.
-func (o *runOpts) print(cmd *cobra.Command, f followed, memoryServed bool) error {
+// print writes the result (one JSON object with --json; without the answer when streamed
+// showed it whole) and what the miner decided; the exit status is 0 only for a successful
+// outcome.
+func (o *runOpts) print(cmd *cobra.Command, f followed, streamed, memoryServed bool) error {
 	out := cmd.OutOrStdout()
 	if o.asJSON {
 		if err := json.NewEncoder(out).Encode(f.res); err != nil {
 			return err
 		}
 	} else {
-		printResult(out, f.res, service.Home())
+		flagURL, _ := cmd.Flags().GetString("nats")
+		printResult(out, f.res, service.Home(), flagURL, streamed)
 	}
 	switch {
 	case f.mined != nil && o.verbose && o.asJSON:
@@ -292,30 +328,50 @@ func (o *runOpts) print(cmd *cobra.Command, f followed, memoryServed bool) error
 		fmt.Fprintf(cmd.ErrOrStderr(), "  miner: its decisions come once it has mined the session: skein trace show %s\n", f.res.SessionID)
 	}
 	if !protocol.Outcome(f.res.Outcome).Succeeded() {
-		return &exitError{code: 1}
+		return &exitError{code: protocol.ExitOutcome}
 	}
 	return nil
 }
 
-func printResult(w io.Writer, r runResult, home string) {
+// printResult prints the answer (unless streamed shows it was already shown whole, as it was
+// generated) and the summary.
+func printResult(w io.Writer, r runResult, home, natsFlag string, streamed bool) {
 	if r.FinalText != "" {
-		fmt.Fprintln(w, r.FinalText)
+		if !streamed {
+			fmt.Fprintln(w, r.FinalText)
+		}
 		fmt.Fprintln(w)
 	}
-	line := fmt.Sprintf("outcome: %s · session %s · %d step(s) · %.1fs · in %d / out %d tokens (cache write %d, read %d) · cost %s",
-		r.Outcome, r.SessionID, r.Usage.Steps, r.Usage.WallTimeS, r.Usage.InputTokens, r.Usage.OutputTokens,
+	line := fmt.Sprintf("outcome: %s · session %s · %d turn(s) · %.1fs · in %d / out %d tokens (cache write %d, read %d) · cost %s",
+		r.Outcome, r.SessionID, r.Usage.Turns, r.Usage.WallTimeS, r.Usage.InputTokens, r.Usage.OutputTokens,
 		r.Usage.CacheCreationInputTokens, r.Usage.CacheReadInputTokens, trace.Cost(r.Usage.CostUSD))
 	fmt.Fprintln(w, line)
 	if r.Reason != "" {
 		fmt.Fprintln(w, "reason:", r.Reason)
 	}
-	fmt.Fprintf(w, "trace: skein trace show %s  (files: %s, %s)\n", r.SessionID, trace.JSONLPath(home, r.SessionID), trace.LogPath(home, r.SessionID))
+	fmt.Fprintln(w, traceHint(home, r.SessionID, natsFlag))
+}
+
+// traceHint says how to read a session's trace again: the command (with the --nats this run
+// was given, since the next shell may not have it), and the trace files when they are on this
+// machine. Against a remote mesh they are written where its gateway runs, not under this home.
+func traceHint(home, session, natsFlag string) string {
+	show := "skein trace show " + session
+	if natsFlag != "" {
+		show = "skein trace show --nats " + shellWord(redact.URL(natsFlag)) + " " + session
+	}
+	jsonl := trace.JSONLPath(home, session)
+	if _, err := os.Stat(jsonl); err != nil {
+		return "trace: " + show
+	}
+	return fmt.Sprintf("trace: %s  (files: %s, %s)", show, jsonl, trace.LogPath(home, session))
 }
 
 // progress shows a run as it happens: one live status line on a terminal, plain event lines
 // otherwise, nothing with --json.
 type progress struct {
 	w       io.Writer
+	text    *textStream // the model's text on the same terminal: no status line while it writes
 	quiet   bool
 	verbose bool // guidelines with their scores and why, even with --json (on stderr)
 	live    bool
@@ -366,8 +422,15 @@ func (p *progress) event(ev protocol.Event) {
 	default:
 		p.status = string(ev.Type)
 	}
-	p.clear()
-	fmt.Fprintf(p.w, "⋯ %5.1fs · turn %d · %d tool call(s) · %s", time.Since(p.start).Seconds(), p.turn, p.tools, p.status)
+	draw := func() {
+		p.clear()
+		fmt.Fprintf(p.w, "⋯ %5.1fs · turn %d · %d tool call(s) · %s", time.Since(p.start).Seconds(), p.turn, p.tools, p.status)
+	}
+	if p.text != nil {
+		p.text.idle(draw)
+	} else {
+		draw()
+	}
 }
 
 func (p *progress) clear() {

@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -30,7 +30,7 @@ func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	root.PersistentFlags().String("nats", "", "")
 	root.PersistentFlags().StringArray("config", nil, "")
 	root.PersistentFlags().String("creds", "", "")
-	root.AddCommand(newRunCmd(), newTraceCmd())
+	root.AddCommand(newRunCmd(), newTraceCmd(), newCancelCmd())
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
@@ -42,14 +42,11 @@ func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
 }
 
 func exitCode(err error) int {
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
+	if err == nil {
+		return 0
 	}
-	if err != nil {
-		return 1
-	}
-	return 0
+	code, _ := exitStatus(err)
+	return code
 }
 
 // serveSubmit answers submits on the mesh with fn, in place of a gateway.
@@ -74,23 +71,23 @@ func serveSubmit(t *testing.T, m *bustest.Mesh, fn func(protocol.SubmitRequest) 
 }
 
 // A submit the mesh cannot take now (a transient error on the wire) exits 75, the "try again"
-// status, not 2 as a refused task does.
+// status, not 65 as a refused task does: each the exit status of its code.
 func TestRunExits75WhenTheSubmitFailsTransiently(t *testing.T) {
 	m := bustest.Start(t)
 	t.Chdir(t.TempDir())
 	serveSubmit(t, m, func(in protocol.SubmitRequest) protocol.SubmitReply {
 		if in.Task == "refuse me" {
-			return protocol.SubmitReply{Error: "task rejected: empty", Code: protocol.ErrCodeRejected}
+			return protocol.SubmitReply{Fault: protocol.Fault{Error: "task rejected: empty", Code: protocol.CodeRejected}}
 		}
-		return protocol.SubmitReply{Error: "enqueue session: maximum messages exceeded", Code: protocol.ErrCodeTransient}
+		return protocol.SubmitReply{Fault: protocol.Fault{Error: "enqueue session: maximum messages exceeded", Code: protocol.CodeTransient}}
 	})
 	_, _, err := runCmd(t, "--nats", m.URL, "run", "--timeout", "2s", "count to three")
-	if code := exitCode(err); code != exitTransient || !strings.Contains(err.Error(), "try again") {
-		t.Fatalf("transient submit failure: exit %d (%v), want %d saying to try again", code, err, exitTransient)
+	if code := exitCode(err); code != protocol.ExitTempFail || !strings.Contains(err.Error(), "try again") {
+		t.Fatalf("transient submit failure: exit %d (%v), want %d saying to try again", code, err, protocol.ExitTempFail)
 	}
 	_, _, err = runCmd(t, "--nats", m.URL, "run", "--timeout", "2s", "refuse me")
-	if code := exitCode(err); code != 2 {
-		t.Fatalf("refused task: exit %d (%v), want 2", code, err)
+	if code := exitCode(err); code != protocol.ExitDataErr {
+		t.Fatalf("refused task: exit %d (%v), want %d", code, err, protocol.ExitDataErr)
 	}
 }
 
@@ -140,8 +137,8 @@ func TestRunWhoseFirstSubmitTimesOutMakesOneSession(t *testing.T) {
 	})
 	// Nothing runs the session: the run gives up following it, after a submit that succeeded.
 	_, stderr, err := runCmd(t, "--nats", m.URL, "run", "--timeout", "1s", "count to three")
-	if code := exitCode(err); code != 1 || !strings.Contains(err.Error(), "did not finish") {
-		t.Fatalf("exit %d (%v), want 1 for a session that did not finish after its submit; stderr:\n%s", code, err, stderr)
+	if code := exitCode(err); code != protocol.ExitTempFail || !strings.Contains(err.Error(), "did not finish") {
+		t.Fatalf("exit %d (%v), want %d for a session that did not finish after its submit; stderr:\n%s", code, err, protocol.ExitTempFail, stderr)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -163,8 +160,8 @@ func TestTraceTailOnAnUnknownSessionSaysSo(t *testing.T) {
 	m := bustest.Start(t)
 	t.Chdir(t.TempDir())
 	out, _, err := runCmd(t, "--nats", m.URL, "trace", "tail", "no-such-session")
-	if code := exitCode(err); code != 1 || err.Error() != "skein: no session no-such-session: it is not in the sessions bucket and has no trace events (see `skein trace list`)" {
-		t.Fatalf("exit %d, error %q, want 1 and the one line saying there is no such session", code, err)
+	if code := exitCode(err); code != protocol.ExitNotFound || err.Error() != "skein: no session no-such-session: it is not in the sessions bucket and has no trace events (see `skein trace list`)" {
+		t.Fatalf("exit %d, error %q, want %d and the one line saying there is no such session", code, err, protocol.ExitNotFound)
 	}
 	if out != "" {
 		t.Fatalf("printed %q", out)
@@ -211,5 +208,28 @@ func TestEmbeddedRunWithoutMemoryDoesNotWaitForTheMiner(t *testing.T) {
 				t.Fatalf("the run went on to wait for memoryd and the miner %d time(s) after its answer", waited)
 			}
 		})
+	}
+}
+
+// `skein cancel` of a session the gateway does not know exits with the status of the refusal's
+// code (not_found: 66), not a status of its own.
+func TestCancelOfAnUnknownSessionExitsNotFound(t *testing.T) {
+	m := bustest.Start(t)
+	t.Chdir(t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- gateway.Run(ctx, gateway.Deps{Conn: m.Conn, Names: m.Names, Config: config.Default(), Logger: slog.New(slog.DiscardHandler), Ready: ready})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("gateway: %v", err)
+	}
+	t.Cleanup(func() { cancel(); <-done })
+	_, _, err := runCmd(t, "--nats", m.URL, "cancel", "no-such-session")
+	if code := exitCode(err); code != protocol.ExitNotFound || !strings.Contains(fmt.Sprint(err), "no-such-session") {
+		t.Fatalf("cancel of an unknown session: exit %d (%v), want %d", code, err, protocol.ExitNotFound)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
+	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
 func init() { extraCommands = append(extraCommands, newSetupCmd) }
@@ -24,7 +25,7 @@ func newSetupCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dest := devenv.UserDir()
 			if dest == "" {
-				return &exitError{code: 2, msg: "skein setup: no user cache folder (set XDG_CACHE_HOME or HOME)"}
+				return &exitError{code: protocol.ExitConfig, msg: "skein setup: no user cache folder (set XDG_CACHE_HOME or HOME)"}
 			}
 			w := cmd.ErrOrStderr()
 			if minilm.Installed(dest) && !force {
@@ -38,13 +39,13 @@ func newSetupCmd() *cobra.Command {
 				}
 			}
 			if err := minilm.Install(cmd.Context(), dest, from, w); err != nil {
-				return &exitError{code: 1, msg: "skein setup: " + err.Error()}
+				return &exitError{code: protocol.ExitUnavailable, msg: "skein setup: " + err.Error()}
 			}
 			lib, dir := minilm.Paths(minilm.Options{LibPath: filepath.Join(dest, "memory", "lib", "libonnxruntime.so"),
 				ModelDir: filepath.Join(dest, "memory", "minilm")})
 			e, err := minilm.Open(minilm.Options{LibPath: lib, ModelDir: dir})
 			if err != nil {
-				return &exitError{code: 1, msg: fmt.Sprintf("skein setup: installed in %s but it does not load: %v", dest, err)}
+				return &exitError{code: protocol.ExitInternal, msg: fmt.Sprintf("skein setup: installed in %s but it does not load: %v", dest, err)}
 			}
 			_ = e.Close()
 			fmt.Fprintf(cmd.OutOrStdout(), "memory models installed in %s; every skein binary of this user finds them\n", filepath.Join(dest, "memory"))

@@ -77,7 +77,7 @@ func newTraceShowCmd() *cobra.Command {
 					return err
 				}
 				if len(events) == 0 {
-					return &exitError{code: 1, msg: fmt.Sprintf("skein: no trace for session %s", args[0])}
+					return fail(protocol.ExitNotFound, "no trace for session %s", args[0])
 				}
 				for _, ev := range events {
 					printEvent(cmd, ev, asJSON)
@@ -119,7 +119,7 @@ func newTraceTreeCmd() *cobra.Command {
 			return withBus(cmd, func(env meshEnv) error {
 				n, err := sessionTree(cmd.Context(), env.conn, env.names, args[0])
 				if err != nil {
-					return &exitError{code: 1, msg: "skein: " + err.Error()}
+					return err // no trace: not found
 				}
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), n)
@@ -190,5 +190,5 @@ func sessionKnown(ctx context.Context, env meshEnv, id string) error {
 	if info.State.Subjects[env.names.Trace(id)] > 0 {
 		return nil
 	}
-	return &exitError{code: 1, msg: fmt.Sprintf("skein: no session %s: it is not in the sessions bucket and has no trace events (see `skein trace list`)", id)}
+	return fail(protocol.ExitNotFound, "no session %s: it is not in the sessions bucket and has no trace events (see `skein trace list`)", id)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -28,7 +29,7 @@ func newUsageCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if by != "agent" && by != "model" && by != "day" {
-				return &exitError{code: 2, msg: "skein usage: --by must be agent, model or day"}
+				return usageError(cmd, errors.New("--by must be agent, model or day"))
 			}
 			return withBus(cmd, func(env meshEnv) error {
 				reports, err := readUsage(cmd, env, since)

@@ -118,8 +118,8 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 		case err != nil:
 			refused["no answer"]++
 		case rep.Error != "":
-			refused[rep.Code]++
-			why[rep.Code] = rep.Error
+			refused[string(rep.Code)]++
+			why[string(rep.Code)] = rep.Error
 		default:
 			accepted[id] = time.Now()
 		}
@@ -181,7 +181,7 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 		return resp.StatusCode
 	}
 	var apiErr protocol.APIError
-	if status := call(http.MethodPost, "/v1/tasks", `{"task": "add 2 3 5"}`, &apiErr); status != http.StatusServiceUnavailable || apiErr.Code != string(protocol.CodeStorageFull) {
+	if status := call(http.MethodPost, "/v1/tasks", `{"task": "add 2 3 5"}`, &apiErr); status != http.StatusServiceUnavailable || apiErr.Code != protocol.CodeStorageFull {
 		t.Errorf("HTTP submit on a full disk: %d %+v, want 503 storage_full", status, apiErr)
 	}
 	var health gateway.Health
@@ -192,8 +192,8 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 	// The CLI exits 75: try again later.
 	t.Chdir(t.TempDir())
 	_, _, err = runCmd(t, "--nats", m.server.URL(), "--creds", auth.File(auth.Dir(home), auth.Client), "run", "--timeout", "5s", "add 2 3 5")
-	if code := exitCode(err); code != exitTransient || !strings.Contains(fmt.Sprint(err), "storage") {
-		t.Errorf("skein run on a full disk: exit %d (%v), want %d saying the storage is full", code, err, exitTransient)
+	if code := exitCode(err); code != protocol.ExitTempFail || !strings.Contains(fmt.Sprint(err), "storage") {
+		t.Errorf("skein run on a full disk: exit %d (%v), want %d saying the storage is full", code, err, protocol.ExitTempFail)
 	}
 	// The disk stays full for longer than the deliveries of a step (and of a task) would last if
 	// its failures used them up: held messages must not fail for it. JetStream frees blocks of
@@ -291,8 +291,8 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 			t.Errorf("%d accepted sessions ended %s", n, o)
 		}
 	}
-	if refused[protocol.ErrCodeRejected] > 0 {
-		t.Errorf("%d submits refused as rejected (422) on a full disk, want storage_full", refused[protocol.ErrCodeRejected])
+	if refused[string(protocol.CodeRejected)] > 0 {
+		t.Errorf("%d submits refused as rejected (422) on a full disk, want storage_full", refused[string(protocol.CodeRejected)])
 	}
 	mu.Unlock()
 	if !strings.Contains(logs.String(), "no space left on device") {

@@ -15,19 +15,22 @@ type meshEnv struct {
 	names protocol.Names
 }
 
-// withMesh loads the config, dials the mesh (an embedded one with every service if no URL is
-// given) and runs fn.
-func withMesh(cmd *cobra.Command, fn func(meshEnv) error) error { return with(cmd, true, fn) }
+// withMesh loads the config, reaches the mesh (see dialExisting; opening the state under
+// $SKEIN_HOME, it runs memoryd too) and runs fn: for the commands that ask memoryd.
+func withMesh(cmd *cobra.Command, fn func(meshEnv) error) error {
+	return with(cmd, roleSet{"memoryd": true}, fn)
+}
 
-// withBus is withMesh for commands that only read streams: an embedded mesh starts no services.
-func withBus(cmd *cobra.Command, fn func(meshEnv) error) error { return with(cmd, false, fn) }
+// withBus is withMesh for commands that only read and write streams and buckets: opening the
+// state under $SKEIN_HOME, it runs no role.
+func withBus(cmd *cobra.Command, fn func(meshEnv) error) error { return with(cmd, roleSet{}, fn) }
 
-func with(cmd *cobra.Command, services bool, fn func(meshEnv) error) error {
+func with(cmd *cobra.Command, roles roleSet, fn func(meshEnv) error) error {
 	cfg, err := loadConfig(cmd)
 	if err != nil {
-		return &exitError{code: 2, msg: err.Error()}
+		return configError(err)
 	}
-	conn, names, _, stop, err := dialMeshFull(cmd, cfg, services)
+	conn, names, stop, err := dialExisting(cmd, cfg, roles)
 	if err != nil {
 		return err
 	}

@@ -3,11 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 
+	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/redact"
 )
 
@@ -45,8 +47,33 @@ func busyHomeError(home string) error {
 	if b, err := os.ReadFile(lockPath(home)); err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), "nats://") {
 		url = strings.TrimSpace(string(b))
 	}
-	return fmt.Errorf("a mesh is already running on %s (skein up?): pass --nats %s or set SKEIN_NATS_URL, or use another SKEIN_HOME", home, redact.URL(url))
+	return fail(protocol.ExitUsage, "a mesh is already running on %s (skein up?): pass --nats %s or set SKEIN_NATS_URL, or use another SKEIN_HOME", home, redact.URL(url))
 }
+
+// runningMesh reports whether a mesh holds the home's lock, and the URL it listens on ("" for
+// the moment between its start and its writing the URL). It creates nothing.
+func runningMesh(home string) (url string, running bool) {
+	f, err := os.Open(lockPath(home))
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return "", false
+	}
+	b, _ := io.ReadAll(f)
+	return strings.TrimSpace(string(b)), true
+}
+
+// hasMeshState reports whether home holds a mesh's JetStream files (an embedded run or a
+// skein up left them).
+func hasMeshState(home string) bool {
+	st, err := os.Stat(storeDir(home))
+	return err == nil && st.IsDir()
+}
+
+func storeDir(home string) string { return filepath.Join(home, "nats") }
 
 // setURL records where the mesh holding the lock listens.
 func (l *homeLock) setURL(url string) {

@@ -73,19 +73,25 @@ func agentConfigs(cmd *cobra.Command, first *config.Config) ([]*config.Config, e
 	return out, nil
 }
 
-// checkKeys fails fast, before anything starts, when a model key any in-process role needs is missing.
-func checkKeys(cfg *config.Config) error {
+// checkKeys fails fast, before anything starts, when a model key any in-process role needs is
+// missing (roles nil: every role).
+func checkKeys(cfg *config.Config, roles roleSet) error {
 	for _, role := range []string{protocol.RoleExecutor, protocol.RolePlanner, protocol.RoleMiner, "memoryd"} {
+		if !roles.has(role) {
+			continue
+		}
 		if err := service.CheckKeys(role, cfg); err != nil {
-			return &exitError{code: 2, msg: err.Error()}
+			return configError(err)
 		}
 	}
 	return nil
 }
 
-// embeddedMesh is every service of the mesh running in this process on an in-process server.
+// embeddedMesh is the roles of the mesh running in this process: on an in-process server, or
+// (remote set) joined to a mesh whose server runs elsewhere.
 type embeddedMesh struct {
-	server *embedded.Server
+	server *embedded.Server // nil when remote
+	remote *remoteMesh
 	mirror *trace.Mirror
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -100,17 +106,39 @@ type embeddedMesh struct {
 	// (it is off when its models are missing or it failed, whatever the config says).
 	memoryOn bool
 	// admin provisions the mesh and asks memoryd what it holds (memoryd's own identity may
-	// serve memory subjects but not call them).
+	// serve memory subjects but not call them); nil when remote.
 	admin *bus.Conn
-	// lost receives the first connection the server closed for good (see bus.Conn.Lost): the
-	// role on it cannot serve any more, and `skein up` stops the mesh rather than run half dead.
-	lost chan lostConn
+	// strict makes a role that cannot start an error (roles chosen by name), where the
+	// embedded default runs on without it and says so.
+	strict bool
+	// down receives the first role that cannot serve any more: its connection closed for good
+	// (see bus.Conn.Lost), or a role that must run stopped with an error. `skein up` then stops
+	// the mesh rather than run half dead, as a role binary exits.
+	down chan roleDown
 }
 
-// lostConn is a role whose connection was closed for good, and why.
-type lostConn struct {
+// roleDown is a role that stopped serving, and why.
+type roleDown struct {
 	role string
 	err  error
+	// connLost says the NATS server closed the role's connection; else the role itself stopped.
+	connLost bool
+}
+
+// setDown reports d unless a role is already reported: one is enough to stop the mesh.
+func (m *embeddedMesh) setDown(d roleDown) {
+	select {
+	case m.down <- d:
+	default:
+	}
+}
+
+// remoteMesh is a mesh this process joins: each role connects over the network as its own
+// identity, with credentials found as a role binary finds them.
+type remoteMesh struct {
+	url, credsFlag string
+	cfg            *config.Config
+	log            *slog.Logger
 }
 
 // identityOf maps the in-process services' connection names to the identity each connects as.
@@ -182,7 +210,7 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string, l
 	t := cfg.Mesh.TLS
 	var srv *embedded.Server
 	labeled("nats-server", func() {
-		srv, err = embedded.Start(embedded.Options{StoreDir: filepath.Join(home, "nats"), Listen: listen,
+		srv, err = embedded.Start(embedded.Options{StoreDir: storeDir(home), Listen: listen,
 			CredsDir: auth.Dir(home), Names: protocol.NewNames(cfg.Mesh.Namespace), TLS: bus.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key},
 			Logger: log})
 	})
@@ -191,7 +219,7 @@ func startServer(ctx context.Context, cfg *config.Config, home, listen string, l
 		return nil, err
 	}
 	lock.setURL(srv.URL())
-	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t, lost: make(chan lostConn, 1)}
+	m := &embeddedMesh{server: srv, mirror: &trace.Mirror{}, lock: lock, home: home, tls: t, down: make(chan roleDown, 1)}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c, err := m.conn(string(auth.Admin))
 	if err != nil {
@@ -226,6 +254,28 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 	}
 	var c *bus.Conn
 	var err error
+	if m.remote != nil {
+		c, err = m.dialRemote(role, id)
+	} else {
+		c, err = m.dialLocal(role, id)
+	}
+	if err == nil {
+		go func() {
+			select {
+			case <-c.Lost():
+				m.setDown(roleDown{role: role, err: c.LostErr(), connLost: true})
+			case <-m.ctx.Done():
+			}
+		}()
+	}
+	return c, err
+}
+
+// dialLocal connects a role to the server in this process, with the credentials it wrote under
+// the home.
+func (m *embeddedMesh) dialLocal(role string, id auth.Identity) (*bus.Conn, error) {
+	var c *bus.Conn
+	var err error
 	labeled(role, func() {
 		c, err = bus.Connect(m.ctx, m.server.URL(), "skein-"+role, 10*time.Second,
 			bus.WithCreds(auth.File(auth.Dir(m.home), id)), bus.WithInProcess(inProcess{m.server}),
@@ -234,18 +284,27 @@ func (m *embeddedMesh) conn(role string) (*bus.Conn, error) {
 	})
 	if err == nil {
 		m.conns = append(m.conns, c)
-		go func() {
-			select {
-			case <-c.Lost():
-				select {
-				case m.lost <- lostConn{role: role, err: c.LostErr()}:
-				default: // one is enough to stop the mesh
-				}
-			case <-m.ctx.Done():
-			}
-		}()
 	}
 	return c, err
+}
+
+// dialRemote connects a role to the mesh this process joined, and waits until the streams and
+// buckets it uses exist (a gateway creates what is missing; see service.Prepare).
+func (m *embeddedMesh) dialRemote(role string, id auth.Identity) (*bus.Conn, error) {
+	r := m.remote
+	var c *bus.Conn
+	var err error
+	labeled(role, func() {
+		c, err = bus.Connect(m.ctx, r.url, "skein-"+role, 30*time.Second, service.ConnectOptions(id, r.credsFlag, r.cfg)...)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", role, err)
+	}
+	m.conns = append(m.conns, c)
+	if err := service.Prepare(m.ctx, id, c, protocol.NewNames(r.cfg.Mesh.Namespace), r.cfg, r.log.With("role", role)); err != nil {
+		return nil, fmt.Errorf("%s: %w", role, err)
+	}
+	return c, nil
 }
 
 // inProcess hands the services in this process memory connections to the embedded server,
@@ -262,18 +321,50 @@ func (p inProcess) InProcessConn() (c net.Conn, err error) {
 // mesh's roles with cfg, and an executor (and a toolhost, for its tools and the agents it calls)
 // for cfg's agent and for each agent in others.
 func startEmbedded(ctx context.Context, cfg *config.Config, others []*config.Config, home, listen string, log *slog.Logger, httpAddr string) (*embeddedMesh, error) {
+	return startMesh(ctx, cfg, others, meshOptions{home: home, listen: listen, httpAddr: httpAddr}, log)
+}
+
+// meshOptions say where the roles of startMesh run and which.
+type meshOptions struct {
+	home, listen, httpAddr string
+	// roles are the roles to run; nil runs every one, and a role that cannot start (memoryd
+	// without its models) is left out with a warning instead of stopping the mesh.
+	roles roleSet
+	// natsURL, when set, is a mesh to join instead of starting a server here; each role
+	// connects as its own identity (credsFlag: the one file of a single role).
+	natsURL, credsFlag string
+}
+
+// startMesh runs the chosen roles: on a NATS server it starts in this process (JetStream files
+// under o.home, listening on o.listen), or joined to the mesh at o.natsURL. The executors (and
+// toolhosts, for their tools and the agents they call) serve cfg's agent and each agent in others.
+func startMesh(ctx context.Context, cfg *config.Config, others []*config.Config, o meshOptions, log *slog.Logger) (*embeddedMesh, error) {
+	roles := o.roles
 	// The slow loads (the tokenizer's vocabulary, which the first model turn needs, and the
 	// embedding model when memory is on) run while the server starts and the mesh provisions,
 	// instead of one after the other on the first session's path.
-	go tokenize.Count("warm up")
+	if roles.has(protocol.RoleExecutor) || roles.has(protocol.RolePlanner) {
+		go tokenize.Count("warm up")
+	}
 	var emb *preload
-	if cfg.Memory.Enabled {
+	if (cfg.Memory.Enabled || cfg.Tools.Retrieval.Enabled) && roles.has("memoryd") {
 		emb = newPreload(context.WithoutCancel(ctx), cfg.Memory)
 		if e := cfg.Memory.Embedder; e != "" && e != "minilm" {
 			emb.begin() // an HTTP embedder is cheap to open, and memoryd needs it at once
 		}
 	}
-	m, err := startServer(ctx, cfg, home, listen, log)
+	var m *embeddedMesh
+	var err error
+	if o.natsURL != "" {
+		m = &embeddedMesh{mirror: &trace.Mirror{}, home: o.home, tls: cfg.Mesh.TLS, down: make(chan roleDown, 1),
+			remote: &remoteMesh{url: o.natsURL, credsFlag: o.credsFlag, cfg: cfg, log: log}}
+		m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+		// A role joining a mesh may wait minutes for its streams (service.Prepare): a signal
+		// while it waits ends the wait.
+		context.AfterFunc(ctx, m.cancel)
+	} else {
+		m, err = startServer(ctx, cfg, o.home, o.listen, log)
+	}
 	if err != nil {
 		if emb != nil && emb.began.Load() {
 			if e, _ := emb.wait(); e != nil {
@@ -282,13 +373,35 @@ func startEmbedded(ctx context.Context, cfg *config.Config, others []*config.Con
 		}
 		return nil, err
 	}
-	m.emb = emb
+	m.emb, m.strict = emb, roles != nil
+	if err := m.startRoles(cfg, others, o, log); err != nil {
+		m.stop()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *embeddedMesh) startRoles(cfg *config.Config, others []*config.Config, o meshOptions, log *slog.Logger) error {
+	roles, home := o.roles, o.home
 	names := protocol.NewNames(cfg.Mesh.Namespace)
-	sctx, conn := m.ctx, m.conn
-	run := func(role string, optional bool, fn func(context.Context, *bus.Conn, *slog.Logger) error) error {
-		c, err := conn(role)
+	sctx := m.ctx
+	var gatewayConn *bus.Conn
+	if m.remote != nil && roles.has("gateway") {
+		// On a mesh of its own NATS servers the gateway creates the streams and buckets the
+		// other roles wait for: it connects first, so those in this process do not wait on it.
+		c, err := m.conn("gateway")
 		if err != nil {
 			return err
+		}
+		gatewayConn = c
+	}
+	run := func(role string, optional bool, fn func(context.Context, *bus.Conn, *slog.Logger) error) error {
+		c := gatewayConn
+		if role != "gateway" || c == nil {
+			var err error
+			if c, err = m.conn(role); err != nil {
+				return err
+			}
 		}
 		l := log.With("role", role)
 		m.wg.Add(1)
@@ -300,6 +413,7 @@ func startEmbedded(ctx context.Context, cfg *config.Config, others []*config.Con
 						l.Warn("service unavailable; the mesh runs without it", "err", err)
 					} else {
 						l.Error("service stopped", "err", err)
+						m.setDown(roleDown{role: role, err: err})
 					}
 				}
 			}()
@@ -309,26 +423,39 @@ func startEmbedded(ctx context.Context, cfg *config.Config, others []*config.Con
 	// The toolhosts publish the catalog and the executors register their agents before anything
 	// can submit, so a bad manifest stops the mesh at once and no task meets a half-started mesh.
 	agents := append([]*config.Config{cfg}, others...)
-	for i, a := range agents {
-		if i > 0 && len(a.Tools.ManifestDirs) == 0 && len(a.Tools.Agents) == 0 {
-			continue
-		}
-		if err := m.startToolhost(sctx, a, names, home, log); err != nil {
-			m.stop()
-			return nil, err
+	if roles.has("toolhost") {
+		for i, a := range agents {
+			if i > 0 && len(a.Tools.ManifestDirs) == 0 && len(a.Tools.Agents) == 0 {
+				continue
+			}
+			if err := m.startToolhost(sctx, a, names, home, log); err != nil {
+				return err
+			}
 		}
 	}
-	cfg = m.startMemoryd(cfg, names, home, log)
-	m.memoryOn = cfg.Memory.Enabled
-	for i, a := range agents {
-		if i == 0 {
-			a = cfg
-		} else if !cfg.Memory.Enabled {
-			a = memoryOff(a) // no memoryd serves this mesh
+	if roles.has("memoryd") {
+		on, err := m.startMemoryd(cfg, names, home, log)
+		switch {
+		case err != nil && m.strict:
+			return protocol.Errorf(protocol.CodeUnavailable, "memoryd: %v", err)
+		case err != nil:
+			log.Warn("memory is off for this mesh", "role", "memoryd", "err", err)
 		}
-		if err := m.startExecutor(sctx, a, names, home, log); err != nil {
-			m.stop()
-			return nil, err
+		if !on {
+			cfg = memoryOff(cfg)
+		}
+		m.memoryOn = on
+	}
+	if roles.has(protocol.RoleExecutor) {
+		for i, a := range agents {
+			if i == 0 {
+				a = cfg
+			} else if !cfg.Memory.Enabled {
+				a = memoryOff(a) // no memoryd serves this mesh
+			}
+			if err := m.startExecutor(sctx, a, names, home, log); err != nil {
+				return err
+			}
 		}
 	}
 	services := []struct {
@@ -337,22 +464,24 @@ func startEmbedded(ctx context.Context, cfg *config.Config, others []*config.Con
 		fn       func(context.Context, *bus.Conn, *slog.Logger) error
 	}{
 		{"gateway", false, func(ctx context.Context, c *bus.Conn, l *slog.Logger) error {
-			return gateway.Run(ctx, gateway.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home, HTTPAddr: httpAddr, Mirror: m.mirror})
+			return gateway.Run(ctx, gateway.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home, HTTPAddr: o.httpAddr, Mirror: m.mirror})
 		}},
 		{"planner", false, func(ctx context.Context, c *bus.Conn, l *slog.Logger) error {
 			return planner.Run(ctx, planner.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home})
 		}},
-		{"miner", true, func(ctx context.Context, c *bus.Conn, l *slog.Logger) error {
+		{"miner", !m.strict, func(ctx context.Context, c *bus.Conn, l *slog.Logger) error {
 			return miner.Run(ctx, miner.Deps{Conn: c, Names: names, Config: cfg, Logger: l, Home: home})
 		}},
 	}
 	for _, s := range services {
+		if !roles.has(s.role) {
+			continue
+		}
 		if err := run(s.role, s.optional, s.fn); err != nil {
-			m.stop()
-			return nil, err
+			return err
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // startToolhost serves the tools of one agent's config and the agents it calls.
@@ -391,35 +520,32 @@ func (m *embeddedMesh) startExecutor(ctx context.Context, cfg *config.Config, na
 	return nil
 }
 
-// startMemoryd starts memoryd and waits until it serves. Memory is optional in one process: when
-// memoryd cannot start (no embedder installed, say) the mesh runs with memory off, said once,
-// rather than every step waiting for a memoryd that will never answer. It returns the config the
-// other services should use.
-func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, home string, log *slog.Logger) *config.Config {
+// startMemoryd starts memoryd and waits until it serves. It reports whether memory is on for
+// the mesh, and why memoryd did not start when it did not (no embedder installed, say): the
+// embedded default then runs with memory off, said once, rather than every step waiting for a
+// memoryd that will never answer.
+func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, home string, log *slog.Logger) (bool, error) {
 	// Tool retrieval embeds with memoryd's model, so memoryd runs when either needs it.
 	if !cfg.Memory.Enabled && !cfg.Tools.Retrieval.Enabled {
-		return cfg
+		return false, nil
 	}
 	l := log.With("role", "memoryd")
 	var emb embed.Embedder = lazyEmbedder{m.emb}
 	if e := cfg.Memory.Embedder; e == "" || e == "minilm" {
 		// The model loads lazily; whether it can load at all is known now, and said now.
 		if err := minilm.Check(minilm.Options{ModelDir: os.Getenv(minilm.EnvModelDir), LibPath: os.Getenv(minilm.EnvORTLib)}); err != nil {
-			l.Warn("memory is off for this mesh", "err", err)
-			return memoryOff(cfg)
+			return false, err
 		}
 	} else {
 		// An HTTP embedder's id and size are only known once it is open.
 		var err error
 		if emb, err = m.emb.wait(); err != nil {
-			l.Warn("memory is off for this mesh: memoryd could not start", "err", fmt.Errorf("memoryd: %w", err))
-			return memoryOff(cfg)
+			return false, fmt.Errorf("memoryd could not start: %w", err)
 		}
 	}
 	c, err := m.conn("memoryd")
 	if err != nil {
-		l.Warn("memory is off for this mesh", "err", err)
-		return memoryOff(cfg)
+		return false, err
 	}
 	ready := make(chan struct{})
 	failed := make(chan error, 1)
@@ -428,15 +554,20 @@ func (m *embeddedMesh) startMemoryd(cfg *config.Config, names protocol.Names, ho
 	select {
 	case <-ready:
 		if _, lazy := emb.(lazyEmbedder); lazy {
-			go m.loadIfRemembered(m.admin, names, l)
+			if m.admin != nil {
+				go m.loadIfRemembered(m.admin, names, l)
+			} else {
+				// A memoryd of its own (skein up --roles memoryd) serves a shared memory that
+				// is rarely empty: load the model now, as the memoryd binary does.
+				m.emb.begin()
+			}
 		}
-		return cfg
+		return cfg.Memory.Enabled, nil
 	case err := <-failed:
-		l.Warn("memory is off for this mesh: memoryd could not start", "err", err)
+		return false, fmt.Errorf("memoryd could not start: %w", err)
 	case <-time.After(2 * time.Minute):
-		l.Warn("memory is off for this mesh: memoryd did not start within 2 minutes")
+		return false, errors.New("memoryd did not start within 2 minutes")
 	}
-	return memoryOff(cfg)
 }
 
 func (m *embeddedMesh) runMemoryd(cfg *config.Config, names protocol.Names, home string, c *bus.Conn, emb embed.Embedder, l *slog.Logger, ready chan struct{}, failed chan error) {
@@ -485,7 +616,9 @@ func (m *embeddedMesh) stop() {
 			_ = e.Close()
 		}
 	}
-	m.server.Shutdown()
+	if m.server != nil {
+		m.server.Shutdown()
+	}
 	m.lock.release()
 }
 
@@ -502,47 +635,102 @@ func meshLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
-// dialMeshFull honours --nats / $SKEIN_NATS_URL / mesh.nats_url; with none it starts an embedded
-// mesh under $SKEIN_HOME, with every service when services is set, else the server alone. Call
-// the returned stop func when done.
-func dialMeshFull(cmd *cobra.Command, cfg *config.Config, services bool) (*bus.Conn, protocol.Names, *embeddedMesh, func(), error) {
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
+// dialMeshFull is how run and chat reach a mesh: --nats / $SKEIN_NATS_URL / mesh.nats_url, else
+// an embedded mesh with every service under $SKEIN_HOME, which keeps its state there for the
+// next command. Call the returned stop func when done.
+func dialMeshFull(cmd *cobra.Command, cfg *config.Config) (*bus.Conn, protocol.Names, *embeddedMesh, func(), error) {
+	ctx := cmdContext(cmd)
 	names := protocol.NewNames(cfg.Mesh.Namespace)
 	flagURL, _ := cmd.Flags().GetString("nats")
-	id := cliIdentity(cmd)
 	if url := service.NATSURL(flagURL, cfg); url != "" {
 		if paths, _ := cmd.Flags().GetStringArray("config"); len(paths) > 1 {
-			return nil, names, nil, nil, &exitError{code: 2, msg: "skein: several --config serve their agents in an embedded mesh; with --nats, start an executor (and a toolhost) per agent instead"}
+			return nil, names, nil, nil, usageError(cmd, errors.New("several --config serve their agents in an embedded mesh; with --nats, start an executor (and a toolhost) per agent instead"))
 		}
-		credsFlag, _ := cmd.Flags().GetString("creds")
-		c, err := bus.Connect(ctx, url, "skein-cli", 5*time.Second, service.ConnectOptions(id, credsFlag, cfg)...)
+		c, err := dialURL(cmd, cfg, url)
 		if err != nil {
 			return nil, names, nil, nil, err
 		}
 		return c, names, nil, c.Close, nil
 	}
-	var mesh *embeddedMesh
 	others, err := agentConfigs(cmd, cfg)
 	if err != nil {
-		return nil, names, nil, nil, &exitError{code: 2, msg: err.Error()}
+		return nil, names, nil, nil, configError(err)
 	}
-	if services {
-		mesh, err = startEmbedded(ctx, cfg, others, service.Home(), "127.0.0.1:0", meshLogger(), "")
-	} else {
-		mesh, err = startServer(ctx, cfg, service.Home(), "127.0.0.1:0", meshLogger())
-	}
+	mesh, err := startEmbedded(ctx, cfg, others, service.Home(), "127.0.0.1:0", meshLogger(), "")
 	if err != nil {
 		return nil, names, nil, nil, err
 	}
-	c, err := mesh.conn(string(id))
+	c, err := mesh.conn(string(cliIdentity(cmd)))
 	if err != nil {
 		mesh.stop()
 		return nil, names, nil, nil, err
 	}
 	return c, names, mesh, func() { c.Close(); mesh.stop() }, nil
+}
+
+// dialExisting is how every other command reaches a mesh, which must exist already: the URL
+// given, else the mesh running on $SKEIN_HOME (its lock file says where it listens), else the
+// state that embedded runs left under $SKEIN_HOME, opened in this process with the roles the
+// command needs (none, or memoryd). It never starts a mesh from nothing: reading an empty one
+// would answer "no sessions" and leave a .skein folder wherever the command ran.
+func dialExisting(cmd *cobra.Command, cfg *config.Config, roles roleSet) (*bus.Conn, protocol.Names, func(), error) {
+	names := protocol.NewNames(cfg.Mesh.Namespace)
+	flagURL, _ := cmd.Flags().GetString("nats")
+	url := service.NATSURL(flagURL, cfg)
+	home := service.Home()
+	if url == "" {
+		if at, running := runningMesh(home); running {
+			if at == "" {
+				return nil, names, nil, fail(protocol.ExitTempFail, "a mesh is starting on %s; try again in a moment", home)
+			}
+			url = at
+		}
+	}
+	if url != "" {
+		c, err := dialURL(cmd, cfg, url)
+		if err != nil {
+			return nil, names, nil, err
+		}
+		return c, names, c.Close, nil
+	}
+	if !hasMeshState(home) {
+		return nil, names, nil, noMesh(home)
+	}
+	mesh, err := startMesh(cmdContext(cmd), cfg, nil, meshOptions{home: home, listen: "127.0.0.1:0", roles: roles}, meshLogger())
+	if err != nil {
+		return nil, names, nil, err
+	}
+	c, err := mesh.conn(string(cliIdentity(cmd)))
+	if err != nil {
+		mesh.stop()
+		return nil, names, nil, err
+	}
+	return c, names, func() { c.Close(); mesh.stop() }, nil
+}
+
+// dialURL connects the CLI to the mesh at url as its identity (client, or admin for the
+// commands that change memory or the streams).
+func dialURL(cmd *cobra.Command, cfg *config.Config, url string) (*bus.Conn, error) {
+	credsFlag, _ := cmd.Flags().GetString("creds")
+	return bus.Connect(cmdContext(cmd), url, "skein-cli", 5*time.Second, service.ConnectOptions(cliIdentity(cmd), credsFlag, cfg)...)
+}
+
+// noMesh says there is no mesh to work on, and how to get one.
+func noMesh(home string) error {
+	where := home
+	if abs, err := filepath.Abs(home); err == nil && abs != home {
+		where = fmt.Sprintf("%s (%s)", home, abs)
+	}
+	return fail(protocol.ExitUnavailable, "no mesh here: none is running on SKEIN_HOME=%s and it holds no mesh state.\n"+
+		"  start one with `skein up` (or run a task with `skein run`, which keeps its state there),\n"+
+		"  or point at one with --nats URL or SKEIN_NATS_URL, or set SKEIN_HOME to the folder a mesh runs on", where)
+}
+
+func cmdContext(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
 }
 
 // adminCommands change memory itself or the streams' settings, which only the admin identity

@@ -4,9 +4,10 @@ name a running mesh and one of its agents."""
 
 import datetime as dt
 import os
+import time
 import unittest
 
-from skein_client import Client, Rejected, SyncClient
+from skein_client import Client, Rejected, SkeinError, SyncClient, new_turn_id
 
 URL = os.environ.get("SKEIN_NATS_URL")
 AGENT = os.environ.get("SKEIN_TEST_AGENT", "greeter")
@@ -37,6 +38,39 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         rep = await self.c.cancel(res.session_id, reason="too late")
         self.assertEqual((rep["status"], rep["no_op"]), ("already_finished", True))
 
+    async def test_answer_streams_as_it_is_written(self):
+        pieces = []
+        res = await self.c.run("Tell me about skein", agent=AGENT, timeout=120,
+                               on_delta=lambda d: pieces.append((time.monotonic(), d)))
+        self.assertTrue(res.succeeded, res)
+        deltas = [d for _, d in pieces]
+        # In order, in several pieces (not the whole answer at once), the last marked done, and
+        # together exactly the answer the trace keeps.
+        self.assertGreater(len(deltas), 2, deltas)
+        self.assertEqual([d["seq"] for d in deltas], list(range(1, len(deltas) + 1)))
+        self.assertEqual({(d["session_id"], d["step_id"], d["turn"]) for d in deltas}, {(res.session_id, deltas[0]["step_id"], deltas[0]["turn"])})
+        self.assertTrue(deltas[-1].get("done") and not any(d.get("done") for d in deltas[:-1]), deltas)
+        self.assertEqual("".join(d.get("text", "") for d in deltas), res.final_text)
+        self.assertLess(pieces[0][0], pieces[-1][0])
+
+    async def test_conversation_turns(self):
+        res = await self.c.run("Greet Ada", agent=AGENT, timeout=120)
+        self.assertTrue(res.succeeded, res)
+        turn = new_turn_id()
+        second = await self.c.send(res.session_id, "Greet Bob", turn_id=turn, agent=AGENT)
+        self.assertEqual(second["session_id"], res.session_id + "-2")
+        retry = await self.c.send(res.session_id, "Greet Bob", turn_id=turn, agent=AGENT)
+        self.assertEqual((retry["session_id"], retry.get("duplicate")), (second["session_id"], True))
+        await self.c.wait(second["session_id"], timeout=120)
+        again = await self.c.send(res.session_id, "Greet Bob", agent=AGENT)
+        self.assertEqual(again["session_id"], res.session_id + "-3")
+        self.assertFalse(again.get("duplicate"))
+        await self.c.wait(again["session_id"], timeout=120)
+        fork = await self.c.submit("Greet Cy", agent=AGENT, from_turn=second["session_id"])
+        record = await self.c.session(fork["session_id"])
+        self.assertEqual(record.get("forked_from"), second["session_id"])
+        await self.c.wait(fork["session_id"], timeout=120)
+
     async def test_refusals(self):
         with self.assertRaises(Rejected) as cm:
             await self.c.submit("Greet Ada", agent="nobody-serves-this")
@@ -47,7 +81,7 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertIn("task is empty", str(cm.exception))
         with self.assertRaises(Rejected) as cm:
             await self.c.cancel("no-such-session")
-        self.assertEqual(cm.exception.service_code, "404")
+        self.assertEqual((cm.exception.service_code, cm.exception.code), ("404", "not_found"))
         with self.assertRaises(Rejected):
             await self.c.session("no-such-session")
 
@@ -85,6 +119,9 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         if page["entries"]:
             e = await self.c.memory_get(page["entries"][0]["id"])
             self.assertEqual(e["id"], page["entries"][0]["id"])
+        with self.assertRaises(SkeinError) as cm:
+            await self.c.memory_get("no-such-entry")
+        self.assertEqual(cm.exception.code, "not_found")
 
 
 @unittest.skipUnless(URL, "needs a mesh: set SKEIN_NATS_URL")

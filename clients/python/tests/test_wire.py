@@ -10,7 +10,9 @@ import unittest
 import msgpack
 
 from skein_client import creds, wire
-from skein_client.client import RunResult
+from skein_client.client import RETRYABLE_CODES, RunResult
+
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "docs")
 
 
 class WireTest(unittest.TestCase):
@@ -34,8 +36,14 @@ class WireTest(unittest.TestCase):
         d = json.loads(r.to_json())
         self.assertEqual(list(d), ["session_id", "outcome", "final_text", "usage"])  # reason only when set
         self.assertEqual(list(d["usage"]), ["input_tokens", "output_tokens", "cache_creation_input_tokens",
-                                            "cache_read_input_tokens", "steps", "wall_time_s", "cost_usd"])
+                                            "cache_read_input_tokens", "turns", "steps", "wall_time_s", "cost_usd"])
         self.assertIsNone(d["usage"]["cost_usd"])
+
+    def test_retryable_codes_are_the_contracts(self):
+        # The client's copy of the retry column must say what the one table of codes says.
+        with open(os.path.join(DOCS, "asyncapi.json")) as f:
+            table = json.load(f)["components"]["schemas"]["Code"]["x-skein"]
+        self.assertEqual(RETRYABLE_CODES, {c for c, row in table.items() if row["retryable"]})
 
 
 class CredsTest(unittest.TestCase):

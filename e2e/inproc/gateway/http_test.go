@@ -197,17 +197,34 @@ func TestHTTPMemory(t *testing.T) {
 		{ID: "m-2", Agent: testAgent, Text: "Greet people by name.", Polarity: protocol.PolarityPattern, Tier: protocol.TierStrategic,
 			Sessions: []string{"s1", "s2", "s3"}, Helpful: 2, Source: "human", Status: memory.StatusActive, Created: now, Updated: now},
 	}
-	if rep, err := c.Import(testCtx(t), protocol.MemoryImportRequest{Entries: entries}); err != nil || rep.Imported != 2 {
+	skill := memory.Entry{ID: "k-1", Agent: testAgent, Kind: memory.KindSkill, Text: "Export a report: open the store, query it, write the file.",
+		Polarity: protocol.PolarityPattern, Tier: protocol.TierTactical, Source: "human", Status: memory.StatusActive, Created: now, Updated: now,
+		Skill: &protocol.SkillBody{Name: "export-report", Version: 1, Maturity: protocol.SkillMature, Confidence: 0.8, Confirmed: 3,
+			Steps: []protocol.SkillStep{{Tool: "db_open", Text: "open the store"}, {Tool: "db_query", Text: "query it"}}, Signature: []string{"db_open", "db_query"}}}
+	if rep, err := c.Import(testCtx(t), protocol.MemoryImportRequest{Entries: append(entries, skill)}); err != nil || rep.Imported != 3 {
 		t.Fatalf("import: %+v %v", rep, err)
 	}
 
 	var list protocol.MemoryListReply
 	if status := getJSON(t, srv, "/v1/memory?agent="+testAgent, &list); status != http.StatusOK || list.Total != 2 || list.Entries[0].ID != "m-2" {
-		t.Fatalf("list: %d %+v", status, list)
+		t.Fatalf("list (guidelines, as before kinds): %d %+v", status, list)
+	}
+	if status := getJSON(t, srv, "/v1/memory?kind=skill", &list); status != http.StatusOK || list.Total != 1 || list.Entries[0].Skill == nil || list.Entries[0].Skill.Name != "export-report" {
+		t.Fatalf("list kind=skill: %d %+v", status, list)
+	}
+	if status := getJSON(t, srv, "/v1/memory?kind=all", &list); status != http.StatusOK || list.Total != 3 {
+		t.Fatalf("list kind=all: %d %+v", status, list)
+	}
+	if status := getJSON(t, srv, "/v1/memory?kind=rule", &e); status != http.StatusBadRequest {
+		t.Errorf("bad kind: %d %v", status, e)
+	}
+	var kinds protocol.MemoryInspectReply
+	if status := getJSON(t, srv, "/v1/memory/search?q=export+a+report&kind=skill&top_k=5", &kinds); status != http.StatusOK || len(kinds.Hits) != 1 || kinds.Hits[0].Entry.ID != "k-1" {
+		t.Fatalf("search kind=skill: %d %+v", status, kinds)
 	}
 	var ins protocol.MemoryInspectReply
 	if status := getJSON(t, srv, "/v1/memory/search?q=read+the+csv+file&top_k=1", &ins); status != http.StatusOK || len(ins.Hits) != 1 ||
-		ins.Hits[0].Entry.ID != "m-1" || ins.Hits[0].Why == "" || len(ins.Counts) != 2 {
+		ins.Hits[0].Entry.ID != "m-1" || ins.Hits[0].Why == "" || len(ins.Counts) != 3 {
 		t.Fatalf("search: %d %+v", status, ins)
 	}
 	if status := getJSON(t, srv, "/v1/memory/search?tier=middle", &e); status != http.StatusBadRequest {

@@ -195,7 +195,7 @@ async function followEvents(id) {
     const r = await fetch('/v1/sessions/' + encodeURIComponent(id) + '/events', { headers: { Authorization: 'Bearer ' + token }, signal: ac.signal });
     if (!r.ok) {
       const data = await r.json().catch(() => null);
-      throw new APIError((data && data.error) || r.statusText, r.status);
+      throw new APIError((data && data.error) || r.statusText, r.status, data && data.code);
     }
     const reader = r.body.getReader();
     const dec = new TextDecoder();
@@ -210,6 +210,8 @@ async function followEvents(id) {
         buf = buf.slice(i + 2);
         const line = chunk.split('\n').find((l) => l.startsWith('data: '));
         if (!line) continue;
+        const kind = (chunk.split('\n').find((l) => l.startsWith('event: ')) || '').slice(7);
+        if (kind === 'delta') { if (current === id) showDelta(JSON.parse(line.slice(6)), t0); continue; }
         const ev = JSON.parse(line.slice(6));
         if (t0 === null) t0 = new Date(ev.time);
         $('d-events').append(eventItem(ev, t0));
@@ -219,6 +221,28 @@ async function followEvents(id) {
   } catch (e) {
     if (e.name !== 'AbortError') showError(e);
   }
+}
+
+// The model's text as it is generated (event: delta): one timeline item per model turn whose
+// text grows batch by batch; restart empties it, done marks it complete. A missing batch (seq
+// gap) is said: the turn's trace events hold the whole text.
+function showDelta(d, t0) {
+  const key = `${d.step_id}/${d.turn}`;
+  let li = [...$('d-events').querySelectorAll('li[data-type="delta"]')].find((e) => e.dataset.key === key);
+  if (!li) {
+    const dt = t0 === null ? '' : '+' + ((Date.now() - t0) / 1000).toFixed(2) + 's';
+    li = el('li', { 'data-type': 'delta', 'data-key': key, class: 'streaming' }, el('span', { class: 't' }, dt),
+      el('span', { class: 'ty' }, 'answer'), el('span', { class: 'mono muted' }, ` [${d.step_id}] turn ${d.turn} `),
+      el('div', { class: 'stream' }));
+    li.dataset.next = '1';
+    $('d-events').append(li);
+  }
+  const text = li.querySelector('.stream');
+  if (String(d.seq) !== li.dataset.next && !li.querySelector('.gap')) li.append(el('div', { class: 'gap muted' }, 'part of the text was missed while it streamed; the trace events below hold it whole'));
+  li.dataset.next = String(d.seq + 1);
+  if (d.restart) text.textContent = '';
+  if (d.text) text.textContent += d.text;
+  if (d.done) li.classList.remove('streaming');
 }
 
 function eventItem(ev, t0) {
@@ -237,8 +261,8 @@ function eventSummary(ev) {
     case 'model_call': return `${ev.model} ${ev.latency_ms || 0}ms` + (ev.usage ? ` · in ${ev.usage.input_tokens} out ${ev.usage.output_tokens}` : '');
     case 'tool_call': return el('span', {}, `${ev.tool} ${clip(ev.args ? JSON.stringify(ev.args) : '', 100)} → `,
       ev.result ? (ev.result.ok ? clip(JSON.stringify(ev.result.result), 100) : badge('failed')) : '', ev.result && !ev.result.ok ? ' ' + clip(ev.result.error, 160) : '');
-    case 'retrieval': return `${(ev.guidelines || []).length} guideline(s) from memory`;
-    case 'mined': return `${(ev.mined || []).length} candidate(s) mined`;
+    case 'retrieval': return `${(ev.guidelines || []).length} guideline(s), ${(ev.recalled || []).filter((r) => r.kind === 'case').length} worked example(s), ${(ev.recalled || []).filter((r) => r.kind === 'skill').length} skill(s) from memory`;
+    case 'mined': return `${(ev.mined || []).length} candidate(s), ${(ev.cases || []).length} case(s) mined`;
     case 'tools': return `${(ev.attrs && ev.attrs.phase) || ''} [${(ev.tools || []).join(' ')}]`;
     case 'usage': return ev.report ? `in ${fmtInt(ev.report.input_tokens)} out ${fmtInt(ev.report.output_tokens)} · ${fmtCost(ev.report.cost_usd)} · ${fmtSecs(ev.report.wall_time_s)}` + (ev.role === 'miner' ? ' (with mining)' : '') : '';
     case 'final': case 'incomplete': case 'failed': case 'step_finished':
@@ -251,13 +275,16 @@ function eventSummary(ev) {
 
 // The learning, made visible: what memory gave this session and what the miner did with it.
 function eventDetail(ev) {
-  if (ev.type === 'retrieval' && ev.guidelines && ev.guidelines.length) {
-    return el('div', { class: 'detail' }, ev.guidelines.map((g) => el('div', { class: 'guideline' },
-      badge(g.tier), ' ', el('b', {}, g.score.toFixed(3)), ' ', g.text, g.why ? el('div', { class: 'why' }, 'why: ' + g.why) : null)));
+  if (ev.type === 'retrieval' && ((ev.guidelines || []).length || (ev.recalled || []).length)) {
+    return el('div', { class: 'detail' }, (ev.guidelines || []).map((g) => el('div', { class: 'guideline' },
+      badge(g.tier), ' ', el('b', {}, g.score.toFixed(3)), ' ', g.text, g.why ? el('div', { class: 'why' }, 'why: ' + g.why) : null)),
+    (ev.recalled || []).map((r) => el('div', { class: 'guideline' }, badge(r.kind), ' ', el('b', {}, r.score.toFixed(3)), ' ', entryLink(r.id),
+      el('span', { class: 'muted' }, ` ${r.tokens || 0} tokens`), caseBody(r.case), skillBody(r.skill), r.why ? el('div', { class: 'why' }, 'why: ' + r.why) : null)));
   }
   if (ev.type === 'mined') {
     const text = {};
     for (const c of ev.mined || []) text[c.key] = c;
+    for (const c of ev.cases || []) text[c.key] = { polarity: 'case', text: c.case.intent };
     return el('div', { class: 'detail' }, (ev.ingested || []).map((a) => el('div', { class: 'decision' },
       badge(a.action), ' ', text[a.key] ? `${text[a.key].polarity}: ${text[a.key].text}` : a.key,
       a.entry_id ? el('span', { class: 'mono muted' }, ' ' + short(a.entry_id)) : null,
@@ -271,15 +298,15 @@ function eventDetail(ev) {
 let memoryLoaded = false;
 
 async function loadMemory() {
-  const agent = $('m-agent').value, tier = $('m-tier').value, q = $('m-q').value.trim();
-  const counts = await api('/v1/memory/search?' + new URLSearchParams(Object.entries({ agent, tier, top_k: '50', q }).filter(([, v]) => v)));
+  const agent = $('m-agent').value, kind = $('m-kind').value, tier = $('m-tier').value, q = $('m-q').value.trim();
+  const counts = await api('/v1/memory/search?' + new URLSearchParams(Object.entries({ agent, kind, tier, top_k: '50', q }).filter(([, v]) => v)));
   addAgents(counts.counts.map((c) => c.agent));
   const by = {};
   for (const c of counts.counts) {
-    const t = by[c.agent] || (by[c.agent] = { strategic: 0, tactical: 0, inactive: 0 });
-    if (c.status !== 'active') t.inactive += c.n; else t[c.tier] += c.n;
+    const t = by[c.agent] || (by[c.agent] = { strategic: 0, tactical: 0, case: 0, skill: 0, inactive: 0 });
+    if (c.status !== 'active') t.inactive += c.n; else if (c.kind === 'case' || c.kind === 'skill') t[c.kind] += c.n; else t[c.tier] += c.n;
   }
-  $('m-counts').textContent = Object.entries(by).map(([a, t]) => `${a}: strategic ${t.strategic}, tactical ${t.tactical}, superseded/retired/quarantined ${t.inactive}`).join(' · ') +
+  $('m-counts').textContent = Object.entries(by).map(([a, t]) => `${a}: guidelines strategic ${t.strategic}, tactical ${t.tactical}; cases ${t.case}; skills ${t.skill}; superseded/retired/quarantined ${t.inactive}`).join(' · ') +
     ` (embedding model ${counts.model})`;
   let rows;
   if (q) {
@@ -287,11 +314,12 @@ async function loadMemory() {
     rows = (counts.hits || []).map((h) => memoryRow(h.entry, h));
   } else {
     $('m-score-h').textContent = '';
-    const list = await api('/v1/memory?' + new URLSearchParams(Object.entries({ agent, tier, status: $('m-status').value }).filter(([, v]) => v)));
+    const list = await api('/v1/memory?' + new URLSearchParams(Object.entries({ agent, kind, tier, status: $('m-status').value }).filter(([, v]) => v)));
     rows = list.entries.map((e) => memoryRow(e, null));
   }
   $('m-rows').replaceChildren(...rows);
-  if (!rows.length) $('m-rows').append(el('tr', {}, el('td', { colspan: 10, class: 'muted' }, q ? 'no guideline matches' : 'no guidelines')));
+  const what = { guideline: 'guideline', case: 'case', skill: 'skill', all: 'entry' }[kind];
+  if (!rows.length) $('m-rows').append(el('tr', {}, el('td', { colspan: 10, class: 'muted' }, q ? `no ${what} matches` : `no ${what}`)));
   memoryLoaded = true;
 }
 
@@ -303,8 +331,9 @@ function memoryRow(e, hit) {
   return el('tr', { 'data-entry': e.id },
     el('td', { class: 'num', title: hit ? `similarity ${hit.similarity.toFixed(3)}` : '' }, hit ? hit.score.toFixed(3) : ''),
     el('td', { class: 'mono', title: e.id }, short(e.id)),
-    el('td', {}, badge(e.tier), ' ', badge(e.polarity)),
+    el('td', {}, e.kind && e.kind !== 'guideline' ? [badge(e.kind), ' '] : null, badge(e.tier), ' ', badge(e.polarity)),
     el('td', {}, e.text, (e.tools || []).length ? el('span', { class: 'muted' }, ` [${e.tools.join(', ')}]`) : null,
+      caseBody(e.case), skillBody(e.skill),
       hit && hit.why ? el('div', { class: 'why' }, 'why: ' + hit.why) : null,
       e.utility ? el('div', { class: 'muted' }, `utility ${e.utility > 0 ? '+' : ''}${e.utility.toFixed(2)} (echo ${e.echoes || 0}, fizzle ${e.fizzles || 0})`) : null,
       e.superseded_by ? el('div', { class: 'muted' }, 'superseded by ', entryLink(e.superseded_by)) : null,
@@ -318,6 +347,32 @@ function memoryRow(e, hit) {
     actions);
 }
 
+// caseBody shows a case's evidence: how the episode went step by step, what made the difference
+// (with the verbatim quote it rests on), its quality and cost, and the skill it counts for.
+function caseBody(c) {
+  if (!c) return null;
+  const cost = c.cost || {};
+  return el('div', { class: 'detail' },
+    el('ol', { class: 'steps' }, ...(c.approach || []).map((s) => el('li', {}, el('span', { class: 'mono' }, s.tool), s.args ? el('span', { class: 'muted' }, ' ' + s.args) : null,
+      s.ok ? null : [' ', badge('failed'), s.error ? el('span', { class: 'muted' }, ' ' + s.error) : null], s.note ? el('div', { class: 'why' }, s.note) : null))),
+    c.insight ? el('div', {}, el('b', {}, 'insight: '), c.insight) : null,
+    c.evidence ? el('div', { class: 'why' }, 'evidence: “' + c.evidence + '”') : null,
+    el('div', { class: 'muted' }, `${c.outcome} · quality ${(c.quality || 0).toFixed(2)} · ${cost.tool_calls || 0} call(s), ${cost.tool_failures || 0} failed · in ${fmtInt(cost.input_tokens || 0)} out ${fmtInt(cost.output_tokens || 0)}` +
+      ` · ${c.extractor || 'template'}` + (c.refused ? ` (model refused: ${c.refused})` : ''), c.skill ? [' · skill ', entryLink(c.skill)] : null));
+}
+
+// skillBody shows a skill's procedure and its standing: maturity, confidence, and the cases that
+// confirmed or weakened it.
+function skillBody(k) {
+  if (!k) return null;
+  return el('div', { class: 'detail' },
+    el('div', {}, el('b', {}, `${k.name} v${k.version}`), ' ', badge(k.maturity), el('span', { class: 'muted' }, ` confidence ${(k.confidence || 0).toFixed(2)} · confirmed ${k.confirmed || 0}, weakened ${k.weakened || 0}`)),
+    (k.preconditions || []).length ? el('div', { class: 'muted' }, 'when: ' + k.preconditions.join('; ')) : null,
+    el('ol', { class: 'steps' }, ...(k.steps || []).map((s) => el('li', {}, s.tool ? [el('span', { class: 'mono' }, s.tool), ' '] : null, s.text))),
+    (k.pitfalls || []).length ? el('div', { class: 'why' }, 'pitfalls: ' + k.pitfalls.join('; ')) : null,
+    (k.cases || []).length ? el('div', { class: 'muted' }, 'cases ', ...k.cases.flatMap((id, i) => [i ? ', ' : '', entryLink(id)])) : null);
+}
+
 // entryLink searches memory for one entry (its id is the query's text match in the list view).
 function entryLink(id) {
   return el('a', { href: '#', class: 'mono', title: id, onclick: (ev) => { ev.preventDefault(); showEntry(id); } }, short(id));
@@ -326,6 +381,9 @@ function entryLink(id) {
 async function showEntry(id) {
   try {
     const e = await api('/v1/memory/' + encodeURIComponent(id));
+    // From a session's timeline too: the memory view shows just this entry.
+    memoryLoaded = true;
+    if (view !== 'memory') show('memory');
     $('m-rows').replaceChildren(memoryRow(e, null));
     $('m-rows').querySelector('details.history')?.setAttribute('open', '');
   } catch (err) { showError(err); }
@@ -352,7 +410,8 @@ function confirmDialog(text) {
 }
 
 async function retire(e, evict) {
-  const what = evict ? 'Evict (delete) this guideline for good?' : 'Retire this guideline? It stays listed but is never retrieved again.';
+  const noun = e.kind && e.kind !== 'guideline' ? e.kind : 'guideline';
+  const what = evict ? `Evict (delete) this ${noun} for good?` : `Retire this ${noun}? It stays listed but is never retrieved again.`;
   if (!await confirmDialog(`${what}\n\n${e.id}: ${clip(e.text, 200)}`)) return;
   try {
     await api('/v1/memory/' + encodeURIComponent(e.id) + '/retire', { method: 'POST', body: { evict, reason: 'from the console' } });
@@ -427,6 +486,52 @@ function stackedBars(labels, series, fmt) {
   return [s, legend];
 }
 
+// Learning curve: a report of `skein eval --out FILE`, read in the browser (it never leaves it),
+// one line per memory arm across the rounds.
+function loadEvalReport(rep) {
+  const arms = rep.arms || [];
+  $('l-title').textContent = `suite ${rep.suite}: ${(rep.tasks || []).length} tasks, model ${rep.model}, ${rep.rounds} round(s)` + (rep.at ? `, run ${fmtTime(rep.at)}` : '');
+  const pctf = (v) => `${Math.round(v * 100)}%`;
+  $('l-success').replaceChildren(...curve(arms, (r) => r.success_rate, pctf, 1));
+  $('l-first').replaceChildren(...curve(arms, (r) => r.first_try_rate, pctf, 1));
+  $('l-tokens').replaceChildren(...curve(arms, (r) => r.input_tokens, fmtInt, 0));
+  $('l-rows').replaceChildren(...arms.flatMap((a) => (a.rounds || []).map((r) => el('tr', {},
+    el('td', {}, badge('memory ' + a.memory)), el('td', { class: 'num' }, r.round),
+    el('td', { class: 'num' }, `${r.succeeded}/${r.tasks}`), el('td', { class: 'num' }, `${r.first_try}/${r.tasks}`),
+    el('td', { class: 'num' }, r.tool_failures), el('td', { class: 'num' }, `${fmtInt(r.input_tokens)} / ${fmtInt(r.output_tokens)}`),
+    el('td', { class: 'num' }, r.cost_known ? fmtCost(r.cost_usd) : '?'), el('td', { class: 'num' }, fmtSecs(r.wall_s)),
+    el('td', { class: 'num' }, `${fmtInt(r.mining_input_tokens)} / ${fmtInt(r.mining_output_tokens)}`)))));
+}
+
+// curve draws one polyline per arm over the rounds; max is the y axis's top (0: the data's).
+function curve(arms, value, fmt, max) {
+  const W = 880, H = 170, L = 64, B = 20, T = 8;
+  const rounds = Math.max(0, ...arms.map((a) => (a.rounds || []).length));
+  const top = max || Math.max(1, ...arms.flatMap((a) => (a.rounds || []).map(value)));
+  const s = svg('svg', { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img' });
+  const ph = H - B - T, dx = rounds > 1 ? (W - L - 24) / (rounds - 1) : 0;
+  const at = (i, v) => [L + 8 + i * dx, T + ph - v / top * ph];
+  s.append(svg('line', { x1: L, y1: T + ph, x2: W - 4, y2: T + ph, stroke: '#8c959f' }));
+  s.append(svg('text', { x: L - 6, y: T + 10, 'text-anchor': 'end', 'font-size': 10, fill: '#57606a' }, fmt(top)));
+  s.append(svg('text', { x: L - 6, y: T + ph, 'text-anchor': 'end', 'font-size': 10, fill: '#57606a' }, fmt(0)));
+  for (let i = 0; i < rounds; i++) s.append(svg('text', { x: at(i, 0)[0], y: H - 6, 'text-anchor': 'middle', 'font-size': 10, fill: '#57606a' }, `round ${i + 1}`));
+  arms.forEach((a, j) => {
+    const pts = (a.rounds || []).map((r, i) => at(i, value(r)));
+    s.append(svg('polyline', { points: pts.map((p) => p.join(',')).join(' '), fill: 'none', stroke: PALETTE[j % PALETTE.length], 'stroke-width': 2 }));
+    (a.rounds || []).forEach((r, i) => s.append(svg('circle', { cx: pts[i][0], cy: pts[i][1], r: 3, fill: PALETTE[j % PALETTE.length] },
+      svg('title', {}, `memory ${a.memory}, round ${i + 1}: ${fmt(value(r))}`))));
+  });
+  const legend = el('div', { class: 'legend' }, arms.map((a, j) => el('span', {},
+    svg('svg', { width: 10, height: 10 }, svg('rect', { width: 10, height: 10, fill: PALETTE[j % PALETTE.length] })), ' memory ' + a.memory)));
+  return [s, legend];
+}
+
+$('l-file').addEventListener('change', async (ev) => {
+  const f = ev.target.files[0];
+  if (!f) return;
+  try { loadEvalReport(JSON.parse(await f.text())); showError(null); } catch (err) { showError(new Error(`${f.name} is not a report of skein eval --out: ${err.message}`)); }
+});
+
 // Dead letters.
 async function loadDLQ() {
   const rows = await api('/v1/dlq?limit=500');
@@ -444,7 +549,7 @@ let typing = null;
 $('s-q').addEventListener('input', () => { clearTimeout(typing); typing = setTimeout(refresh, 250); });
 $('u-since').addEventListener('change', refresh);
 $('m-search').addEventListener('submit', (e) => { e.preventDefault(); memoryLoaded = false; refresh(); });
-for (const id of ['m-agent', 'm-tier', 'm-status']) $(id).addEventListener('change', () => { memoryLoaded = false; refresh(); });
+for (const id of ['m-agent', 'm-kind', 'm-tier', 'm-status']) $(id).addEventListener('change', () => { memoryLoaded = false; refresh(); });
 $('login-form').addEventListener('submit', (e) => {
   e.preventDefault();
   token = $('token').value.trim();

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -77,8 +78,14 @@ func (e *Server) WatchStorage(ctx context.Context, nc *nats.Conn, names protocol
 	w.check()
 	sub, err := nc.Subscribe(names.Storage(), func(m *nats.Msg) {
 		rep := w.State()
+		// An empty request is a question too (`nats req <subject> ''`); anything else must read.
+		var req protocol.StorageRequest
+		if err := protocol.UnmarshalChecked(m.Data, &req); len(m.Data) > 0 && err != nil {
+			rep = protocol.StorageReply{}
+			rep.Fail(fmt.Errorf("storage request: %w", err))
+		}
 		if data, err := protocol.Marshal(&rep); err == nil {
-			_ = m.Respond(data)
+			_ = nc.PublishMsg(bus.ReplyMsg(m.Reply, data, &rep))
 		}
 	})
 	if err != nil {

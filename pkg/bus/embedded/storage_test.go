@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/micro"
+
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/bus/embedded"
@@ -132,5 +134,35 @@ func TestStorageWatchOnAFullDisk(t *testing.T) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("the log does not say %q", want)
 		}
+	}
+}
+
+// The storage subject answers an empty question with the state, and a request it cannot read
+// with the reply's error and code (bad_request) and the same code's service error header.
+func TestStorageAnswersAnUnreadableRequestWithItsCode(t *testing.T) {
+	m := bustest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := m.Server.WatchStorage(ctx, m.Conn.NC, m.Names, embedded.StorageOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := m.Conn.NC.RequestWithContext(ctx, m.Names.Storage(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep protocol.StorageReply
+	if err := protocol.Unmarshal(msg.Data, &rep); err != nil || rep.State != protocol.StorageOK || rep.Err() != nil || msg.Header != nil {
+		t.Fatalf("empty question: %+v %v headers %v", rep, err, msg.Header)
+	}
+	msg, err = m.Conn.NC.RequestWithContext(ctx, m.Names.Storage(), []byte("not msgpack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep = protocol.StorageReply{}
+	if err := protocol.Unmarshal(msg.Data, &rep); err != nil || rep.Code != protocol.CodeBadRequest || rep.State != "" {
+		t.Fatalf("garbage: %+v %v", rep, err)
+	}
+	if got := msg.Header.Get(micro.ErrorCodeHeader); got != protocol.CodeBadRequest.ServiceCode() {
+		t.Fatalf("garbage: headers %v", msg.Header)
 	}
 }

@@ -7,12 +7,19 @@
 // llm.cache is off. Transient errors are retried by skein's one policy (the SDK's own retries
 // are disabled), a reply cut at max_tokens is retried once with a larger limit, and every
 // attempt has a hard deadline.
+//
+// Every call streams (the SDK's NewStreaming): the text goes to Request.Stream as it arrives,
+// and the events are accumulated into the same Message the non-streaming call returns, usage
+// included (message_start's input and cache counts, message_delta's cumulative totals). A
+// stream that ends before message_stop is a failed attempt, never a shorter answer.
 package anthropic
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"time"
 
@@ -94,22 +101,55 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 	if err != nil {
 		return nil, fmt.Errorf("%s: building request: %w", Provider, err)
 	}
-	resp, err := call.WithMaxTokensRetry(ctx, maxTokens, b.logInfo,
+	out := call.NewOutput(req.Stream)
+	resp, err := call.WithMaxTokensRetry(ctx, maxTokens, b.logInfo, out,
 		func(ctx context.Context, maxTokens int) (*llm.Response, error) {
 			params.MaxTokens = int64(maxTokens)
-			msg, err := call.Do(ctx, b.policy, classify, func(ctx context.Context) (*sdk.Message, error) {
-				return b.client.Messages.New(ctx, params)
+			return call.Do(ctx, b.policy, classify, func(ctx context.Context) (*llm.Response, error) {
+				return b.stream(ctx, params, out)
 			})
-			if err != nil {
-				return nil, err
-			}
-			return fromMessage(msg), nil
 		})
 	if err != nil {
 		return nil, err
 	}
 	resp.Latency = time.Since(start)
 	return resp, nil
+}
+
+// stream makes one streamed call and accumulates its events into the answer.
+func (b *Backend) stream(ctx context.Context, params sdk.MessageNewParams, out *call.Output) (*llm.Response, error) {
+	st := b.client.Messages.NewStreaming(ctx, params)
+	defer st.Close()
+	var msg sdk.Message
+	// The tool arguments exactly as streamed: the SDK's accumulator empties arguments that do
+	// not parse, and the executor must show the model what it sent.
+	inputs := map[int64][]byte{}
+	stopped := false
+	for st.Next() {
+		ev := st.Current()
+		if err := msg.Accumulate(ev); err != nil {
+			return nil, out.Failed(fmt.Errorf("stream event %s: %w", ev.Type, err))
+		}
+		switch ev.Type {
+		case "content_block_delta":
+			switch ev.Delta.Type {
+			case "text_delta":
+				out.Text(ev.Delta.Text)
+			case "input_json_delta":
+				inputs[ev.Index] = append(inputs[ev.Index], ev.Delta.PartialJSON...)
+			}
+		case "message_stop":
+			stopped = true
+		}
+	}
+	if err := st.Err(); err != nil {
+		return nil, out.Failed(err)
+	}
+	if !stopped {
+		// The connection ended cleanly but the answer did not: a proxy or the provider gave up.
+		return nil, out.Failed(fmt.Errorf("the stream ended before message_stop: %w", io.ErrUnexpectedEOF))
+	}
+	return fromMessage(&msg, inputs), nil
 }
 
 func (b *Backend) logInfo(msg string, args ...any) {
@@ -121,6 +161,11 @@ func classify(err error) call.Failure {
 	var apiErr *sdk.Error
 	if errors.As(err, &apiErr) {
 		f := call.Failure{Status: apiErr.StatusCode, Transient: call.StatusTransient(apiErr.StatusCode)}
+		if apiErr.StatusCode == http.StatusOK {
+			// An error event inside a stream (overloaded_error, api_error): the provider failed
+			// mid-answer, as a 5xx would have before it.
+			f.Status, f.Transient = 0, apiErr.Type() != "invalid_request_error"
+		}
 		if apiErr.Response != nil {
 			f.RetryAfter = call.RetryAfter(apiErr.Response.Header)
 		}

@@ -203,7 +203,9 @@ func inputSchema(raw json.RawMessage) (sdk.ToolInputSchemaParam, error) {
 	return s, nil
 }
 
-func fromMessage(m *sdk.Message) *llm.Response {
+// fromMessage maps an answer; inputs, when it has an entry for a tool_use block's index, holds
+// that call's arguments as they were streamed.
+func fromMessage(m *sdk.Message, inputs map[int64][]byte) *llm.Response {
 	r := &llm.Response{Model: string(m.Model), Usage: protocol.Usage{
 		InputTokens:              m.Usage.InputTokens,
 		OutputTokens:             m.Usage.OutputTokens,
@@ -211,12 +213,15 @@ func fromMessage(m *sdk.Message) *llm.Response {
 		CacheReadInputTokens:     m.Usage.CacheReadInputTokens,
 	}}
 	var text []string
-	for _, c := range m.Content {
+	for i, c := range m.Content {
 		switch c.Type {
 		case "text":
 			text = append(text, c.Text)
 		case "tool_use":
 			args := c.Input
+			if raw, ok := inputs[int64(i)]; ok && len(raw) > 0 {
+				args = raw
+			}
 			// Arguments that arrive as a JSON string are passed on as the raw text, so the
 			// executor can show the model exactly what it sent.
 			if len(args) > 0 && args[0] == '"' {

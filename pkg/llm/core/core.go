@@ -99,6 +99,19 @@ type Request struct {
 	CacheTTL string
 	// Role (planner, executor, miner, subagent) is carried for accounting, never sent.
 	Role string
+	// Stream, when set, is told the answer's text as the provider generates it, piece by piece
+	// and in order, before Complete returns the whole Response (whose Text is those pieces
+	// joined). Never sent. It is called on the calling goroutine and must not block for long.
+	Stream func(Delta)
+}
+
+// Delta is one piece of a streamed answer (Request.Stream).
+type Delta struct {
+	// Text continues the answer.
+	Text string
+	// Restart voids the text streamed so far: the model answers again from the start (a reply
+	// cut at max_tokens is asked again once with a larger limit). Text is empty then.
+	Restart bool
 }
 
 // Response is the model's answer.

@@ -33,6 +33,7 @@ type aBlock = map[string]json.RawMessage
 type aRequest struct {
 	Model     string          `json:"model"`
 	MaxTokens int             `json:"max_tokens"`
+	Stream    bool            `json:"stream"`
 	System    json.RawMessage `json:"system"`
 	Tools     []aBlock        `json:"tools"`
 	Messages  []struct {
@@ -81,7 +82,7 @@ func (s *Server) serveAnthropic(w http.ResponseWriter, r *http.Request) {
 	}
 	blocks, lastText, err := flattenAnthropic(req)
 	n, reply := s.next(req.Model, req.MaxTokens, lastText, body)
-	rec := Recorded{Body: body, Header: r.Header.Clone(), Reply: reply}
+	rec := Recorded{N: n, Body: body, Header: r.Header.Clone(), Reply: reply}
 	delay(r.Context(), reply.Delay)
 	switch {
 	case reply.Reset:
@@ -139,20 +140,83 @@ func (s *Server) serveAnthropic(w http.ResponseWriter, r *http.Request) {
 	case len(calls) > 0:
 		stop = "tool_use"
 	}
-	rec.Status, rec.Usage = 200, usage
-	s.record(rec)
-	writeJSON(w, 200, map[string]any{
+	wireUsage := map[string]any{
+		"input_tokens":                usage.InputTokens,
+		"output_tokens":               usage.OutputTokens,
+		"cache_creation_input_tokens": usage.CacheCreationInputTokens,
+		"cache_read_input_tokens":     usage.CacheReadInputTokens,
+		"cache_creation": map[string]any{
+			"ephemeral_5m_input_tokens": by5m, "ephemeral_1h_input_tokens": by1h},
+	}
+	msg := map[string]any{
 		"id": fmt.Sprintf("msg_fake_%04d", n), "type": "message", "role": "assistant",
-		"model": req.Model, "content": content, "stop_reason": stop, "stop_sequence": nil,
-		"usage": map[string]any{
-			"input_tokens":                usage.InputTokens,
-			"output_tokens":               usage.OutputTokens,
-			"cache_creation_input_tokens": usage.CacheCreationInputTokens,
-			"cache_read_input_tokens":     usage.CacheReadInputTokens,
-			"cache_creation": map[string]any{
-				"ephemeral_5m_input_tokens": by5m, "ephemeral_1h_input_tokens": by1h},
-		},
-	})
+		"model": req.Model, "content": content, "stop_reason": stop, "stop_sequence": nil, "usage": wireUsage,
+	}
+	rec.Status, rec.Streamed = 200, req.Stream
+	if !req.Stream {
+		rec.Usage = usage
+		s.record(rec)
+		writeJSON(w, 200, msg)
+		return
+	}
+	rec.Cut = !streamAnthropic(newSSE(w, r, reply), msg, content, wireUsage)
+	if !rec.Cut {
+		rec.Usage = usage
+	}
+	s.record(rec)
+}
+
+// streamAnthropic sends msg as the Messages API streams it and reports whether the stream
+// reached message_stop. message_start carries the input side of the usage (and an output count
+// of 1, as the API sends); message_delta carries the stop reason and the whole usage, every
+// count cumulative.
+func streamAnthropic(st *sse, msg map[string]any, content []map[string]any, usage map[string]any) bool {
+	start := map[string]any{}
+	for k, v := range msg {
+		start[k] = v
+	}
+	startUsage := map[string]any{}
+	for k, v := range usage {
+		startUsage[k] = v
+	}
+	startUsage["output_tokens"] = 1
+	start["content"], start["stop_reason"], start["usage"] = []any{}, nil, startUsage
+	if !st.event("message_start", map[string]any{"type": "message_start", "message": start}) {
+		return false
+	}
+	for i, blk := range content {
+		var first map[string]any
+		var deltas []map[string]any
+		switch blk["type"] {
+		case "text":
+			first = map[string]any{"type": "text", "text": ""}
+			for _, w := range words(blk["text"].(string)) {
+				deltas = append(deltas, map[string]any{"type": "text_delta", "text": w})
+			}
+		case "tool_use":
+			first = map[string]any{"type": "tool_use", "id": blk["id"], "name": blk["name"], "input": map[string]any{}}
+			for _, p := range pieces(string(blk["input"].(json.RawMessage)), 10) {
+				deltas = append(deltas, map[string]any{"type": "input_json_delta", "partial_json": p})
+			}
+		}
+		if !st.event("content_block_start", map[string]any{"type": "content_block_start", "index": i, "content_block": first}) {
+			return false
+		}
+		if i == 0 && !st.event("ping", map[string]any{"type": "ping"}) {
+			return false
+		}
+		for _, d := range deltas {
+			if !st.chunk("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": d}) {
+				return false
+			}
+		}
+		if !st.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": i}) {
+			return false
+		}
+	}
+	return st.event("message_delta", map[string]any{"type": "message_delta",
+		"delta": map[string]any{"stop_reason": msg["stop_reason"], "stop_sequence": nil}, "usage": usage}) &&
+		st.event("message_stop", map[string]any{"type": "message_stop"})
 }
 
 // computeAnthropicCache finds the longest cached prefix reachable from a breakpoint, writes

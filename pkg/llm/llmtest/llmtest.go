@@ -14,6 +14,15 @@
 // an HTTP error status with retry-after (429, 500, 529), a reset connection, a reply cut at
 // max_tokens. Both validate tool_use/tool_result pairing and answer 400 like the provider
 // when it is broken. Token counts come from pkg/tokenize, so figures are realistic.
+//
+// A request with "stream": true is answered as the provider streams: server-sent events of
+// the same answer, in the provider's own event sequence (Anthropic: message_start,
+// content_block_start, ping, content_block_delta with text_delta or input_json_delta,
+// content_block_stop, message_delta with the stop reason and the usage, message_stop;
+// OpenAI: chat.completion.chunk objects, the finish reason in the last choice chunk, then, with
+// stream_options.include_usage, a chunk of usage alone, then [DONE]). The text goes a word per
+// chunk and tool arguments a few bytes per chunk; Reply.ChunkDelay paces the chunks (a slow
+// model) and Reply.CutAfter breaks the stream after that many chunks (a failing network).
 package llmtest
 
 import (
@@ -21,12 +30,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tokenize"
@@ -56,6 +69,14 @@ type Reply struct {
 	RetryAfter     string
 	Reset          bool
 	CutAtMaxTokens bool
+
+	// Streamed answers only. ChunkDelay is the wait before each content chunk. CutAfter > 0
+	// breaks the stream once that many content chunks are out: the connection is dropped
+	// (the client reads an unexpected EOF), or, with CutClean, the response ends as if complete
+	// but without the provider's closing events (a proxy that gave up).
+	ChunkDelay time.Duration
+	CutAfter   int
+	CutClean   bool
 }
 
 // Request is what a Respond function sees of an incoming call.
@@ -77,13 +98,16 @@ type Script struct {
 
 // Recorded is one call the server received.
 type Recorded struct {
+	N      int // the call's index on the server (Requests are in this order)
 	Body   []byte
 	Header http.Header
 	Reply  Reply
 	// Status is the HTTP status answered (0 for a reset connection).
 	Status int
-	// Usage is what the answer reported (zero for faults).
+	// Usage is what the answer reported (zero for faults and cut streams).
 	Usage protocol.Usage
+	// Streamed: the answer went as server-sent events; Cut: its stream was broken on purpose.
+	Streamed, Cut bool
 }
 
 // Server is a running fake.
@@ -157,10 +181,13 @@ func (s *Server) next(model string, maxTokens int, lastText string, body []byte)
 	return n, Reply{Text: "done."}
 }
 
+// record keeps a call in the order calls arrived: a streamed answer is recorded when its stream
+// ends, which may be after its client sent the next call.
 func (s *Server) record(r Recorded) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.recorded = append(s.recorded, r)
+	i := sort.Search(len(s.recorded), func(i int) bool { return s.recorded[i].N > r.N })
+	s.recorded = slices.Insert(s.recorded, i, r)
 	s.totals = s.totals.Add(r.Usage)
 }
 
@@ -239,4 +266,94 @@ func delay(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// sse writes a streamed answer: events flushed one by one, content chunks paced and counted,
+// the stream cut where the reply says.
+type sse struct {
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	ctx   context.Context
+	reply Reply
+	n     int  // content chunks written
+	cut   bool // the stream was cut (write nothing more)
+}
+
+func newSSE(w http.ResponseWriter, r *http.Request, reply Reply) *sse {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return &sse{w: w, rc: http.NewResponseController(w), ctx: r.Context(), reply: reply}
+}
+
+// event writes one event (name "" for data-only events, as OpenAI sends them); it reports
+// whether the stream goes on.
+func (s *sse) event(name string, data any) bool {
+	if s.cut || s.ctx.Err() != nil {
+		return false
+	}
+	b, ok := data.([]byte)
+	if !ok {
+		b, _ = json.Marshal(data)
+	}
+	if name != "" {
+		_, _ = fmt.Fprintf(s.w, "event: %s\n", name)
+	}
+	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", b); err != nil {
+		return false
+	}
+	return s.rc.Flush() == nil
+}
+
+// chunk writes one content event after the reply's ChunkDelay, then cuts the stream if it was
+// the CutAfter-th.
+func (s *sse) chunk(name string, data any) bool {
+	delay(s.ctx, s.reply.ChunkDelay)
+	if !s.event(name, data) {
+		return false
+	}
+	s.n++
+	if s.reply.CutAfter > 0 && s.n >= s.reply.CutAfter {
+		s.cut = true
+		if !s.reply.CutClean {
+			resetConn(s.w)
+		}
+		return false
+	}
+	return true
+}
+
+// words splits text into chunks of one word and the spaces after it, as models stream text.
+func words(text string) []string {
+	var out []string
+	start := 0
+	for i := 1; i < len(text); i++ {
+		if text[i-1] == ' ' || text[i-1] == '\n' {
+			if text[i] != ' ' && text[i] != '\n' {
+				out = append(out, text[start:i])
+				start = i
+			}
+		}
+	}
+	if start < len(text) {
+		out = append(out, text[start:])
+	}
+	return out
+}
+
+// pieces splits s into pieces of about n bytes, never inside a UTF-8 sequence.
+func pieces(s string, n int) []string {
+	var out []string
+	for len(s) > n {
+		cut := n
+		for cut < len(s) && !utf8.RuneStart(s[cut]) {
+			cut++
+		}
+		out = append(out, s[:cut])
+		s = s[cut:]
+	}
+	if s != "" || len(out) == 0 {
+		out = append(out, s)
+	}
+	return out
 }

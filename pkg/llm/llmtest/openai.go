@@ -50,6 +50,10 @@ type oRequest struct {
 	MaxCompletionTokens int             `json:"max_completion_tokens"`
 	Tools               json.RawMessage `json:"tools"`
 	Messages            []oMessage      `json:"messages"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
 func openAIError(w http.ResponseWriter, status int, msg string) {
@@ -77,7 +81,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request) {
 	}
 	blocks, lastText, err := flattenOpenAI(req)
 	n, reply := s.next(req.Model, maxTokens, lastText, body)
-	rec := Recorded{Body: body, Header: r.Header.Clone(), Reply: reply}
+	rec := Recorded{N: n, Body: body, Header: r.Header.Clone(), Reply: reply}
 	delay(r.Context(), reply.Delay)
 	switch {
 	case reply.Reset:
@@ -121,19 +125,86 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request) {
 		finish = "tool_calls"
 	}
 	// OpenAI's prompt_tokens includes the cached ones; the backend splits them.
-	rec.Status = 200
-	rec.Usage = protocol.Usage{InputTokens: int64(prompt - cached), CacheReadInputTokens: int64(cached), OutputTokens: int64(outTokens)}
+	usage := protocol.Usage{InputTokens: int64(prompt - cached), CacheReadInputTokens: int64(cached), OutputTokens: int64(outTokens)}
+	wireUsage := map[string]any{
+		"prompt_tokens": prompt, "completion_tokens": outTokens, "total_tokens": prompt + outTokens,
+		"prompt_tokens_details":     map[string]any{"cached_tokens": cached, "audio_tokens": 0},
+		"completion_tokens_details": map[string]any{"reasoning_tokens": 0, "audio_tokens": 0},
+	}
+	head := map[string]any{"id": fmt.Sprintf("chatcmpl-fake%04d", n), "created": time.Now().Unix(),
+		"model": req.Model, "system_fingerprint": "fp_fake"}
+	rec.Status, rec.Streamed = 200, req.Stream
+	if !req.Stream {
+		rec.Usage = usage
+		s.record(rec)
+		body := map[string]any{"object": "chat.completion",
+			"choices": []map[string]any{{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}}, "usage": wireUsage}
+		for k, v := range head {
+			body[k] = v
+		}
+		writeJSON(w, 200, body)
+		return
+	}
+	if !req.StreamOptions.IncludeUsage {
+		wireUsage = nil // the API reports no usage in a stream unless asked
+	}
+	rec.Cut = !streamOpenAI(newSSE(w, r, reply), head, text, msg["tool_calls"], finish, wireUsage)
+	if !rec.Cut && wireUsage != nil {
+		rec.Usage = usage
+	}
 	s.record(rec)
-	writeJSON(w, 200, map[string]any{
-		"id": fmt.Sprintf("chatcmpl-fake%04d", n), "object": "chat.completion", "created": time.Now().Unix(),
-		"model": req.Model, "system_fingerprint": "fp_fake",
-		"choices": []map[string]any{{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}},
-		"usage": map[string]any{
-			"prompt_tokens": prompt, "completion_tokens": outTokens, "total_tokens": prompt + outTokens,
-			"prompt_tokens_details":     map[string]any{"cached_tokens": cached, "audio_tokens": 0},
-			"completion_tokens_details": map[string]any{"reasoning_tokens": 0, "audio_tokens": 0},
-		},
-	})
+}
+
+// streamOpenAI sends an answer as chat completion chunks and reports whether the stream
+// reached [DONE]: the role first, the text a word per chunk, each tool call's id and name then
+// its arguments a few bytes per chunk, the finish reason in a chunk of its own, then (when
+// asked) the usage in a chunk without choices.
+func streamOpenAI(st *sse, head map[string]any, text string, toolCalls any, finish string, usage map[string]any) bool {
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		c := map[string]any{"object": "chat.completion.chunk",
+			"choices": []map[string]any{{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
+		if usage != nil {
+			c["usage"] = nil
+		}
+		for k, v := range head {
+			c[k] = v
+		}
+		return c
+	}
+	if !st.event("", chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)) {
+		return false
+	}
+	for _, w := range words(text) {
+		if !st.chunk("", chunk(map[string]any{"content": w}, nil)) {
+			return false
+		}
+	}
+	calls, _ := toolCalls.([]map[string]any)
+	for i, c := range calls {
+		fn := c["function"].(map[string]any)
+		first := map[string]any{"index": i, "id": c["id"], "type": "function", "function": map[string]any{"name": fn["name"], "arguments": ""}}
+		if !st.chunk("", chunk(map[string]any{"tool_calls": []any{first}}, nil)) {
+			return false
+		}
+		for _, p := range pieces(fn["arguments"].(string), 10) {
+			if !st.chunk("", chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": p}}}}, nil)) {
+				return false
+			}
+		}
+	}
+	if !st.event("", chunk(map[string]any{}, finish)) {
+		return false
+	}
+	if usage != nil {
+		last := map[string]any{"object": "chat.completion.chunk", "choices": []any{}, "usage": usage}
+		for k, v := range head {
+			last[k] = v
+		}
+		if !st.event("", last) {
+			return false
+		}
+	}
+	return st.event("", []byte("[DONE]"))
 }
 
 // computeOpenAICache returns the prompt size and the longest previously seen prefix (block

@@ -17,6 +17,13 @@
 //
 // Tool-call arguments that are not valid JSON are returned as the raw text in ToolCall.Args
 // (the executor turns them into a tool error the model sees), never as an error.
+//
+// Every call streams (the SDK's NewStreaming with stream_options.include_usage): the text goes
+// to Request.Stream as it arrives, the SDK's accumulator joins the chunks into the same
+// completion the non-streaming call returns, and the usage is taken whole from the stream's
+// usage chunk. A stream without a finish reason is a failed attempt, never a shorter answer;
+// so is one from OpenAI's own API without its usage chunk. A compatible server that sends no
+// usage in streams is logged once, and its calls count no tokens.
 package openai
 
 import (
@@ -24,13 +31,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/skein-mesh/skein/pkg/config"
@@ -46,10 +56,11 @@ const defaultMaxTokens = 1024
 
 // Backend calls chat completions.
 type Backend struct {
-	client sdk.Client
-	cfg    config.LLM
-	opts   llm.Options
-	policy call.Policy
+	client  sdk.Client
+	cfg     config.LLM
+	opts    llm.Options
+	policy  call.Policy
+	noUsage sync.Once
 }
 
 var _ llm.Backend = (*Backend)(nil)
@@ -97,7 +108,9 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 	if err != nil {
 		return nil, fmt.Errorf("%s: building request: %w", Provider, err)
 	}
-	resp, err := call.WithMaxTokensRetry(ctx, maxTokens, b.logInfo,
+	params.StreamOptions.IncludeUsage = sdk.Bool(true)
+	out := call.NewOutput(req.Stream)
+	resp, err := call.WithMaxTokensRetry(ctx, maxTokens, b.logInfo, out,
 		func(ctx context.Context, maxTokens int) (*llm.Response, error) {
 			// OpenAI's own API wants max_completion_tokens (o-series reject max_tokens);
 			// compatible servers widely understand only max_tokens.
@@ -106,19 +119,62 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 			} else {
 				params.MaxTokens = sdk.Int(int64(maxTokens))
 			}
-			cc, err := call.Do(ctx, b.policy, classify, func(ctx context.Context) (*sdk.ChatCompletion, error) {
-				return b.client.Chat.Completions.New(ctx, params)
+			return call.Do(ctx, b.policy, classify, func(ctx context.Context) (*llm.Response, error) {
+				return b.stream(ctx, params, out)
 			})
-			if err != nil {
-				return nil, err
-			}
-			return fromCompletion(cc)
 		})
 	if err != nil {
 		return nil, err
 	}
 	resp.Latency = time.Since(start)
 	return resp, nil
+}
+
+// stream makes one streamed call and accumulates its chunks into the answer.
+func (b *Backend) stream(ctx context.Context, params sdk.ChatCompletionNewParams, out *call.Output) (*llm.Response, error) {
+	st := b.client.Chat.Completions.NewStreaming(ctx, params)
+	defer st.Close()
+	var acc sdk.ChatCompletionAccumulator
+	var usage *sdk.CompletionUsage
+	finished := false
+	for st.Next() {
+		chunk := st.Current()
+		if !acc.AddChunk(chunk) {
+			return nil, out.Failed(fmt.Errorf("stream chunk %s does not continue the answer", chunk.ID))
+		}
+		for _, ch := range chunk.Choices {
+			if ch.Index != 0 {
+				continue
+			}
+			out.Text(ch.Delta.Content)
+			if ch.FinishReason != "" {
+				finished = true
+			}
+		}
+		if chunk.JSON.Usage.Valid() {
+			// The accumulator adds the counts it knows and drops cache_write_tokens; the usage
+			// chunk is the whole figure.
+			u := chunk.Usage
+			usage = &u
+		}
+	}
+	if err := st.Err(); err != nil {
+		return nil, out.Failed(err)
+	}
+	switch {
+	case !finished:
+		return nil, out.Failed(fmt.Errorf("the stream ended before a finish reason: %w", io.ErrUnexpectedEOF))
+	case usage == nil && official(b.cfg.BaseURL):
+		return nil, out.Failed(fmt.Errorf("the stream ended before its usage chunk: %w", io.ErrUnexpectedEOF))
+	case usage == nil:
+		b.noUsage.Do(func() {
+			b.opts.Logger.Warn("the server sends no usage in streamed answers (stream_options.include_usage): its calls count no tokens",
+				"provider", Provider, "base_url", b.cfg.BaseURL)
+		})
+	default:
+		acc.Usage = *usage
+	}
+	return fromCompletion(&acc.ChatCompletion)
 }
 
 // official reports whether a base URL is OpenAI's own API.
@@ -142,6 +198,11 @@ func classify(err error) call.Failure {
 			f.RetryAfter = call.RetryAfter(apiErr.Response.Header)
 		}
 		return f
+	}
+	var streamErr *ssestream.StreamError
+	if errors.As(err, &streamErr) {
+		// An error inside a stream: the server failed mid-answer, as a 5xx would have before it.
+		return call.Failure{Transient: true}
 	}
 	return call.Failure{Transient: call.NetTransient(err)}
 }

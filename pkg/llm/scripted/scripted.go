@@ -1,27 +1,6 @@
 // Package scripted is the offline model: a YAML script of rules answers every call, so the
-// whole mesh runs (and is tested) without a provider or a key.
-//
-//	rules:
-//	  - when: {system: "(?i)guideline", last: "unknown language"}   # both optional (RE2)
-//	    reply:
-//	      text: "I'll greet Ada."
-//	      tool_calls:
-//	        - {name: hello, args: {name: Ada, lang: en}}        # args: a YAML map -> JSON object
-//	        - {name: hello, args_raw: '{"name": "Ada"'}          # sent verbatim (malformed on purpose)
-//	    times: 1                                                  # optional: answer at most once
-//	    delay_s: 2                                                # optional: think this long first (a slow model)
-//
-// when.system is matched against the system prompt (its blocks joined by blank lines),
-// when.last against the newest user message: its text and tool results, joined by newlines,
-// when.any against the whole conversation (every message, as the token count renders it), so a
-// conversation's later turn can answer from an earlier one, and when.tools against the names of
-// the tools the call offers, one per line, so a script can act on its tool set as a model does:
-// `when: {tools: "(?m)^lookup_customer$"}` answers only while lookup_customer is offered.
-// An argument whose value is exactly "$1" … "$9" takes that capture group of when.last (a JSON
-// number when the capture is one, else a string), so a script can pass on a handle or an offset
-// the conversation produced: `when: {last: "handle: (res-\w+)"}` … `args: {handle: "$1"}`.
-// The first rule that matches and is not used up answers; no match is an error naming the
-// script file and quoting the start of the newest message.
+// whole mesh runs (and is tested) without a provider or a key. The format is Help (printed by
+// `skein help script`).
 //
 // Counting `times` per conversation: a rule's uses are counted from the conversation itself,
 // as the number of assistant turns in the request's transcript that are exactly that rule's
@@ -82,6 +61,8 @@ type fileRule struct {
 	Times int `yaml:"times"`
 	// DelayS makes the reply take this long, as a slow model would; the call's context ends it.
 	DelayS float64 `yaml:"delay_s"`
+	// ChunkMS paces the streamed text: this long between words (nil: the script's chunk_ms).
+	ChunkMS *int `yaml:"chunk_ms"`
 }
 
 type rule struct {
@@ -90,6 +71,7 @@ type rule struct {
 	calls                    []llm.ToolCall // IDs filled per answer
 	times                    int            // 0: unlimited
 	delay                    time.Duration
+	chunk                    time.Duration // between streamed words
 }
 
 // Script is a parsed rule file.
@@ -110,7 +92,8 @@ func Load(path string) (*Script, error) {
 // Parse checks a script; name (usually the file path) appears in every error.
 func Parse(name string, data []byte) (*Script, error) {
 	var doc struct {
-		Rules []fileRule `yaml:"rules"`
+		Rules   []fileRule `yaml:"rules"`
+		ChunkMS int        `yaml:"chunk_ms"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -122,6 +105,9 @@ func Parse(name string, data []byte) (*Script, error) {
 	}
 	if len(doc.Rules) == 0 {
 		return nil, fmt.Errorf("scripted: %s: no rules: the script needs a non-empty rules: list", name)
+	}
+	if doc.ChunkMS < 0 {
+		return nil, fmt.Errorf("scripted: %s: chunk_ms: must be >= 0, got %d", name, doc.ChunkMS)
 	}
 	s := &Script{name: name}
 	for i, fr := range doc.Rules {
@@ -187,6 +173,13 @@ func Parse(name string, data []byte) (*Script, error) {
 			return nil, at(".delay_s", "must be >= 0, got %v", fr.DelayS)
 		}
 		r.delay = time.Duration(fr.DelayS * float64(time.Second))
+		chunk := doc.ChunkMS
+		if fr.ChunkMS != nil {
+			if chunk = *fr.ChunkMS; chunk < 0 {
+				return nil, at(".chunk_ms", "must be >= 0, got %d", chunk)
+			}
+		}
+		r.chunk = time.Duration(chunk) * time.Millisecond
 		s.rules = append(s.rules, r)
 	}
 	return s, nil
@@ -273,6 +266,9 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 				return nil, fmt.Errorf("scripted: %w", context.Cause(ctx))
 			}
 		}
+		if err := stream(ctx, req.Stream, r.text, r.chunk); err != nil {
+			return nil, err
+		}
 		resp := &llm.Response{Text: r.text, Model: cmp.Or(b.model, Model), StopReason: llm.StopEndTurn}
 		out := tokenize.Count(r.text)
 		var groups []string
@@ -294,6 +290,33 @@ func (b *Backend) Complete(ctx context.Context, req llm.Request) (*llm.Response,
 	}
 	return nil, fmt.Errorf("scripted: no rule in %s matches the conversation (newest message: %q)", b.script.name, quoteStart(last, 80))
 }
+
+// stream hands text to sink a word (and the spaces after it) at a time, pause apart.
+func stream(ctx context.Context, sink func(llm.Delta), text string, pause time.Duration) error {
+	if sink == nil || text == "" {
+		return nil
+	}
+	start := 0
+	for i := 1; i <= len(text); i++ {
+		if i < len(text) && (!isSpace(text[i-1]) || isSpace(text[i])) {
+			continue
+		}
+		if start > 0 && pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("scripted: %w", context.Cause(ctx))
+			}
+		}
+		sink(llm.Delta{Text: text[start:i]})
+		start = i
+	}
+	return nil
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' }
 
 // capture is an argument value standing for a capture group of when.last.
 var capture = regexp.MustCompile(`"\$([1-9])"`)

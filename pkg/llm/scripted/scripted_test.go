@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/skein-mesh/skein/pkg/config"
 	llm "github.com/skein-mesh/skein/pkg/llm/core"
@@ -239,5 +240,43 @@ rules:
 	if _, err := Parse("bad.yaml", []byte("rules:\n  - when: {tools: \"(\"}\n    reply: {text: x}\n")); err == nil ||
 		!strings.Contains(err.Error(), "rules[0].when.tools") {
 		t.Fatalf("a bad when.tools: %v", err)
+	}
+}
+
+// The reply's text streams a word at a time, chunk_ms apart (the rule's over the script's);
+// the pieces make the answer.
+func TestTextStreamsInChunks(t *testing.T) {
+	s, err := Parse("s.yaml", []byte(`
+chunk_ms: 5
+rules:
+  - when: {last: slow}
+    chunk_ms: 30
+    reply: {text: "one two  three\nfour"}
+  - reply: {text: "fast answer here"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := FromScript(s)
+	ask := func(text string) ([]string, time.Duration, *llm.Response) {
+		var got []string
+		req := llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: text}}}},
+			Stream: func(d llm.Delta) { got = append(got, d.Text) }}
+		start := time.Now()
+		resp, err := b.Complete(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, time.Since(start), resp
+	}
+	got, took, resp := ask("slow please")
+	if fmt.Sprintf("%q", got) != `["one " "two  " "three\n" "four"]` || strings.Join(got, "") != resp.Text || took < 90*time.Millisecond {
+		t.Fatalf("pieces %q in %v", got, took)
+	}
+	if got, _, resp := ask("other"); len(got) != 3 || strings.Join(got, "") != resp.Text {
+		t.Fatalf("pieces %q", got)
+	}
+	if _, err := Parse("s.yaml", []byte("rules:\n  - reply: {text: x}\n    chunk_ms: -1\n")); err == nil || !strings.Contains(err.Error(), "chunk_ms") {
+		t.Fatalf("negative chunk_ms: %v", err)
 	}
 }

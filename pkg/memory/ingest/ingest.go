@@ -44,6 +44,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/gate"
+	"github.com/skein-mesh/skein/pkg/memory/skills"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -52,6 +53,8 @@ const (
 	DefaultSimilarityThreshold = 0.85
 	DefaultPromotionSessions   = 3
 	DefaultCapacity            = 2000
+	DefaultCaseCapacity        = 1000
+	DefaultSkillCapacity       = 200
 	DefaultRelatedFloor        = 0.60
 	DefaultDuplicateFloor      = 0.92
 	DefaultPromotionHelpful    = 1
@@ -78,8 +81,13 @@ const (
 type Options struct {
 	SimilarityThreshold float64
 	PromotionSessions   int
-	// Capacity bounds the entries of one agent in one tier.
-	Capacity int
+	// Capacity bounds the guidelines of one agent in one tier; CaseCapacity and SkillCapacity
+	// the cases and the skills of one agent.
+	Capacity      int
+	CaseCapacity  int
+	SkillCapacity int
+	// Skills configures the skill life cycle of ingested cases.
+	Skills SkillOptions
 	// RelatedFloor: strategic entries at least this similar are judged before a promotion.
 	RelatedFloor float64
 	// DuplicateFloor is the rule judge's duplicate band.
@@ -113,6 +121,12 @@ func OptionsFrom(m config.Memory) Options {
 		PromotionHelpful:    m.PromotionHelpful,
 		FeedbackWindow:      m.FeedbackWindow,
 		DemoteHarmful:       m.DemoteHarmful,
+		CaseCapacity:        m.Cases.Capacity,
+		SkillCapacity:       m.Skills.Capacity,
+		Skills: SkillOptions{Enabled: m.Skills.Enabled, Options: skills.Options{
+			MinCases: m.Skills.MinCases, MatureCases: m.Skills.MatureCases, MatureConfidence: m.Skills.MatureConfidence,
+			RetireConfidence: m.Skills.RetireConfidence, IntentFloor: m.Skills.IntentFloor, ApproachFloor: m.Skills.ApproachFloor,
+			MinQuality: m.Cases.MinQuality}},
 	}.withDefaults()
 }
 
@@ -126,6 +140,13 @@ func (o Options) withDefaults() Options {
 	if o.Capacity <= 0 {
 		o.Capacity = DefaultCapacity
 	}
+	if o.CaseCapacity <= 0 {
+		o.CaseCapacity = DefaultCaseCapacity
+	}
+	if o.SkillCapacity <= 0 {
+		o.SkillCapacity = DefaultSkillCapacity
+	}
+	o.Skills.Options = o.Skills.Options.WithDefaults()
 	if o.RelatedFloor <= 0 {
 		o.RelatedFloor = DefaultRelatedFloor
 	}
@@ -184,8 +205,21 @@ func (e *Engine) Ingest(ctx context.Context, req protocol.IngestRequest) ([]prot
 	if req.SessionID == "" {
 		return nil, errors.New("ingest: session id is empty")
 	}
+	if len(req.Cases) > protocol.MaxCasesPerRequest {
+		return nil, fmt.Errorf("ingest: %d cases in one request, at most %d", len(req.Cases), protocol.MaxCasesPerRequest)
+	}
 	var first error
-	acts := make([]protocol.IngestAction, 0, len(req.Candidates))
+	acts := make([]protocol.IngestAction, 0, len(req.Candidates)+len(req.Cases))
+	for _, c := range req.Cases {
+		as, err := e.IngestCase(ctx, req.Agent, req.SessionID, c, req.Scope, req.Seen)
+		if err != nil {
+			as = append(as, protocol.IngestAction{Key: "case:" + c.Key, Action: "error", Detail: err.Error()})
+			if first == nil {
+				first = err
+			}
+		}
+		acts = append(acts, as...)
+	}
 	for _, c := range req.Candidates {
 		a, err := e.IngestScoped(ctx, req.Agent, req.SessionID, c, req.Scope, req.Seen)
 		if err != nil {

@@ -87,6 +87,11 @@ func replace(winner, loser *memory.Entry, at time.Time, reason string) {
 //   - tactical with enough sessions and helpful marks, not failing, passing the gate again:
 //     judged against the strategic entries and promoted (promote).
 func (e *Engine) settle(ctx context.Context, ent memory.Entry, key string, act protocol.IngestAction) (protocol.IngestAction, error) {
+	if ent.KindOf() != memory.KindGuideline {
+		// Cases and skills are never promoted or contested: their marks move their utility and
+		// worth, a skill's confidence moves with the cases that follow it.
+		return act, e.put(ctx, ent)
+	}
 	now := e.opt.Now().UTC()
 	if ent.Status == memory.StatusSuperseded {
 		by := ent.SupersededBy

@@ -57,6 +57,8 @@ const (
 	flagSuperseded
 	flagRetired
 	flagQuarantined
+	flagCase
+	flagSkill
 )
 
 func newIndex(model string, dim int) *vindex {
@@ -101,6 +103,12 @@ func flagsOf(e *memory.Entry) uint8 {
 		f |= flagRetired
 	case memory.StatusQuarantined:
 		f |= flagQuarantined
+	}
+	switch e.Kind {
+	case memory.KindCase:
+		f |= flagCase
+	case memory.KindSkill:
+		f |= flagSkill
 	}
 	return f
 }
@@ -231,6 +239,17 @@ func (x *vindex) compile(f *memory.Filter) matcher {
 		m.mask, m.eq = m.mask|flagPattern, m.eq|flagPattern
 	case protocol.PolarityAvoid:
 		m.mask |= flagPattern
+	default:
+		m.none = true
+	}
+	switch f.Kind {
+	case memory.KindAny:
+	case "", memory.KindGuideline:
+		m.mask |= flagCase | flagSkill
+	case memory.KindCase:
+		m.mask, m.eq = m.mask|flagCase|flagSkill, m.eq|flagCase
+	case memory.KindSkill:
+		m.mask, m.eq = m.mask|flagCase|flagSkill, m.eq|flagSkill
 	default:
 		m.none = true
 	}

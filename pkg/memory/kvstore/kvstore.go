@@ -383,7 +383,7 @@ func (s *Store) check(e *memory.Entry) error {
 	if invNorm(e.Embedding) == 0 {
 		return fmt.Errorf("put memory entry %s: zero embedding", e.ID)
 	}
-	return nil
+	return memory.CheckKind(e)
 }
 
 // Put implements memory.Store: Create for revision 0, Update against the revision otherwise.

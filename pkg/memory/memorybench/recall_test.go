@@ -15,15 +15,16 @@ const RecallN = 10_000
 // Recorded recall@10 at RecallN (docs/benchmarks.md, make memory-bench). A change that lowers
 // recall below these fails here; raise them when a change improves it.
 // The KV store scans exactly, but over vectors it normalized itself, so a near-tie at the 10th
-// place can fall the other way than in the baseline's scan (measured 0.9995). Milvus' HNSW index
-// is built on several threads and differs between builds (measured 0.9875, 0.9935 and 0.9985 on
-// three builds of the same corpus), so its floor sits below the lowest of them. The KV store's
+// place can fall the other way than in the baseline's scan (measured 0.9995). Milvus is measured
+// once the query nodes serve the built HNSW index (Flush waits for it): 0.9995 to 1.0000 on seven
+// builds of the same corpus. The 0.9875 to 0.9985 recorded before were taken while the
+// server still answered from its interim index of the growing segment. The KV store's
 // IVF index (forced on from 1k: about 90 cells here, 8 of them probed) depends on the order the
 // concurrent fill left the slots in (measured 0.9770 to 0.9825 over four runs).
 const (
 	recordedRecallKV     = 0.995
 	recordedRecallKVIVF  = 0.970
-	recordedRecallMilvus = 0.980
+	recordedRecallMilvus = 0.995
 )
 
 func TestRecallAtLeastRecorded(t *testing.T) {

@@ -37,6 +37,8 @@ import (
 	"github.com/milvus-io/milvus-sdk-go/v2/entity"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/memory"
@@ -47,6 +49,7 @@ import (
 const (
 	fID       = "id"
 	fAgent    = "agent"
+	fKind     = "kind"
 	fTier     = "tier"
 	fPolarity = "polarity"
 	fStatus   = "status"
@@ -72,7 +75,7 @@ const recordVersion = 1
 var queryWindow = 16384
 
 // Search results carry no vectors: a hit is read, not written back (Get the entry to change it).
-var hitFields = []string{fID, fAgent, fTier, fPolarity, fStatus, fTools, fRevision, fPayload}
+var hitFields = []string{fID, fAgent, fKind, fTier, fPolarity, fStatus, fTools, fRevision, fPayload}
 var listFields = append(slices.Clone(hitFields), fVector)
 
 // Consistency levels for searches and lists (Options.Consistency, memory.milvus_consistency).
@@ -135,12 +138,20 @@ type Store struct {
 	cl     entity.ConsistencyLevel
 	parts  int
 
-	mu    sync.RWMutex
-	model string
-	dim   int
+	mu      sync.RWMutex
+	model   string
+	dim     int
+	rebuilt bool
 }
 
-var _ memory.Reembedder = (*Store)(nil)
+// Rebuilt reports whether Open found a collection from before entry kinds and rebuilt it from
+// the records (memoryd says so in its log).
+func (s *Store) Rebuilt() bool { return s.rebuilt }
+
+var (
+	_ memory.Reembedder = (*Store)(nil)
+	_ memory.Repairer   = (*Store)(nil)
+)
 
 // PrefixFor derives the collection prefix of a mesh namespace.
 func PrefixFor(names protocol.Names) string {
@@ -259,10 +270,26 @@ func (s *Store) ensureCollection(ctx context.Context, dim int) error {
 	if err != nil {
 		return fmt.Errorf("milvus: has collection %s: %w", name, err)
 	}
+	rebuild := false
+	if ok {
+		// A collection from before entry kinds has no kind field, and Milvus 2.3 cannot add one.
+		// It is only the searchable copy of the records: drop it, and refill the new one from them.
+		c, err := s.c.DescribeCollection(ctx, name)
+		if err != nil {
+			return fmt.Errorf("milvus: describe collection %s: %w", name, err)
+		}
+		if !slices.ContainsFunc(c.Schema.Fields, func(f *entity.Field) bool { return f.Name == fKind }) {
+			if err := s.c.DropCollection(ctx, name); err != nil {
+				return fmt.Errorf("milvus: drop %s (it predates entry kinds) to rebuild it: %w", name, err)
+			}
+			ok, rebuild = false, true
+		}
+	}
 	if !ok {
-		schema := entity.NewSchema().WithName(name).WithDescription("skein memory entries (both tiers)").
+		schema := entity.NewSchema().WithName(name).WithDescription("skein memory entries (every kind, both tiers)").
 			WithField(entity.NewField().WithName(fID).WithDataType(entity.FieldTypeVarChar).WithMaxLength(protocol.MaxMemoryID).WithIsPrimaryKey(true)).
 			WithField(entity.NewField().WithName(fAgent).WithDataType(entity.FieldTypeVarChar).WithMaxLength(256)).
+			WithField(entity.NewField().WithName(fKind).WithDataType(entity.FieldTypeVarChar).WithMaxLength(16)).
 			WithField(entity.NewField().WithName(fTier).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
 			WithField(entity.NewField().WithName(fPolarity).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
 			WithField(entity.NewField().WithName(fStatus).WithDataType(entity.FieldTypeVarChar).WithMaxLength(32)).
@@ -298,6 +325,12 @@ func (s *Store) ensureCollection(ctx context.Context, dim int) error {
 	// collection instead of failing or scanning.
 	if err := s.c.LoadCollection(ctx, name, false); err != nil {
 		return fmt.Errorf("milvus: load collection %s: %w", name, err)
+	}
+	if rebuild {
+		if _, err := s.Repair(ctx); err != nil {
+			return fmt.Errorf("milvus: refill %s from the records after adding entry kinds: %w", name, err)
+		}
+		s.rebuilt = true
 	}
 	return nil
 }
@@ -384,6 +417,13 @@ func expr(f memory.Filter) string {
 	if f.Agent != "" {
 		parts = append(parts, fAgent+" == "+quote(f.Agent))
 	}
+	switch f.Kind {
+	case memory.KindAny:
+	case "":
+		parts = append(parts, fKind+" == "+quote(memory.KindGuideline))
+	default:
+		parts = append(parts, fKind+" == "+quote(f.Kind))
+	}
 	if f.Tier != "" {
 		parts = append(parts, fTier+" == "+quote(string(f.Tier)))
 	}
@@ -417,9 +457,9 @@ func decodeRows(rs client.ResultSet) ([]memory.Entry, error) {
 	n := idc.Len()
 	out := make([]memory.Entry, n)
 	agent, tier, pol, status := rs.GetColumn(fAgent), rs.GetColumn(fTier), rs.GetColumn(fPolarity), rs.GetColumn(fStatus)
-	rev, pl := rs.GetColumn(fRevision), rs.GetColumn(fPayload)
+	rev, pl, kind := rs.GetColumn(fRevision), rs.GetColumn(fPayload), rs.GetColumn(fKind)
 	tools, _ := rs.GetColumn(fTools).(*entity.ColumnVarCharArray)
-	if agent == nil || tier == nil || pol == nil || status == nil || rev == nil || pl == nil || tools == nil {
+	if agent == nil || kind == nil || tier == nil || pol == nil || status == nil || rev == nil || pl == nil || tools == nil {
 		return nil, errors.New("milvus: result misses output fields")
 	}
 	vc, _ := rs.GetColumn(fVector).(*entity.ColumnFloatVector)
@@ -432,12 +472,16 @@ func decodeRows(rs client.ResultSet) ([]memory.Entry, error) {
 		st, _ := status.GetAsString(i)
 		r, _ := rev.GetAsInt64(i)
 		raw, _ := pl.GetAsString(i)
+		k, _ := kind.GetAsString(i)
 		id, agent := e.ID, e.Agent
 		if err := json.Unmarshal([]byte(raw), e); err != nil {
 			return nil, fmt.Errorf("milvus: decode entry %s: %w", id, err)
 		}
 		e.ID, e.Agent, e.Tools, e.Embedding = id, agent, nil, nil
 		e.Tier, e.Polarity, e.Status, e.Revision = protocol.Tier(t), protocol.Polarity(p), memory.Status(st), uint64(r)
+		if e.Kind = k; k == memory.KindGuideline {
+			e.Kind = ""
+		}
 		ts, _ := tools.ValueByIdx(i)
 		for _, t := range ts {
 			e.Tools = append(e.Tools, string(t))
@@ -449,9 +493,14 @@ func decodeRows(rs client.ResultSet) ([]memory.Entry, error) {
 	return out, nil
 }
 
-// query returns every row matching ex, splitting by id prefix when a page reaches Milvus'
-// result window.
+// query returns every row matching ex at the store's consistency level.
 func (s *Store) query(ctx context.Context, parts []string, ex, idPrefix string, fields []string) ([]memory.Entry, error) {
+	return s.queryAt(ctx, s.cl, parts, ex, idPrefix, fields)
+}
+
+// queryAt returns every row matching ex, splitting by id prefix when a page reaches Milvus'
+// result window.
+func (s *Store) queryAt(ctx context.Context, cl entity.ConsistencyLevel, parts []string, ex, idPrefix string, fields []string) ([]memory.Entry, error) {
 	full := ex
 	if idPrefix != "" {
 		// A range, not LIKE: '_' is a LIKE wildcard and a legal id character. Every id character
@@ -459,7 +508,7 @@ func (s *Store) query(ctx context.Context, parts []string, ex, idPrefix string, 
 		full = "(" + ex + `) && ` + fID + ` >= ` + quote(idPrefix) + ` && ` + fID + ` < ` + quote(idPrefix+"~")
 	}
 	rs, err := s.c.Query(ctx, s.coll(), parts, full, fields,
-		client.WithSearchQueryConsistencyLevel(s.cl), client.WithLimit(int64(queryWindow)))
+		client.WithSearchQueryConsistencyLevel(cl), client.WithLimit(int64(queryWindow)))
 	if err != nil {
 		return nil, fmt.Errorf("milvus: query %s: %w", s.coll(), err)
 	}
@@ -472,7 +521,7 @@ func (s *Store) query(ctx context.Context, parts []string, ex, idPrefix string, 
 	}
 	var all []memory.Entry
 	for _, c := range idAlphabet {
-		part, err := s.query(ctx, parts, ex, idPrefix+string(c), fields)
+		part, err := s.queryAt(ctx, cl, parts, ex, idPrefix+string(c), fields)
 		if err != nil {
 			return nil, err
 		}
@@ -558,6 +607,9 @@ func (s *Store) check(e *memory.Entry) error {
 	if e.Tier != protocol.TierTactical && e.Tier != protocol.TierStrategic {
 		return fmt.Errorf("put memory entry %s: unknown tier %q", e.ID, e.Tier)
 	}
+	if err := memory.CheckKind(e); err != nil {
+		return err
+	}
 	if len(e.Tools) > maxTools {
 		return fmt.Errorf("put memory entry %s: %d tools, at most %d", e.ID, len(e.Tools), maxTools)
 	}
@@ -573,7 +625,7 @@ func (s *Store) check(e *memory.Entry) error {
 }
 
 func encodePayload(e memory.Entry) (string, error) {
-	e.ID, e.Agent, e.Tier, e.Polarity, e.Status, e.Tools, e.Embedding = "", "", "", "", "", nil, nil
+	e.ID, e.Agent, e.Kind, e.Tier, e.Polarity, e.Status, e.Tools, e.Embedding = "", "", "", "", "", "", nil, nil
 	b, err := json.Marshal(e)
 	if err != nil {
 		return "", fmt.Errorf("encode memory entry %s: %w", e.ID, err)
@@ -601,7 +653,7 @@ func (s *Store) upsert(ctx context.Context, es []memory.Entry) error {
 
 func (s *Store) upsertPart(ctx context.Context, part string, es []memory.Entry) error {
 	n := len(es)
-	ids, agents, tiers, pols, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, agents, kinds, tiers, pols, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	revs, pls := make([]int64, n), make([]string, n)
 	tools := make([][][]byte, n)
 	vecs := make([][]float32, n)
@@ -611,7 +663,7 @@ func (s *Store) upsertPart(ctx context.Context, part string, es []memory.Entry) 
 		if err != nil {
 			return err
 		}
-		ids[i], agents[i], tiers[i], pols[i], sts[i] = e.ID, e.Agent, string(e.Tier), string(e.Polarity), string(e.Status)
+		ids[i], agents[i], kinds[i], tiers[i], pols[i], sts[i] = e.ID, e.Agent, e.KindOf(), string(e.Tier), string(e.Polarity), string(e.Status)
 		revs[i], pls[i], vecs[i] = int64(e.Revision), pl, e.Embedding
 		tools[i] = make([][]byte, len(e.Tools))
 		for j, tl := range e.Tools {
@@ -619,7 +671,7 @@ func (s *Store) upsertPart(ctx context.Context, part string, es []memory.Entry) 
 		}
 	}
 	_, err := s.c.Upsert(ctx, s.coll(), part,
-		entity.NewColumnVarChar(fID, ids), entity.NewColumnVarChar(fAgent, agents), entity.NewColumnVarChar(fTier, tiers),
+		entity.NewColumnVarChar(fID, ids), entity.NewColumnVarChar(fAgent, agents), entity.NewColumnVarChar(fKind, kinds), entity.NewColumnVarChar(fTier, tiers),
 		entity.NewColumnVarChar(fPolarity, pols), entity.NewColumnVarChar(fStatus, sts),
 		entity.NewColumnVarCharArray(fTools, tools), entity.NewColumnInt64(fRevision, revs),
 		entity.NewColumnVarChar(fPayload, pls), entity.NewColumnFloatVector(fVector, dim, vecs))
@@ -847,49 +899,58 @@ func (s *Store) records(ctx context.Context) ([]memory.Entry, error) {
 	return out, nil
 }
 
-// Repair makes Milvus hold exactly the bucket's records (after a crash between a record write
-// and its Milvus write, or to rebuild the collection). Writers may keep running: each entry it
-// writes is settled like a Put.
-func (s *Store) Repair(ctx context.Context) (int, error) {
+// Repair makes Milvus hold exactly the bucket's records: the records are the memory, the
+// collection its search index. It indexes records without a row and rewrites rows of an older
+// revision (a crash between a record write and its Milvus write), and deletes rows without a
+// record (a crash in a Delete, or a collection another mesh left under the same prefix). Writers
+// may keep running: each entry it writes is settled like a Put.
+func (s *Store) Repair(ctx context.Context) (memory.RepairReport, error) {
+	var rep memory.RepairReport
 	recs, err := s.records(ctx)
 	if err != nil {
-		return 0, err
+		return rep, err
 	}
-	rows, err := s.query(ctx, nil, fID+` != ""`, "", hitFields)
+	// Strong: every row any process wrote before the repair started is compared.
+	rows, err := s.queryAt(ctx, entity.ClStrong, nil, fID+` != ""`, "", hitFields)
 	if err != nil {
-		return 0, err
+		return rep, err
 	}
+	rep.Records, rep.Rows = len(recs), len(rows)
 	idx := map[string]uint64{}
 	for _, r := range rows {
 		idx[r.ID] = r.Revision
 	}
-	n := 0
 	want := map[string]bool{}
 	for _, e := range recs {
 		want[e.ID] = true
-		if idx[e.ID] == e.Revision {
+		rev, ok := idx[e.ID]
+		if ok && rev == e.Revision {
 			continue
 		}
 		if err := s.upsert(ctx, []memory.Entry{e}); err != nil {
-			return n, err
+			return rep, err
 		}
 		if err := s.settle(ctx, e.ID, e.Revision); err != nil {
-			return n, err
+			return rep, err
 		}
-		n++
+		if ok {
+			rep.Stale++
+		} else {
+			rep.Missing++
+		}
 	}
 	for id := range idx {
 		if !want[id] {
 			if err := s.deleteRows(ctx, []string{id}); err != nil {
-				return n, err
+				return rep, err
 			}
 			if err := s.settle(ctx, id, 0); err != nil {
-				return n, err
+				return rep, err
 			}
-			n++
+			rep.Orphans++
 		}
 	}
-	return n, nil
+	return rep, nil
 }
 
 // Reembed implements memory.Reembedder. Writers must be stopped while it runs: it rewrites the
@@ -1032,11 +1093,88 @@ func parallel(ctx context.Context, n int, f func(int) error) error {
 	return first
 }
 
-// Flush seals what the server holds in memory into segments and waits until they are indexed
-// (after a bulk import; a Milvus server also seals on its own schedule).
+// Flush seals what the server holds in memory into segments, waits until they are indexed, and
+// then until the query nodes serve the built index (after a bulk import; a Milvus server also
+// seals on its own schedule). Between the two a Milvus 2.3 server still answers searches from
+// an interim index (measured at 10k rows: recall@10 0.9875 and 0.9945 there, 1.0000 once the
+// segment was served with its index, 2 to 17 s later on a loaded 2-core machine), so a figure
+// taken right after the build is the interim index's, not HNSW's.
 func (s *Store) Flush(ctx context.Context) error {
 	if err := s.c.Flush(ctx, s.coll(), false); err != nil {
 		return fmt.Errorf("milvus: flush %s: %w", s.coll(), err)
 	}
-	return s.waitIndex(ctx)
+	if err := s.waitIndex(ctx); err != nil {
+		return err
+	}
+	return s.waitServed(ctx)
+}
+
+// segmentLister is the part of the SDK's gRPC client that reports the segments the query nodes
+// have loaded (not in its Client interface).
+type segmentLister interface {
+	GetQuerySegmentInfo(ctx context.Context, collName string) ([]*entity.Segment, error)
+}
+
+// minIndexedRows is the size from which a Milvus 2.3 server builds a sealed segment's index
+// (its indexCoord.segment.minSegmentNumRowsToEnableIndex, default 1,024): a smaller segment is
+// loaded without one and is served as it is.
+const minIndexedRows = 1024
+
+// waitServed returns when every flushed segment of the collection is loaded on the query nodes,
+// each one large enough to be indexed with its index (GetQuerySegmentInfo's index id): the query
+// nodes load a sealed segment before its index and serve it from an interim index until then. A
+// server that does not report loaded segments (milvus-lite) is not waited for.
+func (s *Store) waitServed(ctx context.Context) error {
+	ql, ok := s.c.(segmentLister)
+	if !ok {
+		return nil
+	}
+	for {
+		settled, detail, err := s.served(ctx, ql)
+		if status.Code(err) == codes.Unimplemented {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if settled {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("milvus: %s: the query nodes do not serve the built index yet (%s): %w", s.coll(), detail, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Store) served(ctx context.Context, ql segmentLister) (bool, string, error) {
+	persisted, err := s.c.GetPersistentSegmentInfo(ctx, s.coll())
+	if err != nil {
+		return false, "", fmt.Errorf("milvus: segments of %s: %w", s.coll(), err)
+	}
+	loaded, err := ql.GetQuerySegmentInfo(ctx, s.coll())
+	if err != nil {
+		return false, "", fmt.Errorf("milvus: loaded segments of %s: %w", s.coll(), err)
+	}
+	withIndex := map[int64]bool{}
+	for _, sg := range loaded {
+		withIndex[sg.ID] = sg.IndexID != 0
+	}
+	missing, unindexed, flushed := 0, 0, 0
+	for _, sg := range persisted {
+		if !sg.Flushed() || sg.NumRows == 0 {
+			continue
+		}
+		flushed++
+		indexed, ok := withIndex[sg.ID]
+		switch {
+		case !ok:
+			missing++
+		case !indexed && sg.NumRows >= minIndexedRows:
+			unindexed++
+		}
+	}
+	detail := fmt.Sprintf("of %d flushed segment(s), %d not loaded, %d served without their index", flushed, missing, unindexed)
+	return missing == 0 && unindexed == 0, detail, nil
 }

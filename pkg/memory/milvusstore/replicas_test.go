@@ -244,12 +244,12 @@ func TestRepairAfterCrash(t *testing.T) {
 	if _, err := kv.Create(ctx, key(added.ID), milvusstore.EncodeRecord(t, added)); err != nil {
 		t.Fatal(err)
 	}
-	n, err := s.Repair(ctx)
+	rep, err := s.Repair(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 {
-		t.Fatalf("Repair rewrote %d rows, want 3", n)
+	if want := (memory.RepairReport{Records: 3, Rows: 3, Missing: 1, Stale: 1, Orphans: 1}); rep != want {
+		t.Fatalf("Repair found %+v, want %+v", rep, want)
 	}
 	var want []memory.Entry
 	for _, id := range []string{kept.ID, stale.ID, added.ID} {
@@ -269,7 +269,7 @@ func TestRepairAfterCrash(t *testing.T) {
 		return 0
 	})
 	indexAgrees(t, want, s)
-	if n, err := s.Repair(ctx); err != nil || n != 0 {
-		t.Fatalf("second Repair: %d rows, %v; want nothing to do", n, err)
+	if rep, err := s.Repair(ctx); err != nil || rep.Changed() != 0 {
+		t.Fatalf("second Repair: %+v, %v; want nothing to do", rep, err)
 	}
 }

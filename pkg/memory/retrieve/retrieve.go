@@ -93,18 +93,41 @@ func New(store memory.Store, emb embed.Embedder, opt Options) *Retriever {
 
 // Retrieve answers one request. req.TopK, when set, overrides the configured top-k.
 func (r *Retriever) Retrieve(ctx context.Context, req protocol.RetrieveRequest) ([]protocol.Guideline, error) {
+	rep, err := r.Answer(ctx, req, ExampleOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return rep.Guidelines, nil
+}
+
+// Answer answers one request whole: the guidelines, and the worked examples and procedures it
+// asks for (chosen with eo), the task embedded once.
+func (r *Retriever) Answer(ctx context.Context, req protocol.RetrieveRequest, eo ExampleOptions) (*protocol.RetrieveReply, error) {
 	if err := protocol.IDAgent.Check(req.Agent); err != nil {
 		return nil, fmt.Errorf("retrieve: %w", err)
-	}
-	opt := r.opt
-	if req.TopK > 0 {
-		opt.TopK = req.TopK
 	}
 	vecs, err := r.emb.Embed(ctx, []string{req.Task})
 	if err != nil {
 		return nil, fmt.Errorf("retrieve: embed task: %w", err)
 	}
-	vec := vecs[0]
+	gs, err := r.guidelines(ctx, req, vecs[0])
+	if err != nil {
+		return nil, err
+	}
+	rep := &protocol.RetrieveReply{Guidelines: gs}
+	if req.Cases > 0 || req.Skills > 0 {
+		if rep.Cases, rep.Skills, err = r.Recall(ctx, req.Agent, vecs[0], req.Cases, req.Skills, req.ExampleBudget, eo); err != nil {
+			return nil, fmt.Errorf("retrieve: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+func (r *Retriever) guidelines(ctx context.Context, req protocol.RetrieveRequest, vec []float32) ([]protocol.Guideline, error) {
+	opt := r.opt
+	if req.TopK > 0 {
+		opt.TopK = req.TopK
+	}
 	// Each tier is searched on its own, so a large tactical tier cannot crowd strategic
 	// entries out of the candidate set.
 	// The searches run at once: against a server store each is a round trip.

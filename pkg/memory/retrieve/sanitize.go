@@ -23,7 +23,7 @@ var injection = []struct {
 	{regexp.MustCompile(`(?i)\bnew\s+(system\s+)?instructions?\s*:`), "[removed: instruction override]"},
 	// Chat-template special tokens and tags that could close or open a prompt section.
 	{regexp.MustCompile(`<\|[^|>]{0,40}\|>`), "[removed: special token]"},
-	{regexp.MustCompile(`(?i)</?\s*(guidelines?|system|instructions?|assistant|user|tool_result|tool_use|reference|hints?|im_start|im_end)\b[^>]{0,80}>`), "[removed: tag]"},
+	{regexp.MustCompile(`(?i)</?\s*(guidelines?|system|instructions?|assistant|user|tool_result|tool_use|reference|hints?|im_start|im_end|worked-examples?|procedures?|experience)\b[^>]{0,80}>`), "[removed: tag]"},
 	{regexp.MustCompile(`(?i)\[/?\s*(INST|SYS)\s*\]|<<\s*/?SYS\s*>>`), "[removed: tag]"},
 	// Role labels that would read as a new turn.
 	{regexp.MustCompile(`(?i)(^|[\s.;:])(system|assistant|user|human|developer)\s*:`), "$1$2 -"},

@@ -146,6 +146,7 @@ func Run(t *testing.T, open Opener) {
 	t.Run("UpdateMovesVector", func(t *testing.T) { testUpdateVector(t, open(t, Model, Dim)) })
 	t.Run("ModelRecorded", func(t *testing.T) { testModel(t, open(t, Model, Dim)) })
 	t.Run("RefusesBadEntries", func(t *testing.T) { testBadEntries(t, open(t, Model, Dim)) })
+	t.Run("Kinds", func(t *testing.T) { testKinds(t, open(t, Model, Dim)) })
 }
 
 func testRoundTrip(t *testing.T, s memory.Store) {
@@ -716,5 +717,68 @@ func RunMigrate(t *testing.T, backing MigrateBacking) {
 	s3.Close()
 	if _, err := open(old.Model(), old.Dim(), false); !errors.Is(err, memory.ErrModelMismatch) {
 		t.Fatalf("open with the old model after migrating: %v, want ErrModelMismatch", err)
+	}
+}
+
+// testKinds: cases and skills live beside guidelines, travel whole, and a filter without a kind
+// sees guidelines alone (so guideline code never meets a case).
+func testKinds(t *testing.T, s memory.Store) {
+	g := NewEntry("coder", "Pass --fix to lint.", Axis(0, 1, 0))
+	c := NewEntry("coder", "Make the March sales report", Axis(0, 1, 0.1))
+	c.ID, c.Kind, c.Polarity, c.Tools = "case-1", memory.KindCase, protocol.PolarityPattern, []string{"csv_read", "report"}
+	c.Case = &protocol.CaseBody{Intent: c.Text, Outcome: protocol.OutcomeSuccessWithRecovery, Quality: 0.8,
+		Insight: "report wants DD/MM/YYYY dates", Evidence: "date must be DD/MM/YYYY", Episode: "s1",
+		Approach: []protocol.CaseStep{{Tool: "csv_read", Args: `{"path":"m.csv"}`, OK: true}, {Tool: "report", Args: `{"date":"2024-03-01"}`, Error: "date must be DD/MM/YYYY"}},
+		Cost:     protocol.CaseCost{InputTokens: 1200, OutputTokens: 80, Turns: 3, ToolCalls: 3, ToolFailures: 1}}
+	k := NewEntry("coder", "monthly-report: make a monthly sales report", Axis(0, 1, 0.2))
+	k.ID, k.Kind, k.Polarity = "skill-1", memory.KindSkill, protocol.PolarityPattern
+	k.Skill = &protocol.SkillBody{Name: "monthly-report", Version: 2, Maturity: protocol.SkillMature, Confidence: 0.8,
+		Steps: []protocol.SkillStep{{Tool: "csv_read", Text: "read the month's csv"}, {Tool: "report", Text: "pass dates as DD/MM/YYYY"}},
+		Cases: []string{"case-1"}, Signature: []string{"csv_read", "report"}, Confirmed: 3, Support: 2.4, Against: 0}
+	for _, e := range []memory.Entry{g, c, k} {
+		mustPut(t, s, e)
+	}
+	back, err := s.Get(ctxT(t), c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Kind != memory.KindCase || back.Case == nil || back.Case.Insight != c.Case.Insight || len(back.Case.Approach) != 2 ||
+		back.Case.Approach[1].Error != "date must be DD/MM/YYYY" || back.Case.Cost.InputTokens != 1200 || back.Case.Quality != 0.8 {
+		t.Fatalf("case round trip: %+v %+v", back, back.Case)
+	}
+	want := map[string][]string{"": {g.Text}, memory.KindGuideline: {g.Text}, memory.KindCase: {c.Text}, memory.KindSkill: {k.Text},
+		memory.KindAny: {g.Text, c.Text, k.Text}}
+	for kind, w := range want {
+		w = slices.Clone(w)
+		slices.Sort(w)
+		eventually(t, "kind "+kind, func() error {
+			hits, err := s.Search(ctxT(t), Axis(0, 1, 0), 10, memory.Filter{Agent: "coder", Kind: kind})
+			if err != nil {
+				return err
+			}
+			got := ids(hits)
+			slices.Sort(got)
+			if !slices.Equal(got, w) {
+				return fmt.Errorf("search kind %q: %v, want %v", kind, got, w)
+			}
+			for _, h := range hits {
+				if h.Entry.Text == k.Text && (h.Entry.Skill == nil || h.Entry.Skill.Name != "monthly-report" || len(h.Entry.Skill.Steps) != 2 || h.Entry.Kind != memory.KindSkill) {
+					return fmt.Errorf("skill hit lost its body: %+v", h.Entry)
+				}
+			}
+			es, err := s.List(ctxT(t), memory.Filter{Agent: "coder", Kind: kind})
+			if err != nil {
+				return err
+			}
+			if lids := texts(es); !slices.Equal(lids, w) {
+				return fmt.Errorf("list kind %q: %v, want %v", kind, lids, w)
+			}
+			return nil
+		})
+	}
+	bad := NewEntry("coder", "odd", Axis(0, 1, 0))
+	bad.Kind = "profile-patch"
+	if _, err := s.Put(ctxT(t), bad); err == nil {
+		t.Errorf("Put of an unknown kind accepted")
 	}
 }

@@ -52,11 +52,13 @@ func Channels() []Channel {
 	}
 	return []Channel{
 		{ID: "submit", Address: n.Submit(), Kind: Service, JSON: true, Message: protocol.SubmitRequest{}, Reply: protocol.SubmitReply{},
-			Doc: "Start a session. A refused task is answered with Error and Code set and the service error headers."},
+			Doc: "Start a session. A refused task is answered with error and code set and the service error headers."},
 		{ID: "cancel", Address: n.Cancel(), Kind: Service, JSON: true, Message: protocol.CancelRequest{}, Reply: protocol.CancelReply{},
 			Doc: "Cancel a session and its child sessions. A session that already ended is a no-op (no_op, outcome)."},
 		{ID: "cancel-notice", Address: n.CancelNotice("{session_id}"), Params: []string{"session_id"}, Kind: Notice, Message: protocol.CancelNotice{},
 			Doc: "Broadcast when a session is cancelled, so every process working for it stops."},
+		{ID: "delta", Address: n.Delta("{session_id}"), Params: []string{"session_id"}, Kind: Notice, Message: protocol.Delta{},
+			Doc: "A session's model answers as they are generated, batched (about every 50 ms): plain NATS, kept nowhere. Seq numbers the pieces of one (step_id, turn); restart voids that turn's text so far; done ends it. The trace keeps the whole text: show it once the turn's events arrive."},
 		{ID: "task", Address: n.Task("{agent}"), Params: []string{"agent"}, Kind: Stream, Store: n.Stream(protocol.StreamTasks), Message: protocol.Task{},
 			Doc: "Accepted tasks for the planners (work queue)."},
 		{ID: "work", Address: n.Work("{agent}"), Params: []string{"agent"}, Kind: Stream, Store: n.Stream(protocol.StreamWork), Message: protocol.Step{},
@@ -68,7 +70,7 @@ func Channels() []Channel {
 		{ID: "usage", Address: n.Usage("{agent}"), Params: []string{"agent"}, Kind: Stream, Store: n.Stream(protocol.StreamUsage), Message: protocol.Event{},
 			Doc: "One usage event per finished session (and one per mining), for mesh-wide accounting."},
 		{ID: "tool", Address: n.Tool("{tool}"), Params: []string{"tool"}, Kind: Service, Message: protocol.ToolRequest{}, Reply: protocol.ToolReply{},
-			Doc: "Call a tool, or an agent as a tool."},
+			Doc: "Call a tool, or an agent as a tool. A failed call has ok false, its kind (what went wrong, for the model) and its code (the kind's class; the service error headers say the same)."},
 		{ID: "storage", Address: n.Storage(), Kind: Service, Message: protocol.StorageRequest{}, Reply: protocol.StorageReply{},
 			Doc: "Whether the mesh's store can write: ok, low (free space under mesh.storage_reserve: new sessions are refused) or full (JetStream cannot write: work in flight waits). Answered by the process that runs the embedded server; nobody answers on a mesh whose NATS server is its own (its /healthz says the same)."},
 		mem(protocol.MemRetrieve, "Guidelines that fit a task, strategic first.", protocol.RetrieveRequest{}, protocol.RetrieveReply{}),
@@ -82,6 +84,7 @@ func Channels() []Channel {
 		mem(protocol.MemEvict, "Run the capacity policy now (admin).", protocol.MemoryEvictRequest{}, protocol.MemoryEvictReply{}),
 		mem(protocol.MemRetire, "Take one entry out of retrieval: retire it, or evict (delete) it.", protocol.MemoryRetireRequest{}, protocol.MemoryRetireReply{}),
 		mem(protocol.MemMigrate, "Re-embed every entry with the current model (admin).", protocol.MemoryMigrateRequest{}, protocol.MemoryMigrateReply{}),
+		mem(protocol.MemRepair, "Make the store's search index (Milvus) hold exactly its records, and say what was found (admin).", protocol.MemoryRepairRequest{}, protocol.MemoryRepairReply{}),
 		mem(protocol.MemHealth, "Whether memoryd serves, its store and model.", protocol.MemoryHealthRequest{}, protocol.MemoryHealthReply{}),
 		mem(protocol.MemEmbed, "Vectors of texts with memoryd's model.", protocol.MemoryEmbedRequest{}, protocol.MemoryEmbedReply{}),
 		kv(protocol.BucketSessions, "session_id", protocol.Session{}, "The state of each session."),
@@ -105,9 +108,10 @@ const encodingDoc = "Messages are msgpack maps whose keys are the JSON property 
 	"In msgpack, times are timestamp extensions (type -1) where JSON has RFC 3339 strings, and a binary " +
 	"value always holds JSON text (tool arguments and results, input schemas): decode it as JSON. " +
 	"Every message carries \"v\": 1, the schema version; a reader refuses any other. " +
-	"A service refuses a request with the NATS micro headers Nats-Service-Error (why) and " +
-	"Nats-Service-Error-Code (400 unreadable or a malformed id, 404 no such session, 413 an id over its maxLength, 415 unknown Content-Type, 422 refused as it is, " +
-	"500, 503 try again), and, on submit and cancel, the reply with error and code in its body too."
+	"A reply that fails carries error (why) and code (the Code schema: one table of codes for the whole mesh, " +
+	"with each code's HTTP status, CLI exit status and whether to retry in its x-skein extension), and goes out with the " +
+	"NATS micro headers Nats-Service-Error (why, one line) and Nats-Service-Error-Code (the code's HTTP status). " +
+	"A caller decides by the code, never by the error's text."
 
 // AsyncAPI returns the AsyncAPI 3.0 document of the NATS contract, indented, as kept in
 // docs/asyncapi.json.

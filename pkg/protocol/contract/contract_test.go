@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -156,6 +158,63 @@ func TestMessagesRoundTripThroughTheDocument(t *testing.T) {
 	}
 }
 
+// Every reply of a service carries the error part every caller reads the same way (Fault, or a
+// tool's ToolResult with its code), and the documents publish its code as the table's enum.
+func TestEveryReplyCarriesACode(t *testing.T) {
+	n := 0
+	for _, c := range Channels() {
+		if c.Kind != Service {
+			continue
+		}
+		n++
+		rep := reflect.New(reflect.TypeOf(c.Reply)).Interface()
+		r, ok := rep.(protocol.Reply)
+		if !ok {
+			t.Errorf("%s: %T has no Err: embed protocol.Fault", c.ID, c.Reply)
+			continue
+		}
+		if f, ok := rep.(protocol.Failable); ok {
+			f.Fail(protocol.Errorf(protocol.CodeNotFound, "nothing here"))
+		} else if tr, ok := rep.(*protocol.ToolReply); ok {
+			tr.Kind, tr.Error = protocol.ToolErrUnknown, "nothing here"
+			tr.Coded()
+		}
+		if got := protocol.CodeOf(r.Err()); got != protocol.CodeNotFound {
+			t.Errorf("%s: a %T failed with not_found reads back as %q", c.ID, c.Reply, got)
+		}
+		js, err := json.Marshal(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Code protocol.Code `json:"code"`
+		}
+		if err := json.Unmarshal(js, &body); err != nil || body.Code != protocol.CodeNotFound {
+			t.Errorf("%s: the JSON of a failed %T carries code %q (%v): %s", c.ID, c.Reply, body.Code, err, js)
+		}
+	}
+	if n < 17 {
+		t.Fatalf("%d service channels; the scan is broken", n)
+	}
+	doc, err := AsyncAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Components struct {
+			Schemas map[string]struct {
+				Enum []string `json:"enum"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Components.Schemas["Code"].Enum; len(got) != len(protocol.Codes()) {
+		t.Errorf("the document's Code enum is %v, want every code of the table", got)
+	}
+}
+
 func contains(xs []string, x string) bool {
 	for _, s := range xs {
 		if s == x {
@@ -190,6 +249,9 @@ func fill(v reflect.Value, depth int) {
 	case v.Type() == timeType:
 		v.Set(reflect.ValueOf(time.Date(2026, 11, 25, 10, 0, 0, 123456789, time.UTC)))
 		return
+	case v.Type() == reflect.TypeFor[protocol.Code]():
+		v.SetString(string(protocol.CodeNotFound)) // a code is one of the table's
+		return
 	}
 	switch v.Kind() {
 	case reflect.String:
@@ -221,6 +283,36 @@ func fill(v reflect.Value, depth int) {
 			if v.Type().Field(i).IsExported() {
 				fill(v.Field(i), depth+1)
 			}
+		}
+	}
+}
+
+// codeTable is the table of error codes as docs/contract.md and docs/json.md show it, by status.
+func codeTable() string {
+	codes := protocol.Codes()
+	sort.SliceStable(codes, func(i, j int) bool { return codes[i].HTTPStatus() < codes[j].HTTPStatus() })
+	var b strings.Builder
+	b.WriteString("| code | meaning | HTTP status and `Nats-Service-Error-Code` | CLI exit status | retry |\n|---|---|---|---|---|\n")
+	for _, c := range codes {
+		retry := "no"
+		if c.Retryable() {
+			retry = "yes"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %d | %d | %s |\n", c, strings.ReplaceAll(c.Doc(), "|", `\|`), c.HTTPStatus(), c.ExitStatus(), retry)
+	}
+	return b.String()
+}
+
+// The documents people read show the table the code has.
+func TestDocsShowTheCodeTable(t *testing.T) {
+	want := codeTable()
+	for _, doc := range []string{"../../../docs/contract.md", "../../../docs/json.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s does not show the table of codes as pkg/protocol has it; put this in:\n%s", doc, want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -13,10 +14,12 @@ import (
 
 // Document reads messages with nothing but a published document (docs/asyncapi.json or
 // docs/openapi.json): what a client in another language does. Tests use it to check real
-// traffic against the documents, without the Go types.
+// traffic against the documents, without the Go types; the gateway checks request bodies with
+// it. Safe for concurrent use.
 type Document struct {
 	raw      map[string]any
 	compiler *jsonschema.Compiler
+	mu       sync.Mutex // guards compiler and schemas
 	schemas  map[string]*jsonschema.Schema
 }
 
@@ -46,15 +49,18 @@ func (d *Document) Raw() map[string]any { return d.raw }
 // Validate checks a JSON value (as jsonschema.UnmarshalJSON returns it) against the schema
 // components.schemas[name].
 func (d *Document) Validate(name string, v any) error {
+	d.mu.Lock()
 	s, ok := d.schemas[name]
 	if !ok {
 		var err error
 		s, err = d.compiler.Compile(docURL + "#/components/schemas/" + name)
 		if err != nil {
+			d.mu.Unlock()
 			return fmt.Errorf("schema %s: %w", name, err)
 		}
 		d.schemas[name] = s
 	}
+	d.mu.Unlock()
 	if err := s.Validate(v); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

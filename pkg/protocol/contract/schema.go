@@ -26,9 +26,17 @@ const SchemaRef = "#/components/schemas/"
 // and may be null when Go writes a nil slice, map or pointer as null.
 func Schemas(values ...any) (map[string]json.RawMessage, error) {
 	types := map[string]reflect.Type{}
+	codeType := reflect.TypeFor[protocol.Code]()
 	r := &jsonschema.Reflector{
 		Anonymous:                 true,
 		AllowAdditionalProperties: false,
+		// Every error code refers to one schema, the table's.
+		Mapper: func(t reflect.Type) *jsonschema.Schema {
+			if t == codeType {
+				return &jsonschema.Schema{Ref: "#/$defs/" + codeType.Name()}
+			}
+			return nil
+		},
 		Namer: func(t reflect.Type) string {
 			if t.Name() == "" {
 				return ""
@@ -40,7 +48,7 @@ func Schemas(values ...any) (map[string]json.RawMessage, error) {
 			return t.Name()
 		},
 	}
-	defs := jsonschema.Definitions{}
+	defs := jsonschema.Definitions{codeType.Name(): CodeSchema()}
 	for _, v := range values {
 		t := reflect.TypeOf(v)
 		s := r.ReflectFromType(t)
@@ -52,10 +60,13 @@ func Schemas(values ...any) (map[string]json.RawMessage, error) {
 	for name, d := range defs {
 		if t, ok := types[name]; ok {
 			identifiers(t, d)
+			taskTexts(t, d)
 			nullable(t, d)
 		}
-		if v, ok := d.Properties.Get("v"); ok && v != nil {
-			v.Const = protocol.SchemaVersion // the schema version: a reader refuses any other
+		if d.Properties != nil { // an object (the code enum is not)
+			if v, ok := d.Properties.Get("v"); ok && v != nil {
+				v.Const = protocol.SchemaVersion // the schema version: a reader refuses any other
+			}
 		}
 		b, err := json.Marshal(d)
 		if err != nil {
@@ -64,6 +75,21 @@ func Schemas(values ...any) (map[string]json.RawMessage, error) {
 		out[name] = bytes.ReplaceAll(b, []byte(`"#/$defs/`), []byte(`"`+SchemaRef))
 	}
 	return out, nil
+}
+
+// CodeSchema is the JSON Schema of an error code: the enum of protocol's table, and in the
+// x-skein extension each code's HTTP status, CLI exit status, whether to retry and meaning.
+func CodeSchema() *jsonschema.Schema {
+	codes := protocol.Codes()
+	enum := make([]any, len(codes))
+	table := map[string]any{}
+	for i, c := range codes {
+		enum[i] = string(c)
+		table[string(c)] = map[string]any{"http": c.HTTPStatus(), "exit": c.ExitStatus(), "retryable": c.Retryable(), "doc": c.Doc()}
+	}
+	return &jsonschema.Schema{Type: "string", Enum: enum,
+		Description: "What kind of failure an error is: the reply's code, its Nats-Service-Error-Code (the code's HTTP status) and the HTTP API's status all come from it. Decide on the code, never on the error's text.",
+		Extras:      map[string]any{"x-skein": table}}
 }
 
 // identifiers bounds the properties that hold identifiers (fields tagged `id:"<kind>"`, see
@@ -94,6 +120,27 @@ func identifiers(t reflect.Type, s *jsonschema.Schema) {
 		// An absent id is written as "" where Go has no omitempty (a refusal's session_id).
 		limit := uint64(kind.Max)
 		p.MaxLength, p.Pattern = &limit, "^("+strings.TrimSuffix(strings.TrimPrefix(kind.Pattern(), "^"), "$")+")?$"
+	}
+}
+
+// taskTexts bounds the properties that hold a task's text (fields tagged `text:"task"`): a
+// character that is not white space, at most protocol.MaxTaskBytes (JSON Schema counts
+// characters: exact for ASCII, a text of many-byte characters can be refused under it).
+func taskTexts(t reflect.Type, s *jsonschema.Schema) {
+	if t.Kind() != reflect.Struct || s.Properties == nil {
+		return
+	}
+	for _, f := range reflect.VisibleFields(t) {
+		if f.Tag.Get("text") != "task" || !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		p, ok := s.Properties.Get(name)
+		if !ok || p == nil || p.Type != "string" {
+			panic(fmt.Sprintf("contract: %s.%s is tagged text:task but is no string property", t, f.Name))
+		}
+		maxLen := uint64(protocol.MaxTaskBytes) // the pattern asks for one character at least
+		p.MaxLength, p.Pattern = &maxLen, protocol.TaskTextPattern
 	}
 }
 

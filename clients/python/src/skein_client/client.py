@@ -12,13 +12,15 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, Dict, List, Mapping, Optional, Set
+from typing import Any, AsyncGenerator, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Union
 
 import nats
 import nats.errors
 import nats.js.api as jsapi
 import nats.js.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from . import creds as _creds
 from . import wire
@@ -37,19 +39,36 @@ SUCCESS_OUTCOMES = frozenset({"success", "success_with_recovery"})
 TERMINAL_EVENTS = frozenset({"final", "incomplete", "failed"})
 
 Message = Dict[str, Any]
+# Called with every Delta of a session (docs/json.md): {"session_id", "step_id", "turn", "seq",
+# "text"?, "restart"?, "done"?}. It may be a coroutine function.
+OnDelta = Callable[[Message], Union[None, Awaitable[None]]]
+# Pending limits of a delta subscription (as pkg/delta's): a reader this far behind loses pieces
+# (a seq gap says so), never memory. The trace keeps every turn's whole text either way.
+DELTA_PENDING_MSGS = 4096
+DELTA_PENDING_BYTES = 16 << 20
+
+
+# The error codes with which the same request may succeed later: the retryable column of the
+# mesh's one table of codes (docs/contract.md; the Code schema of docs/asyncapi.json).
+RETRYABLE_CODES = frozenset({"conflict", "too_many_requests", "transient", "storage_full", "unavailable", "timeout"})
 
 
 class SkeinError(Exception):
-    """Something the mesh refused or could not do; str() says what and, where it can, the fix."""
+    """Something the mesh refused or could not do; str() says what and, where it can, the fix.
+    code is the error's code from the mesh's table (docs/contract.md), "" when it came without one:
+    decide on it, never on the text."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Rejected(SkeinError):
     """The request is refused as it is: sending it again will not help."""
 
     def __init__(self, message: str, code: str = "rejected", service_code: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.service_code = service_code  # Nats-Service-Error-Code: 400, 404, 415, 422
+        super().__init__(message, code)
+        self.service_code = service_code  # Nats-Service-Error-Code: the code's HTTP status (400, 404, 413, 415, 422)
 
 
 class Unavailable(SkeinError):
@@ -85,7 +104,8 @@ class RunResult:
             "output_tokens": u.get("output_tokens", 0),
             "cache_creation_input_tokens": u.get("cache_creation_input_tokens", 0),
             "cache_read_input_tokens": u.get("cache_read_input_tokens", 0),
-            "steps": u.get("steps", 0),
+            "turns": u.get("turns", u.get("steps", 0)),
+            "steps": u.get("turns", u.get("steps", 0)),  # the old name of turns, until the next version
             "wall_time_s": float(u.get("wall_time_s", 0.0)),
             "cost_usd": None if u.get("cost_usd") is None else float(u["cost_usd"]),
         }
@@ -101,12 +121,18 @@ def new_session_id() -> str:
     return "s-" + uuid.uuid4().hex[:20]
 
 
+def new_turn_id() -> str:
+    """A fresh turn id, minted by the client before a message's first try so a retried submit
+    is one turn, while the same text sent again is another."""
+    return "t-" + uuid.uuid4().hex[:20]
+
+
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _check_token(kind: str, s: str) -> None:
     if not _TOKEN.match(s or ""):
-        raise Rejected("%s %r may hold only letters, digits, '-' and '_'" % (kind, s), service_code="400")
+        raise Rejected("%s %r may hold only letters, digits, '-' and '_'" % (kind, s), code="bad_request", service_code="400")
 
 
 class Client:
@@ -182,33 +208,38 @@ class Client:
         try:
             msg = await self.nc.request(subject, wire.encode_json(body), timeout=timeout, headers={wire.CONTENT_TYPE: wire.JSON})
         except nats.errors.NoRespondersError as e:
-            raise Unreachable("no gateway answers on %s (is the mesh up?)" % subject) from e
+            raise Unreachable("no gateway answers on %s (is the mesh up?)" % subject, "unavailable") from e
         except nats.errors.TimeoutError as e:
-            raise Unavailable("the gateway did not answer on %s within %.0fs" % (subject, timeout)) from e
+            raise Unavailable("the gateway did not answer on %s within %.0fs" % (subject, timeout), "timeout") from e
         headers = msg.headers or {}
         ct = headers.get(wire.CONTENT_TYPE, wire.MSGPACK)
         reply = wire.decode_json(msg.data) if ct.startswith(wire.JSON) else wire.decode(msg.data)
         svc = headers.get(wire.SERVICE_ERROR_CODE, "")
         if svc or reply.get("error"):
             why = reply.get("error") or headers.get(wire.SERVICE_ERROR, "refused")
-            if svc == "503" or reply.get("code") == "transient":
-                raise Unavailable(why)
-            raise Rejected(why, code=reply.get("code") or "rejected", service_code=svc)
+            code = reply.get("code") or ""
+            if code in RETRYABLE_CODES or (not code and svc == "503"):
+                raise Unavailable(why, code or "unavailable")
+            raise Rejected(why, code=code or "rejected", service_code=svc)
         return reply
 
     async def _request_msgpack(self, subject: str, body: Mapping[str, Any], timeout: float) -> Message:
         try:
             msg = await self.nc.request(subject, wire.encode(body), timeout=timeout)
         except nats.errors.NoRespondersError as e:
-            raise Unreachable("nothing answers on %s (is memoryd running?)" % subject) from e
+            raise Unreachable("nothing answers on %s (is memoryd running?)" % subject, "unavailable") from e
         except nats.errors.TimeoutError as e:
-            raise Unavailable("no answer on %s within %.0fs" % (subject, timeout)) from e
+            raise Unavailable("no answer on %s within %.0fs" % (subject, timeout), "timeout") from e
         headers = msg.headers or {}
-        if headers.get(wire.SERVICE_ERROR):
-            raise SkeinError("%s: %s (%s)" % (subject, headers[wire.SERVICE_ERROR], headers.get(wire.SERVICE_ERROR_CODE, "")))
-        reply = wire.decode(msg.data)
-        if reply.get("error"):
-            raise SkeinError("%s: %s" % (subject, reply["error"]))
+        reply = wire.decode(msg.data) if msg.data else {}
+        why = reply.get("error") or headers.get(wire.SERVICE_ERROR, "")
+        if why:
+            # The reply's code says what kind of failure it is (a body-less refusal from an older
+            # memoryd has only its status).
+            code = reply.get("code") or ""
+            if code in RETRYABLE_CODES or (not code and headers.get(wire.SERVICE_ERROR_CODE) == "503"):
+                raise Unavailable("%s: %s" % (subject, why), code or "unavailable")
+            raise SkeinError("%s: %s" % (subject, why), code)
         return reply
 
     async def submit(
@@ -219,16 +250,27 @@ class Client:
         session_id: Optional[str] = None,
         budget: Optional[Mapping[str, float]] = None,
         timeout: float = 30.0,
+        turn_id: Optional[str] = None,
+        from_turn: Optional[str] = None,
     ) -> Message:
         """Starts a session and returns the gateway's reply ({"v", "session_id", "duplicate"?}).
         The session id is minted here when not given, so the tries this makes while the gateway
-        is starting or slow are one session. Raises Rejected or Unavailable."""
+        is starting or slow are one session. With the id of a finished session, the task is the
+        next turn of its conversation; turn_id (see send) tells a retry of a turn from a new one.
+        from_turn forks: the new session continues the transcript of that finished turn.
+        Raises Rejected or Unavailable."""
         session_id = session_id or new_session_id()
         body: Dict[str, Any] = {"session_id": session_id, "task": task, "caller": "python"}
         if agent:
             body["agent"] = agent
         if budget:
             body["budget"] = dict(budget)
+        if turn_id:
+            _check_token("turn id", turn_id)
+            body["turn_id"] = turn_id
+        if from_turn:
+            _check_token("turn", from_turn)
+            body["from"] = from_turn
         deadline = time.monotonic() + timeout
         wait = 0.05
         while True:
@@ -239,6 +281,23 @@ class Client:
                     raise
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, 1.0)
+
+    async def send(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        turn_id: Optional[str] = None,
+        agent: Optional[str] = None,
+        budget: Optional[Mapping[str, float]] = None,
+        timeout: float = 30.0,
+    ) -> Message:
+        """Sends a message to the conversation of session_id (any of its turns): the reply names
+        the new turn's session. Every message is a new turn, the same text too; the turn id is
+        minted here when not given, so the tries this makes are one turn. Pass the same turn_id
+        to retry a message after an error that left its fate unknown."""
+        return await self.submit(text, agent=agent, session_id=session_id, budget=budget, timeout=timeout,
+                                 turn_id=turn_id or new_turn_id())
 
     async def cancel(self, session_id: str, reason: str = "", by: str = "python", timeout: float = 15.0) -> Message:
         """Cancels a session and its children; returns the cancel reply (status cancelling,
@@ -290,6 +349,30 @@ class Client:
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError, nats.errors.BadSubscriptionError):
                 pass  # closing the connection ends the subscription anyway
 
+    async def follow_deltas(self, session_id: str, on_delta: OnDelta) -> Subscription:
+        """Calls on_delta with every piece of the session's model answers published from now on,
+        as the model writes them (plain NATS, kept nowhere: follow before you submit, with a
+        session id you minted, to see a turn from its first word). The pieces of one model turn
+        (step_id, turn) carry seq 1, 2, 3 ...; restart voids the turn's text so far, done ends
+        it. Unsubscribe the returned subscription when done."""
+        _check_token("session id", session_id)
+
+        async def cb(msg: Msg) -> None:
+            try:
+                d = wire.decode(msg.data)
+            except (ValueError, wire.VersionError):
+                return
+            if d.get("session_id") != session_id:
+                return
+            r = on_delta(d)
+            if r is not None:
+                await r
+
+        sub = await self.nc.subscribe(self.subject("delta", session_id), cb=cb,
+                                      pending_msgs_limit=DELTA_PENDING_MSGS, pending_bytes_limit=DELTA_PENDING_BYTES)
+        await self.nc.flush()  # the server has the subscription: nothing published after is missed
+        return sub
+
     async def trace(self, session_id: str) -> List[Message]:
         """Every event of the session written so far."""
         return [ev async for ev in self.events(session_id, follow=False)]
@@ -319,10 +402,20 @@ class Client:
             raise Unavailable("session %s did not finish within %ss" % (session_id, timeout)) from e
 
     async def run(self, task: str, *, agent: Optional[str] = None, session_id: Optional[str] = None,
-                  budget: Optional[Mapping[str, float]] = None, timeout: Optional[float] = None) -> RunResult:
-        """Submits a task and waits for its result."""
-        rep = await self.submit(task, agent=agent, session_id=session_id, budget=budget)
-        return await self.wait(rep["session_id"], timeout=timeout)
+                  budget: Optional[Mapping[str, float]] = None, timeout: Optional[float] = None,
+                  on_delta: Optional[OnDelta] = None) -> RunResult:
+        """Submits a task and waits for its result. on_delta, when given, sees the session's model
+        answers as they are written (see follow_deltas); the result is the same either way."""
+        session_id = session_id or new_session_id()
+        sub = await self.follow_deltas(session_id, on_delta) if on_delta else None
+        try:
+            rep = await self.submit(task, agent=agent, session_id=session_id, budget=budget)
+            return await self.wait(rep["session_id"], timeout=timeout)
+        finally:
+            if sub is not None:
+                with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
+                                         nats.errors.BadSubscriptionError):
+                    await sub.unsubscribe()
 
     async def usage_reports(self, since: Optional[_dt.timedelta] = None) -> Dict[str, Message]:
         """The last usage event of every session on the usage stream (ended within since)."""

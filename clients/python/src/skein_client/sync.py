@@ -7,7 +7,7 @@ import datetime as _dt
 import threading
 from typing import Any, Awaitable, Dict, Iterator, List, Mapping, Optional, TypeVar
 
-from .client import Client, Message, RunResult
+from .client import Client, Message, OnDelta, RunResult
 
 T = TypeVar("T")
 
@@ -51,8 +51,14 @@ class SyncClient:
         self.close()
 
     def submit(self, task: str, *, agent: Optional[str] = None, session_id: Optional[str] = None,
-               budget: Optional[Mapping[str, float]] = None, timeout: float = 30.0) -> Message:
-        return self._call(self.client.submit(task, agent=agent, session_id=session_id, budget=budget, timeout=timeout))
+               budget: Optional[Mapping[str, float]] = None, timeout: float = 30.0,
+               turn_id: Optional[str] = None, from_turn: Optional[str] = None) -> Message:
+        return self._call(self.client.submit(task, agent=agent, session_id=session_id, budget=budget, timeout=timeout,
+                                             turn_id=turn_id, from_turn=from_turn))
+
+    def send(self, session_id: str, text: str, *, turn_id: Optional[str] = None, agent: Optional[str] = None,
+             budget: Optional[Mapping[str, float]] = None, timeout: float = 30.0) -> Message:
+        return self._call(self.client.send(session_id, text, turn_id=turn_id, agent=agent, budget=budget, timeout=timeout))
 
     def cancel(self, session_id: str, reason: str = "", by: str = "python") -> Message:
         return self._call(self.client.cancel(session_id, reason=reason, by=by))
@@ -78,8 +84,11 @@ class SyncClient:
         return self._call(self.client.wait(session_id, timeout=timeout))
 
     def run(self, task: str, *, agent: Optional[str] = None, session_id: Optional[str] = None,
-            budget: Optional[Mapping[str, float]] = None, timeout: Optional[float] = None) -> RunResult:
-        return self._call(self.client.run(task, agent=agent, session_id=session_id, budget=budget, timeout=timeout))
+            budget: Optional[Mapping[str, float]] = None, timeout: Optional[float] = None,
+            on_delta: Optional[OnDelta] = None) -> RunResult:
+        """As Client.run; on_delta runs on the client's event loop thread."""
+        return self._call(self.client.run(task, agent=agent, session_id=session_id, budget=budget, timeout=timeout,
+                                          on_delta=on_delta))
 
     def usage(self, by: str = "agent", since: Optional[_dt.timedelta] = None) -> Dict[str, Any]:
         return self._call(self.client.usage(by=by, since=since))

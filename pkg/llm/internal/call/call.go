@@ -1,11 +1,15 @@
 // Package call holds the call policy shared by the HTTP backends: one retry policy for
 // transient errors (cenkalti/backoff, honouring retry-after), a hard per-attempt deadline,
-// and the single larger-limit retry of a reply cut at max_tokens.
+// the single larger-limit retry of a reply cut at max_tokens, and what a streamed answer may
+// retry: an attempt that fails before any of its text reached the caller is retried like any
+// failed call; one that fails after is not (the caller would see the answer twice), and its
+// error says so.
 package call
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -112,6 +116,12 @@ func Do[T any](ctx context.Context, p Policy, classify Classifier, op func(conte
 			last = Failure{}
 			return backoff.Permanent(err)
 		}
+		var cut *CutError
+		if errors.As(err, &cut) {
+			last = classify(cut.Err)
+			last.Transient = false
+			return backoff.Permanent(err)
+		}
 		last = classify(err)
 		if !last.Transient && actx.Err() != nil {
 			// Our own per-attempt deadline fired: the provider is slow, not wrong.
@@ -203,7 +213,9 @@ const (
 // usable tool call, it calls again once with a larger limit (2x, capped at 32768 or the
 // original limit if that is higher). The cut reply's tokens are added to the returned
 // Usage, because they were billed. If the larger call fails, the cut reply is returned.
-func WithMaxTokensRetry(ctx context.Context, maxTokens int, log func(msg string, args ...any),
+// out.Restart tells a streaming caller, before the second call, that the text it was shown
+// is void.
+func WithMaxTokensRetry(ctx context.Context, maxTokens int, log func(msg string, args ...any), out *Output,
 	complete func(ctx context.Context, maxTokens int) (*llm.Response, error)) (*llm.Response, error) {
 	first, err := complete(ctx, maxTokens)
 	if err != nil || first.StopReason != llm.StopMaxTokens || usableToolCall(first) {
@@ -214,6 +226,7 @@ func WithMaxTokensRetry(ctx context.Context, maxTokens int, log func(msg string,
 		return first, nil
 	}
 	log("reply cut at max_tokens, retrying once with a larger limit", "max_tokens", maxTokens, "retry_max_tokens", bigger)
+	out.Restart()
 	second, err := complete(ctx, bigger)
 	if err != nil {
 		log("larger max_tokens retry failed; returning the cut reply", "err", err)
@@ -232,3 +245,54 @@ func usableToolCall(r *llm.Response) bool {
 	}
 	return false
 }
+
+// Output passes a streamed answer's text on to the caller (Request.Stream) and counts what it
+// passed since the answer (re)started, so that a failed attempt knows whether the caller saw
+// part of it. The zero of a nil sink counts nothing: nobody saw anything.
+type Output struct {
+	sink  func(llm.Delta)
+	shown int
+}
+
+// NewOutput streams to sink (nil: the caller does not stream).
+func NewOutput(sink func(llm.Delta)) *Output { return &Output{sink: sink} }
+
+// Text passes s on.
+func (o *Output) Text(s string) {
+	if s == "" || o.sink == nil {
+		return
+	}
+	o.shown += len(s)
+	o.sink(llm.Delta{Text: s})
+}
+
+// Restart tells the caller that the text it was shown is void: the answer starts again.
+func (o *Output) Restart() {
+	if o.shown > 0 {
+		o.sink(llm.Delta{Restart: true})
+	}
+	o.shown = 0
+}
+
+// Failed is the error of an attempt that failed with err: err itself when the caller saw none
+// of the attempt's text, so the attempt is retried as any failed call; else a *CutError,
+// which Do does not retry.
+func (o *Output) Failed(err error) error {
+	if o.shown == 0 {
+		return err
+	}
+	return &CutError{Shown: o.shown, Err: err}
+}
+
+// CutError is a streamed answer that broke after part of it reached the caller. It is not
+// retried: the caller would see that part twice.
+type CutError struct {
+	Shown int // bytes of text the caller saw
+	Err   error
+}
+
+func (e *CutError) Error() string {
+	return fmt.Sprintf("the answer's stream broke after %d bytes of text had been streamed (%v); not retried, so that text is not shown twice", e.Shown, e.Err)
+}
+
+func (e *CutError) Unwrap() error { return e.Err }

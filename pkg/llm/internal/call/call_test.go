@@ -87,7 +87,7 @@ func TestDoRetriesThenGivesUp(t *testing.T) {
 func TestMaxTokensRetryKeepsCutReplyOnFailure(t *testing.T) {
 	cut := &llm.Response{StopReason: llm.StopMaxTokens, Text: "partial"}
 	var limits []int
-	got, err := WithMaxTokensRetry(context.Background(), 100, func(string, ...any) {},
+	got, err := WithMaxTokensRetry(context.Background(), 100, func(string, ...any) {}, NewOutput(nil),
 		func(_ context.Context, n int) (*llm.Response, error) {
 			limits = append(limits, n)
 			if n == 100 {
@@ -101,7 +101,7 @@ func TestMaxTokensRetryKeepsCutReplyOnFailure(t *testing.T) {
 	// A usable tool call is not retried even when the stop reason is max_tokens.
 	limits = nil
 	withCall := &llm.Response{StopReason: llm.StopMaxTokens, ToolCalls: []llm.ToolCall{{Name: "x", Args: []byte(`{}`)}}}
-	_, _ = WithMaxTokensRetry(context.Background(), 100, func(string, ...any) {},
+	_, _ = WithMaxTokensRetry(context.Background(), 100, func(string, ...any) {}, NewOutput(nil),
 		func(_ context.Context, n int) (*llm.Response, error) {
 			limits = append(limits, n)
 			return withCall, nil

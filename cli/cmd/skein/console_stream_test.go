@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/skein-mesh/skein/gateway"
+	"github.com/skein-mesh/skein/pkg/auth"
+	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/protocol"
+)
+
+// consoleStreamAnswer streams a word per 150 ms (about 4 s), after a second's thought, so the
+// page is open before the first word.
+const consoleStreamAnswer = "Streaming works: this answer reaches the console a word at a time, while the model is " +
+	"still writing it, and the page shows it growing long before the turn ends."
+
+// TestConsoleShowsTheAnswerGrow drives the console in headless Chromium while a session runs:
+// the session's timeline shows the model's text growing, batch by batch, before the turn ends
+// (no final event yet), and whole once it has.
+func TestConsoleShowsTheAnswerGrow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole mesh and a browser")
+	}
+	browser := chromium(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "script.yaml")
+	body := "rules:\n  - delay_s: 1\n    chunk_ms: 150\n    reply: {text: \"" + consoleStreamAnswer + "\"}\n"
+	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
+	cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
+	home, addr := filepath.Join(dir, "home"), freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	m, err := startEmbedded(ctx, cfg, nil, home, "127.0.0.1:0", meshLogger(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.stop)
+	c, err := m.conn(string(auth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := protocol.NewNames(cfg.Mesh.Namespace)
+	tok, _, err := gateway.HTTPToken(home, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHTTP(ctx, t, "http://"+addr+"/console/")
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1366, 800), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	if err := chromedp.Do(bctx); err != nil { // starts the browser: no timeout on this one
+		t.Fatalf("start %s: %v", browser, err)
+	}
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, 60*time.Second)
+		defer scancel()
+		if err := chromedp.Do(sctx, actions...); err != nil {
+			page, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("%s: %v\npage text:\n%s", what, err, page)
+		}
+	}
+	run("load the console", chromedp.Navigate(consoleURL(addr, tok)), chromedp.WaitVisible(chromedp.CSS(`#s-rows`)))
+
+	var rep protocol.SubmitReply
+	if err := bus.Request(ctx, c.NC, names.Submit(), &protocol.SubmitRequest{Task: "stream an answer", Caller: "test"}, &rep, 5*time.Second); err != nil || rep.Error != "" {
+		t.Fatalf("submit: %v %s", err, rep.Error)
+	}
+	run("open the running session", chromedp.Evaluate[chromedp.Void]("openSession("+quoteJS(rep.SessionID)+")"))
+
+	// streamed returns the streamed text once it is longer than n characters while the turn is
+	// still running: its item is marked streaming and no final event has arrived.
+	streamed := func(n int) string {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, 30*time.Second)
+		defer scancel()
+		s, err := chromedp.Run(sctx, chromedp.PollFunction[string](`(n) => {
+			const li = document.querySelector('#d-events li[data-type="delta"]');
+			if (!li || document.querySelector('#d-events li[data-type="final"]')) return false;
+			const text = li.querySelector('.stream').textContent;
+			return li.classList.contains('streaming') && text.length > n ? text : false;
+		}`, chromedp.WithPollingArgs(n), chromedp.WithPollingInterval(20*time.Millisecond)))
+		if err != nil {
+			page, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#d-events")))
+			t.Fatalf("the answer did not grow past %d characters before the turn ended: %v\ntimeline:\n%s", n, err, page)
+		}
+		return s
+	}
+	first := streamed(0)
+	second := streamed(len(first))
+	if !strings.HasPrefix(consoleStreamAnswer, first) || !strings.HasPrefix(consoleStreamAnswer, second) || second == consoleStreamAnswer {
+		t.Fatalf("streamed %q then %q: want growing prefixes of the answer", first, second)
+	}
+	run("the turn ends", chromedp.WaitVisible(chromedp.CSS(`#d-events li[data-type="final"]`)))
+	whole, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(() => {
+		const li = document.querySelector('#d-events li[data-type="delta"]');
+		return (li.classList.contains('streaming') ? 'still streaming: ' : '') + li.querySelector('.stream').textContent;
+	})()`))
+	if err != nil || whole != consoleStreamAnswer {
+		t.Fatalf("after the turn: %q %v", whole, err)
+	}
+}
+
+func quoteJS(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }
