@@ -9,8 +9,9 @@ import (
 )
 
 // The configuration schema sits below what it configures: it imports neither the tool runtime
-// (pkg/tools: manifests, the subprocess runner and its sandbox) nor the bus, only the leaf that
-// checks an input schema (pkg/tools/schema).
+// (pkg/tools: manifests, the subprocess runner and its sandbox) nor the bus, only the leaves
+// that check an input schema (pkg/tools/schema), a uid range (pkg/tools/uidrange) and a call's
+// limits (pkg/tools/limits).
 func TestConfigImportsNoRuntime(t *testing.T) {
 	devtest.NeedProgram(t, "go")
 	out, err := exec.Command("go", "list", "-deps", ".").Output()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools/limits"
 	"github.com/skein-mesh/skein/pkg/tools/schema"
 )
 
@@ -41,12 +42,8 @@ type Manifest struct {
 	Sandbox *ManifestSandbox `json:"sandbox,omitempty"`
 }
 
-// Limits on manifest values, so a typo cannot make a call unbounded.
-const (
-	MaxTimeoutS      = 3600
-	MaxOutputCeiling = 64 << 20
-	maxManifestBytes = 1 << 20
-)
+// maxManifestBytes bounds a manifest file (limits holds the ceilings of its values).
+const maxManifestBytes = 1 << 20
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -158,8 +155,8 @@ func LoadFile(path string) (*Tool, error) {
 			t.InputSchema = compact.Bytes()
 		}
 	}
-	if m.TimeoutS < 0 || m.TimeoutS > MaxTimeoutS {
-		bad("timeout_s", "must be between 0 (host default) and %d seconds, got %v", MaxTimeoutS, m.TimeoutS)
+	if m.TimeoutS < 0 || m.TimeoutS > limits.MaxTimeoutS {
+		bad("timeout_s", "must be between 0 (host default) and %d seconds, got %v", limits.MaxTimeoutS, m.TimeoutS)
 	}
 	seen := map[string]bool{}
 	for i, name := range m.Env {
@@ -174,8 +171,8 @@ func LoadFile(path string) (*Tool, error) {
 	if m.CallIDArg != "" && !envNameRE.MatchString(m.CallIDArg) {
 		bad("call_id_arg", "must be a field name of letters, digits and '_', got %q", m.CallIDArg)
 	}
-	if m.MaxOutputBytes < 0 || m.MaxOutputBytes > MaxOutputCeiling {
-		bad("max_output_bytes", "must be between 0 (host default) and %d, got %d", MaxOutputCeiling, m.MaxOutputBytes)
+	if m.MaxOutputBytes < 0 || m.MaxOutputBytes > limits.MaxOutputCeiling {
+		bad("max_output_bytes", "must be between 0 (host default) and %d, got %d", limits.MaxOutputCeiling, m.MaxOutputBytes)
 	}
 	if m.Sandbox != nil {
 		for _, msg := range m.Sandbox.check() {
