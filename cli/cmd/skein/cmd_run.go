@@ -112,15 +112,7 @@ func (o *runOpts) run(cmd *cobra.Command, task string) error {
 	if err != nil {
 		return err
 	}
-	onInterrupt := func() {
-		fmt.Fprintf(cmd.ErrOrStderr(), "\nskein: cancelling session %s (Ctrl-C again to leave at once)\n", session)
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		defer ccancel()
-		if _, err := cancelSession(cctx, conn, names, session, cliUser()+" (Ctrl-C)", "interrupted"); err != nil {
-			fmt.Fprintln(cmd.ErrOrStderr(), "skein: cancel:", err)
-			stop()
-		}
-	}
+	onInterrupt := cancelOnInterrupt(cmd, conn, names, session, stop)
 	submitted.Store(&onInterrupt)
 	// An embedded run also waits for its own miner, so the lesson of this run is in memory
 	// before the next one starts; against a remote mesh the miner works on its own time.
@@ -218,6 +210,21 @@ func (o *runOpts) streamText(cmd *cobra.Command, conn *bus.Conn, names protocol.
 		return nil, func() {}
 	}
 	return text, func() { _ = sub.Unsubscribe() }
+}
+
+// cancelOnInterrupt is what Ctrl-C does once the task is submitted: it cancels the session
+// (the run then waits for it to end as cancelled), or stops the command when it cannot.
+func cancelOnInterrupt(cmd *cobra.Command, conn *bus.Conn, names protocol.Names, session string, stop func()) func() {
+	ctx := cmd.Context()
+	return func() {
+		fmt.Fprintf(cmd.ErrOrStderr(), "\nskein: cancelling session %s (Ctrl-C again to leave at once)\n", session)
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer ccancel()
+		if _, err := cancelSession(cctx, conn, names, session, cliUser()+" (Ctrl-C)", "interrupted"); err != nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), "skein: cancel:", err)
+			stop()
+		}
+	}
 }
 
 // submitTask asks the mesh to run req and returns the session id it answers with; an error
