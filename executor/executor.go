@@ -5,6 +5,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -51,7 +53,7 @@ func DefaultConcurrency() int { return max(8, 8*runtime.NumCPU()) }
 type Executor struct {
 	d        Deps
 	model    llm.Backend
-	sessions jetstream.KeyValue
+	sessions *session.Records
 	steps    jetstream.KeyValue
 	agents   jetstream.KeyValue
 	trace    *trace.Publisher
@@ -97,7 +99,7 @@ func New(ctx context.Context, d Deps) (*Executor, error) {
 			return nil, fmt.Errorf("executor model: %w", err)
 		}
 	}
-	sessions, err := bus.KV(ctx, d.Conn.JS, d.Names, protocol.BucketSessions)
+	sessions, err := session.Open(ctx, d.Conn.JS, d.Names)
 	if err != nil {
 		return nil, err
 	}
@@ -242,17 +244,15 @@ func (e *Executor) handle(ctx context.Context, msg jetstream.Msg) error {
 // nobody waits for its result and its tools must not run. A session that cannot be read now
 // is an ordinary error: the step is delivered again later.
 func (e *Executor) admit(ctx context.Context, step protocol.Step) (done bool, err error) {
-	entry, err := e.sessions.Get(ctx, step.SessionID)
-	if err != nil {
-		if bus.IsNotFound(err) {
-			return false, worker.Permanent(fmt.Errorf("step %s refused: session %s does not exist (sessions bucket); nothing was run",
-				step.StepID, step.SessionID))
-		}
-		return false, fmt.Errorf("read session %s: %w", step.SessionID, err)
-	}
-	var s protocol.Session
-	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
-		return false, worker.Permanent(fmt.Errorf("step %s refused: the record of session %s is unreadable: %w", step.StepID, step.SessionID, err))
+	s, err := e.sessions.Get(ctx, step.SessionID)
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		return false, worker.Permanent(fmt.Errorf("step %s refused: session %s does not exist (sessions bucket); nothing was run",
+			step.StepID, step.SessionID))
+	case errors.Is(err, session.ErrUnreadable):
+		return false, worker.Permanent(fmt.Errorf("step %s refused: %w", step.StepID, err))
+	case err != nil:
+		return false, err
 	}
 	for _, p := range s.Plan {
 		if p.StepID == step.StepID && p.Status == protocol.StepDone {

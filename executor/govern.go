@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session"
 )
 
 // guard applies a session tree's cancellation and budget to one step: the step's context ends
@@ -69,15 +69,14 @@ func (e *Executor) governStep(ctx context.Context, step protocol.Step) (context.
 }
 
 func (e *Executor) sessionRecord(ctx context.Context, id string) (protocol.Session, bool) {
-	var s protocol.Session
-	entry, err := e.sessions.Get(ctx, id)
+	s, err := e.sessions.Get(ctx, id)
 	if err != nil {
-		if !bus.IsNotFound(err) {
+		if !errors.Is(err, session.ErrNotFound) && !errors.Is(err, session.ErrUnreadable) {
 			e.d.Logger.Warn("read session record", "session", id, "err", err)
 		}
 		return s, false
 	}
-	return s, protocol.Unmarshal(entry.Value(), &s) == nil
+	return s, true
 }
 
 func (g *guard) deadlineExceeded() *govern.Exceeded {

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session"
 )
 
 // turnLink places a new session in a conversation: the conversation's first session and the
@@ -101,39 +101,22 @@ const settleWait = 2 * time.Second
 func (g *Gateway) settled(ctx context.Context, s protocol.Session) protocol.Session {
 	wctx, cancel := context.WithTimeout(ctx, settleWait)
 	defer cancel()
-	w, err := g.sessions.Watch(wctx, s.SessionID)
-	if err != nil {
-		return s
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-wctx.Done():
-			return s
-		case e, ok := <-w.Updates():
-			if !ok {
-				return s
-			}
-			var cur protocol.Session
-			if e == nil || protocol.Unmarshal(e.Value(), &cur) != nil {
-				continue
-			}
-			if s = cur; s.Status == protocol.StatusDone {
-				return s
-			}
-		}
-	}
+	_ = g.sessions.Watch(wctx, s.SessionID, func(cur protocol.Session) bool {
+		s = cur
+		return s.Status != protocol.StatusDone
+	})
+	return s
 }
 
 // recordTurn makes the conversation's first session count turn n and name it as the latest,
 // unless it already counts that many.
 func (g *Gateway) recordTurn(ctx context.Context, rootID string, n int, turnID string) error {
-	_, _, err := g.updateSession(ctx, rootID, func(s *protocol.Session) error {
+	_, _, err := g.updateSession(ctx, rootID, func(s *protocol.Session) (bool, error) {
 		if s.TurnCount >= n {
-			return errNoChange
+			return false, nil
 		}
 		s.TurnCount, s.LastTurn = n, turnID
-		return nil
+		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("record turn %s of conversation %s: %w", turnID, rootID, err)
@@ -177,16 +160,9 @@ func turnSessionID(rootID string, n int) string {
 }
 
 func (g *Gateway) readSession(ctx context.Context, id string) (protocol.Session, error) {
-	var s protocol.Session
-	e, err := g.sessions.Get(ctx, id)
-	if err != nil {
-		if bus.IsNotFound(err) {
-			return s, fmt.Errorf("%w: no session %s", ErrRejected, id)
-		}
-		return s, fmt.Errorf("read session %s: %w", id, err)
+	s, err := g.sessions.Get(ctx, id)
+	if errors.Is(err, session.ErrNotFound) {
+		return s, fmt.Errorf("%w: no session %s", ErrRejected, id)
 	}
-	if err := protocol.Unmarshal(e.Value(), &s); err != nil {
-		return s, fmt.Errorf("read session %s: %w", id, err)
-	}
-	return s, nil
+	return s, err
 }

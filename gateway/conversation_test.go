@@ -14,9 +14,9 @@ import (
 
 func (f *fixture) finish(t *testing.T, id string) {
 	t.Helper()
-	if _, _, err := f.gw.updateSession(testCtx(t), id, func(s *protocol.Session) error {
+	if _, _, err := f.gw.updateSession(testCtx(t), id, func(s *protocol.Session) (bool, error) {
 		s.Status, s.Outcome = protocol.StatusDone, protocol.OutcomeSuccess
-		return nil
+		return true, nil
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -103,7 +104,7 @@ func Run(ctx context.Context, d Deps) error {
 // Gateway validates and enqueues tasks.
 type Gateway struct {
 	d        Deps
-	sessions jetstream.KeyValue
+	sessions *session.Records
 	agents   jetstream.KeyValue
 	guard    *guard
 	patterns []string // the HTTP routes Handler registered
@@ -111,7 +112,7 @@ type Gateway struct {
 
 // New opens the gateway's buckets.
 func New(ctx context.Context, d Deps) (*Gateway, error) {
-	sessions, err := bus.KV(ctx, d.Conn.JS, d.Names, protocol.BucketSessions)
+	sessions, err := session.Open(ctx, d.Conn.JS, d.Names)
 	if err != nil {
 		return nil, err
 	}
@@ -285,23 +286,15 @@ func (g *Gateway) enqueue(ctx context.Context, in protocol.SubmitRequest, link t
 	if err := g.governNew(ctx, &sess, in); err != nil {
 		return protocol.SubmitReply{}, err
 	}
-	data, err := protocol.Marshal(&sess)
-	if err != nil {
-		return protocol.SubmitReply{}, err
-	}
 	duplicate := false
-	if _, err := g.sessions.Create(ctx, in.SessionID, data); err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return protocol.SubmitReply{}, fmt.Errorf("record session %s: %w", in.SessionID, err)
+	if err := g.sessions.Create(ctx, sess); err != nil {
+		if !errors.Is(err, session.ErrExists) {
+			return protocol.SubmitReply{}, err
 		}
 		duplicate = true
-		entry, err := g.sessions.Get(ctx, in.SessionID)
+		prev, err := g.sessions.Get(ctx, in.SessionID)
 		if err != nil {
-			return protocol.SubmitReply{}, fmt.Errorf("read session %s: %w", in.SessionID, err)
-		}
-		var prev protocol.Session
-		if err := protocol.Unmarshal(entry.Value(), &prev); err != nil {
-			return protocol.SubmitReply{}, fmt.Errorf("read session %s: %w", in.SessionID, err)
+			return protocol.SubmitReply{}, err
 		}
 		if link.previous == "" && in.Parent == "" && prev.Agent == in.Agent && newMessage(prev, in) {
 			// Another message under a session id: a follow-up in that session's conversation.

@@ -85,13 +85,9 @@ func (f *fixture) taskCount(t *testing.T, agent string) uint64 {
 func (f *fixture) session(t *testing.T, id string) protocol.Session {
 	t.Helper()
 	ctx := testCtx(t)
-	entry, err := f.gw.sessions.Get(ctx, id)
+	s, err := f.gw.sessions.Get(ctx, id)
 	if err != nil {
 		t.Fatalf("session %s: %v", id, err)
-	}
-	var s protocol.Session
-	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
-		t.Fatal(err)
 	}
 	return s
 }
@@ -208,10 +204,10 @@ func TestDuplicateSubmitIsIdempotent(t *testing.T) {
 	}
 
 	// A session that has moved on is not enqueued again.
-	s := f.session(t, "dup-1")
-	s.Status = protocol.StatusRunning
-	data, _ := protocol.Marshal(&s)
-	if _, err := f.gw.sessions.Put(ctx, "dup-1", data); err != nil {
+	if _, _, err := f.gw.sessions.Update(ctx, "dup-1", func(s *protocol.Session) (bool, error) {
+		s.Status = protocol.StatusRunning
+		return true, nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	again, err := f.gw.Submit(ctx, in)
@@ -304,11 +300,7 @@ func TestResubmitCompletesAnInterruptedSubmit(t *testing.T) {
 	ctx := testCtx(t)
 	now := time.Now().UTC()
 	s := protocol.Session{SessionID: "cut-1", Agent: testAgent, Task: "Greet Ada", Status: protocol.StatusQueued, Created: now, Updated: now}
-	data, err := protocol.Marshal(&s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.gw.sessions.Create(ctx, "cut-1", data); err != nil {
+	if err := f.gw.sessions.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {

@@ -7,63 +7,28 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session"
 )
 
 // maxCascade bounds how many sessions one cancel walks down the lineage.
 const maxCascade = 1000
 
-// errNoSession is updateSession's answer for an unknown session id.
+// errNoSession is the gateway's answer for an unknown session id.
 var errNoSession error = &protocol.Error{Code: protocol.CodeNotFound, Msg: "no such session"}
 
-// errNoChange leaves a session record as it was inside updateSession.
-var errNoChange = errors.New("no change")
-
-// updateSession applies fn to a session record under compare-and-set, retrying when another
-// writer got there first. fn returns errNoChange to leave the record as it is.
-func (g *Gateway) updateSession(ctx context.Context, id string, fn func(*protocol.Session) error) (protocol.Session, bool, error) {
-	var out protocol.Session
-	changed := false
-	b := backoff.WithContext(backoff.WithMaxRetries(backoff.NewConstantBackOff(10*time.Millisecond), 100), ctx)
-	err := backoff.Retry(func() error {
-		entry, err := g.sessions.Get(ctx, id)
-		if err != nil {
-			if bus.IsNotFound(err) {
-				return backoff.Permanent(fmt.Errorf("%w: %s", errNoSession, id))
-			}
-			return err
-		}
-		var s protocol.Session
-		if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
-			return backoff.Permanent(err)
-		}
-		err = fn(&s)
-		out = s
-		if errors.Is(err, errNoChange) {
-			changed = false
-			return nil
-		}
-		if err != nil {
-			return backoff.Permanent(err)
-		}
-		s.Updated = time.Now().UTC()
-		data, err := protocol.Marshal(&s)
-		if err != nil {
-			return backoff.Permanent(err)
-		}
-		if _, err := g.sessions.Update(ctx, id, data, entry.Revision()); err != nil {
-			return err
-		}
-		out, changed = s, true
-		return nil
-	}, b)
-	return out, changed, err
+// updateSession is session.Records.Update answering errNoSession for an unknown session.
+func (g *Gateway) updateSession(ctx context.Context, id string, change func(*protocol.Session) (bool, error)) (protocol.Session, bool, error) {
+	s, changed, err := g.sessions.Update(ctx, id, change)
+	if errors.Is(err, session.ErrNotFound) {
+		err = fmt.Errorf("%w: %s", errNoSession, id)
+	}
+	return s, changed, err
 }
 
 // governNew fills a new session's budget, deadline and lineage: the tighter of the agent's
@@ -92,15 +57,11 @@ func (g *Gateway) governNew(ctx context.Context, sess *protocol.Session, in prot
 	if in.Parent == "" {
 		return nil
 	}
-	entry, err := g.sessions.Get(ctx, in.Parent)
+	parent, err := g.sessions.Get(ctx, in.Parent)
 	if err != nil {
-		if bus.IsNotFound(err) {
+		if errors.Is(err, session.ErrNotFound) {
 			return nil // a parent outside this mesh's records: the child is a root of its own
 		}
-		return fmt.Errorf("read parent session %s: %w", in.Parent, err)
-	}
-	var parent protocol.Session
-	if err := protocol.Unmarshal(entry.Value(), &parent); err != nil {
 		return fmt.Errorf("read parent session %s: %w", in.Parent, err)
 	}
 	if parent.Cancel != nil {
@@ -119,15 +80,15 @@ func (g *Gateway) governNew(ctx context.Context, sess *protocol.Session, in prot
 // linkChild records a new child in its parent's record, so a cancel of the parent reaches it.
 // It refuses the child when the parent is cancelled meanwhile.
 func (g *Gateway) linkChild(ctx context.Context, parent, child string) error {
-	_, _, err := g.updateSession(ctx, parent, func(s *protocol.Session) error {
+	_, _, err := g.updateSession(ctx, parent, func(s *protocol.Session) (bool, error) {
 		if s.Cancel != nil {
-			return fmt.Errorf("%w: parent session %s was cancelled", ErrRejected, parent)
+			return false, fmt.Errorf("%w: parent session %s was cancelled", ErrRejected, parent)
 		}
 		if slices.Contains(s.Children, child) {
-			return errNoChange
+			return false, nil
 		}
 		s.Children = append(s.Children, child)
-		return nil
+		return true, nil
 	})
 	if errors.Is(err, errNoSession) {
 		return nil // a parent outside this mesh's records
@@ -152,15 +113,12 @@ func (g *Gateway) cancel(ctx context.Context, req protocol.CancelRequest, seen m
 	seen[req.SessionID] = true
 	rep := protocol.CancelReply{SessionID: req.SessionID}
 	mark := &protocol.CancelMark{By: req.By, Reason: req.Reason, At: time.Now().UTC()}
-	sess, changed, err := g.updateSession(ctx, req.SessionID, func(s *protocol.Session) error {
-		switch {
-		case s.Status == protocol.StatusDone:
-			return errNoChange
-		case s.Cancel != nil:
-			return errNoChange
+	sess, changed, err := g.updateSession(ctx, req.SessionID, func(s *protocol.Session) (bool, error) {
+		if s.Status == protocol.StatusDone || s.Cancel != nil {
+			return false, nil
 		}
 		s.Cancel = mark
-		return nil
+		return true, nil
 	})
 	if err != nil {
 		return rep, err

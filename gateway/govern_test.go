@@ -79,9 +79,9 @@ func TestCancelTreeAndNoOpWhenFinished(t *testing.T) {
 	if _, err := f.gw.Submit(ctx, protocol.SubmitRequest{Agent: testAgent, Task: "done task", SessionID: "done"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.gw.updateSession(ctx, "done", func(s *protocol.Session) error {
+	if _, _, err := f.gw.updateSession(ctx, "done", func(s *protocol.Session) (bool, error) {
 		s.Status, s.Outcome = protocol.StatusDone, protocol.OutcomeSuccess
-		return nil
+		return true, nil
 	}); err != nil {
 		t.Fatal(err)
 	}

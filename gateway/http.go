@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/gateway/console"
-	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -117,21 +117,16 @@ func (g *Gateway) httpSubmit(w http.ResponseWriter, r *http.Request) {
 
 // lookup answers the request itself (and returns false) when the session id is bad or unknown.
 func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (protocol.Session, bool) {
-	var s protocol.Session
 	id, ok := pathID(w, r, protocol.IDSession)
 	if !ok {
-		return s, false
+		return protocol.Session{}, false
 	}
-	entry, err := g.sessions.Get(r.Context(), id)
+	s, err := g.sessions.Get(r.Context(), id)
 	if err != nil {
-		if bus.IsNotFound(err) {
+		if errors.Is(err, session.ErrNotFound) {
 			httpError(w, protocol.CodeNotFound, "no session "+id)
 			return s, false
 		}
-		httpRefuse(w, err)
-		return s, false
-	}
-	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
 		httpRefuse(w, err)
 		return s, false
 	}
@@ -273,15 +268,7 @@ func (g *Gateway) httpTree(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	n, err := trace.Tree(ctx, g.d.Conn.JS, g.d.Names, r.PathValue("id"), func(id string) []string {
-		e, err := g.sessions.Get(ctx, id)
-		if err != nil {
-			return nil
-		}
-		var s protocol.Session
-		if protocol.Unmarshal(e.Value(), &s) != nil {
-			return nil
-		}
-		return s.Children
+		return g.sessions.Children(ctx, id)
 	})
 	if err != nil {
 		httpError(w, protocol.CodeNotFound, err.Error())

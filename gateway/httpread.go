@@ -77,12 +77,6 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	text = strings.ToLower(text)
 	ctx := r.Context()
-	watch, err := g.sessions.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		httpRefuse(w, fmt.Errorf("sessions bucket: %w", err))
-		return
-	}
-	defer func() { _ = watch.Stop() }()
 	var rows []SessionRow
 	truncated := false
 	// Only the newest limit rows are answered: the list is cut back to them whenever it reaches
@@ -93,25 +87,26 @@ func (g *Gateway) httpSessions(w http.ResponseWriter, r *http.Request) {
 			rows, truncated = rows[:limit], true
 		}
 	}
-	for e := range watch.Updates() {
-		if e == nil {
-			break // the initial values are all delivered
-		}
-		var s protocol.Session
-		if protocol.Unmarshal(e.Value(), &s) != nil || s.Updated.Before(from) {
-			continue
+	err := g.sessions.Each(ctx, func(s protocol.Session) bool {
+		if s.Updated.Before(from) {
+			return true
 		}
 		if (agent != "" && s.Agent != agent) || (status != "" && string(s.Status) != status && string(s.Outcome) != status) {
-			continue
+			return true
 		}
 		if text != "" && !strings.Contains(strings.ToLower(s.SessionID+" "+s.Task), text) {
-			continue
+			return true
 		}
 		rows = append(rows, SessionRow{SessionID: s.SessionID, Agent: s.Agent, Task: preview(s.Task), Status: s.Status, Outcome: s.Outcome,
 			Reason: s.Reason, Parent: s.Parent, Root: s.Root, Children: len(s.Children), Created: s.Created, Updated: s.Updated})
 		if len(rows) >= 2*limit {
 			keepNewest()
 		}
+		return true
+	})
+	if err != nil {
+		httpRefuse(w, fmt.Errorf("sessions bucket: %w", err))
+		return
 	}
 	keepNewest()
 	if len(rows) > 0 {

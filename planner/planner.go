@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/service"
+	"github.com/skein-mesh/skein/pkg/session"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
@@ -43,7 +43,7 @@ type Deps struct {
 // Planner holds the open buckets and publishers.
 type Planner struct {
 	d        Deps
-	sessions jetstream.KeyValue
+	sessions *session.Records
 	ledger   *govern.Ledger
 	trace    *trace.Publisher
 	// mode is planner.mode; model, built once at start, is nil when mode is off.
@@ -65,7 +65,7 @@ func Run(ctx context.Context, d Deps) error {
 		host, _ := os.Hostname()
 		d.ID = fmt.Sprintf("planner@%s/%d", host, os.Getpid())
 	}
-	sessions, err := bus.KV(ctx, d.Conn.JS, d.Names, protocol.BucketSessions)
+	sessions, err := session.Open(ctx, d.Conn.JS, d.Names)
 	if err != nil {
 		return err
 	}
@@ -181,40 +181,10 @@ func data(fn func(context.Context, []byte) error) func(context.Context, jetstrea
 	return func(ctx context.Context, m jetstream.Msg) error { return fn(ctx, m.Data()) }
 }
 
-// update applies fn to the session under compare-and-set, retrying when another planner wrote
-// in between. fn returns false to leave the session unchanged.
+// update is session.Records.Update with the planner's errors (see sessionErr).
 func (p *Planner) update(ctx context.Context, id string, fn func(*protocol.Session) (bool, error)) (protocol.Session, error) {
-	var out protocol.Session
-	b := backoff.WithContext(backoff.WithMaxRetries(backoff.NewConstantBackOff(20*time.Millisecond), 50), ctx)
-	err := backoff.Retry(func() error {
-		entry, err := p.sessions.Get(ctx, id)
-		if err != nil {
-			if bus.IsNotFound(err) {
-				return backoff.Permanent(errSessionNotFound(id))
-			}
-			return err
-		}
-		var s protocol.Session
-		if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
-			return backoff.Permanent(permanent{err})
-		}
-		changed, err := fn(&s)
-		if err != nil {
-			return backoff.Permanent(err)
-		}
-		out = s
-		if !changed {
-			return nil
-		}
-		s.Updated = time.Now().UTC()
-		data, err := protocol.Marshal(&s)
-		if err != nil {
-			return backoff.Permanent(err)
-		}
-		_, err = p.sessions.Update(ctx, id, data, entry.Revision())
-		return err
-	}, b)
-	return out, err
+	s, _, err := p.sessions.Update(ctx, id, fn)
+	return s, sessionErr(id, err)
 }
 
 func (p *Planner) onTask(ctx context.Context, data []byte) error {
@@ -272,18 +242,20 @@ var errNoSession = errors.New("not found")
 
 // get reads a session's current state.
 func (p *Planner) get(ctx context.Context, id string) (protocol.Session, error) {
-	var s protocol.Session
-	entry, err := p.sessions.Get(ctx, id)
-	if err != nil {
-		if bus.IsNotFound(err) {
-			return s, errSessionNotFound(id)
-		}
-		return s, fmt.Errorf("read session %s: %w", id, err)
+	s, err := p.sessions.Get(ctx, id)
+	return s, sessionErr(id, err)
+}
+
+// sessionErr is how a session that cannot be read fails a message: a missing one is tried
+// again (errSessionNotFound), an unreadable one is permanent.
+func sessionErr(id string, err error) error {
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		return errSessionNotFound(id)
+	case errors.Is(err, session.ErrUnreadable):
+		return permanent{err}
 	}
-	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
-		return s, permanent{err}
-	}
-	return s, nil
+	return err
 }
 
 // plan makes the session's steps: one step carrying the whole task when planning is off, else

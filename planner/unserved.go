@@ -2,7 +2,6 @@ package planner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -62,23 +61,17 @@ func (p *Planner) sweepUnserved(ctx context.Context, agents jetstream.KeyValue, 
 	if len(lapsed) == 0 {
 		return nil
 	}
-	ids, err := p.sessions.ListKeys(ctx)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil
+	running := map[string]time.Time{} // running sessions of lapsed agents: since when unserved
+	if err := p.sessions.Each(ctx, func(s protocol.Session) bool {
+		if since, ok := lapsed[s.Agent]; ok && s.Status == protocol.StatusRunning {
+			running[s.SessionID] = since
 		}
-		return fmt.Errorf("list sessions: %w", err)
+		return true
+	}); err != nil {
+		return err
 	}
 	var first error
-	for id := range ids.Keys() {
-		sess, err := p.get(ctx, id)
-		if err != nil || sess.Status != protocol.StatusRunning {
-			continue
-		}
-		since, ok := lapsed[sess.Agent]
-		if !ok {
-			continue
-		}
+	for id, since := range running {
 		if err := p.failUnserved(ctx, id, since, timeout); err != nil && first == nil {
 			first = err
 		}

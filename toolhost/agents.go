@@ -22,6 +22,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/pkg/tools/schema"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -59,7 +60,7 @@ func agentSpec(name string, wait time.Duration, reg *protocol.AgentSpec) protoco
 // compiled schema its arguments are checked against (nil: {"task": string}).
 type declaration struct {
 	spec   protocol.ToolSpec
-	schema *tools.Schema
+	schema *schema.Schema
 	// share is the agent's memory.share_with_parent (nil: it keeps its findings to itself).
 	share *protocol.ShareSpec
 }
@@ -73,7 +74,7 @@ func declare(name string, wait time.Duration, reg *protocol.AgentSpec, log *slog
 		d.share = &sh
 	}
 	if reg != nil && len(reg.InputSchema) > 0 {
-		sch, err := tools.CompileSchema(reg.InputSchema)
+		sch, err := schema.Compile(reg.InputSchema)
 		if err != nil {
 			log.Warn("agent registration has an input schema that does not compile; offering {task} instead", "agent", name, "err", err)
 			d.spec.InputSchema = agentInputSchema

@@ -3,7 +3,6 @@ package toolhost
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -158,52 +157,60 @@ func (l *ledger) once(ctx context.Context, req protocol.ToolRequest, lease time.
 // taken over at once; a running record whose lease lapsed is taken over only when takeover is its
 // revision (the caller has seen it lapsed long enough), else it is returned, lapsed.
 func (l *ledger) claim(ctx context.Context, req protocol.ToolRequest, hash string, lease time.Duration, takeover uint64) claimed {
-	now := time.Now().UTC()
-	rec := protocol.ToolCallRecord{CallID: req.CallID, Tool: req.Tool, ArgsHash: hash, State: protocol.CallRunning,
-		Host: l.host, Started: now, LeaseUntil: now.Add(lease)}
-	data, err := protocol.Marshal(&rec)
+	running := func() ([]byte, error) {
+		now := time.Now().UTC()
+		rec := protocol.ToolCallRecord{CallID: req.CallID, Tool: req.Tool, ArgsHash: hash, State: protocol.CallRunning,
+			Host: l.host, Started: now, LeaseUntil: now.Add(lease)}
+		return protocol.Marshal(&rec)
+	}
+	data, err := running()
 	if err != nil {
 		return claimed{err: err}
 	}
 	// A server of the cluster dying leaves the bucket's stream without a leader for a few
 	// seconds; the record is written once it has one again, rather than the call refused.
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bus.LeaderWait)
 	defer cancel()
 	var rev uint64
 	err = bus.WhileNoLeader(kctx, func() (err error) { rev, err = l.kv.Create(kctx, req.CallID, data); return err })
 	if err == nil {
 		return claimed{rev: rev}
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
+	if !bus.IsConflict(err) {
 		return claimed{err: err}
 	}
-	var e jetstream.KeyValueEntry
-	err = bus.WhileNoLeader(kctx, func() (err error) { e, err = l.kv.Get(kctx, req.CallID); return err })
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return l.claim(ctx, req, hash, lease, 0) // expired between the two calls
-	}
-	if err != nil {
-		return claimed{err: err}
-	}
-	var prev protocol.ToolCallRecord
-	switch err := protocol.Unmarshal(e.Value(), &prev); {
+	// The id has a record: answer with it, or take it over (written again from scratch when it
+	// expired meanwhile).
+	var found claimed
+	err = bus.WhileNoLeader(kctx, func() (err error) {
+		rev, err = bus.UpdateKV(kctx, l.kv, req.CallID, func(e jetstream.KeyValueEntry) ([]byte, error) {
+			found = claimed{}
+			if e == nil {
+				return running()
+			}
+			var prev protocol.ToolCallRecord
+			switch err := protocol.Unmarshal(e.Value(), &prev); {
+			case err != nil:
+				l.log.Warn("unreadable tool call record; running the call again", "call", req.CallID, "err", err)
+			case prev.ArgsHash != hash:
+				l.log.Warn("call id reused for a different call (the model asked for something else on a redelivered step); running it",
+					"call", req.CallID, "tool", req.Tool, "recorded_tool", prev.Tool)
+			case prev.State == protocol.CallDone || time.Now().Before(prev.LeaseUntil):
+				found = claimed{rev: e.Revision(), prev: &prev}
+				return nil, bus.ErrKeep
+			case e.Revision() != takeover:
+				found = claimed{rev: e.Revision(), prev: &prev, lapsed: true}
+				return nil, bus.ErrKeep
+			}
+			return running()
+		})
+		return err
+	})
+	switch {
 	case err != nil:
-		l.log.Warn("unreadable tool call record; running the call again", "call", req.CallID, "err", err)
-	case prev.ArgsHash != hash:
-		l.log.Warn("call id reused for a different call (the model asked for something else on a redelivered step); running it",
-			"call", req.CallID, "tool", req.Tool, "recorded_tool", prev.Tool)
-	case prev.State == protocol.CallDone || now.Before(prev.LeaseUntil):
-		return claimed{rev: e.Revision(), prev: &prev}
-	case e.Revision() != takeover:
-		return claimed{rev: e.Revision(), prev: &prev, lapsed: true}
-	}
-	err = bus.WhileNoLeader(kctx, func() (err error) { rev, err = l.kv.Update(kctx, req.CallID, data, e.Revision()); return err })
-	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return l.claim(ctx, req, hash, lease, 0) // renewed, finished or taken over meanwhile
-		}
 		return claimed{err: err}
+	case found.prev != nil:
+		return found
 	}
 	return claimed{rev: rev}
 }
@@ -237,9 +244,8 @@ func (l *ledger) renew(req protocol.ToolRequest, hash string, lease time.Duratio
 		ctx, cancel := context.WithTimeout(context.Background(), lease/3)
 		rev, err := l.kv.Update(ctx, req.CallID, data, r.rev)
 		cancel()
-		var apiErr *jetstream.APIError
 		switch {
-		case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		case bus.IsConflict(err):
 			// Taken over: another host runs the call now, and its record wins (see confirm).
 			l.log.Warn("tool call taken over by another host while it ran here", "call", req.CallID)
 		case err != nil:
@@ -316,8 +322,7 @@ func (l *ledger) confirm(req protocol.ToolRequest, r *record) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := bus.WhileNoLeader(ctx, func() error { _, err := l.kv.Update(ctx, req.CallID, r.data, r.rev); return err })
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+	if bus.IsConflict(err) {
 		// Ours may have arrived after all, its acknowledgement lost.
 		if e, gerr := l.kv.Get(ctx, req.CallID); gerr == nil && bytes.Equal(e.Value(), r.data) {
 			return

@@ -19,7 +19,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/pkg/tools/schema"
+	"github.com/skein-mesh/skein/pkg/tools/uidrange"
 	"github.com/skein-mesh/skein/pkg/usage"
 )
 
@@ -290,6 +291,21 @@ func (c *Config) Validate() Errors {
 	bad := func(key, format string, a ...any) {
 		errs = append(errs, &Error{File: c.Path, Key: key, Msg: fmt.Sprintf(format, a...)})
 	}
+	for _, check := range []func(reporter){
+		c.validateAgent, c.validateModels, c.validateAgentTool, c.validateLLMs, c.validateToolSources,
+		c.validateWorkers, c.validateToolCalls, c.validateGateway, c.validateSandbox, c.validateMCP,
+		c.validateMemory, c.validateMemoryStore, c.validatePlanner, c.validateMesh, c.validateMeshAuth,
+	} {
+		check(bad)
+	}
+	return errs
+}
+
+// reporter records one problem under its key.
+type reporter func(key, format string, a ...any)
+
+// validateAgent checks the agent: its name, step limit and budget.
+func (c *Config) validateAgent(bad reporter) {
 	if err := protocol.IDAgent.Check(c.Agent.Name); err != nil {
 		bad("agent.name", "%v", err)
 	}
@@ -300,22 +316,34 @@ func (c *Config) Validate() Errors {
 		b.MaxTurns < 0 || b.MaxToolCalls < 0 || b.MaxDepth < 0 || b.MaxFanout < 0 {
 		bad("agent.budget", "limits must be >= 0 (0 means no limit)")
 	}
+}
+
+// validateModels checks the price table `models:`.
+func (c *Config) validateModels(bad reporter) {
 	if _, err := usage.Default().With(c.Models); err != nil {
 		bad("models", "%v", err)
 	}
-	if len(c.Agent.Description) > tools.MaxDescription {
-		bad("agent.description", "at most %d bytes, got %d", tools.MaxDescription, len(c.Agent.Description))
+}
+
+// validateAgentTool checks what an agent offered as a tool declares: description, input schema, depth.
+func (c *Config) validateAgentTool(bad reporter) {
+	if len(c.Agent.Description) > protocol.MaxToolDescription {
+		bad("agent.description", "at most %d bytes, got %d", protocol.MaxToolDescription, len(c.Agent.Description))
 	}
 	if c.Agent.InputSchema != nil {
 		if raw, err := json.Marshal(c.Agent.InputSchema); err != nil {
 			bad("agent.input_schema", "cannot be written as JSON: %v", err)
-		} else if _, err := tools.CompileSchema(raw); err != nil {
+		} else if _, err := schema.Compile(raw); err != nil {
 			bad("agent.input_schema", "%v", err)
 		}
 	}
 	if c.Agent.MaxDepth < 0 || c.Agent.MaxDepth > 10 {
 		bad("agent.max_depth", "must be between 0 and 10, got %d", c.Agent.MaxDepth)
 	}
+}
+
+// validateLLMs checks the default model binding and each role's override, filling the override from the default first.
+func (c *Config) validateLLMs(bad reporter) {
 	c.validateLLM("llm", &c.LLM, bad)
 	for key, l := range map[string]*LLM{"planner.llm": c.Planner.LLM, "executor.llm": c.Executor.LLM, "miner.llm": c.Miner.LLM} {
 		if l != nil {
@@ -323,6 +351,10 @@ func (c *Config) Validate() Errors {
 			c.validateLLM(key, l, bad)
 		}
 	}
+}
+
+// validateToolSources checks where tools come from: manifest folders, enabled tools, agents offered as tools.
+func (c *Config) validateToolSources(bad reporter) {
 	for i, d := range c.Tools.ManifestDirs {
 		if st, err := os.Stat(d); err != nil || !st.IsDir() {
 			bad(fmt.Sprintf("tools.manifest_dirs[%d]", i), "folder %s does not exist", d)
@@ -342,6 +374,10 @@ func (c *Config) Validate() Errors {
 			bad(key, "names this agent itself (%q); an agent cannot be its own tool", n)
 		}
 	}
+}
+
+// validateWorkers checks the executor's and the toolhost's pool sizes.
+func (c *Config) validateWorkers(bad reporter) {
 	if c.Executor.Concurrency < 0 {
 		bad("executor.concurrency", "must not be negative (0 derives it from the machine), got %d", c.Executor.Concurrency)
 	}
@@ -360,6 +396,10 @@ func (c *Config) Validate() Errors {
 	if c.Toolhost.Queue < -1 {
 		bad("toolhost.queue", "must be -1 (no waiting), 0 (as many as concurrency) or more, got %d", c.Toolhost.Queue)
 	}
+}
+
+// validateToolCalls checks how tool calls run and come back: parallelism, format, retrieval, result cap, timeout.
+func (c *Config) validateToolCalls(bad reporter) {
 	if c.Tools.MaxParallel < 1 || c.Tools.MaxParallel > 64 {
 		bad("tools.max_parallel", "must be between 1 and 64, got %d", c.Tools.MaxParallel)
 	}
@@ -385,12 +425,20 @@ func (c *Config) Validate() Errors {
 	if c.Tools.TimeoutS <= 0 {
 		bad("tools.timeout_s", "must be positive, got %v", c.Tools.TimeoutS)
 	}
+}
+
+// validateGateway checks `gateway:`.
+func (c *Config) validateGateway(bad reporter) {
 	if c.Gateway.MaxEventStreams < 1 || c.Gateway.MaxEventStreams > 1024 {
 		bad("gateway.max_event_streams", "must be between 1 and 1024, got %d", c.Gateway.MaxEventStreams)
 	}
 	if t := c.Gateway.HTTPToken; t != "" && len(t) < 16 {
 		bad("gateway.http_token", "is %d characters; use at least 16 random ones (or leave it out: one is generated under $SKEIN_HOME)", len(t))
 	}
+}
+
+// validateSandbox checks `tools.sandbox:`.
+func (c *Config) validateSandbox(bad reporter) {
 	sb := c.Tools.Sandbox
 	for key, v := range map[string]int{"cpu_s": sb.CPUSeconds, "address_space_mb": sb.AddressSpaceMB, "open_files": sb.OpenFiles, "processes": sb.Processes, "shm_mb": sb.ShmMB} {
 		if v < 0 {
@@ -408,14 +456,17 @@ func (c *Config) Validate() Errors {
 		bad("tools.sandbox.start", "must be auto or trampoline, got %q", sb.Start)
 	}
 	if sb.UIDs != "" {
-		if _, _, err := tools.ParseUIDRange(sb.UIDs); err != nil {
+		if _, _, err := uidrange.Parse(sb.UIDs); err != nil {
 			bad("tools.sandbox.uids", "%v", err)
 		}
 	}
 	if sb.RunAs != "" && strings.TrimSpace(sb.RunAs) != sb.RunAs {
 		bad("tools.sandbox.run_as", "has surrounding spaces: %q", sb.RunAs)
 	}
-	c.validateMCP(bad)
+}
+
+// validateMemory checks how memory learns and what it shares and retrieves.
+func (c *Config) validateMemory(bad reporter) {
 	if c.Memory.SimilarityThreshold <= 0 || c.Memory.SimilarityThreshold > 1 {
 		bad("memory.similarity_threshold", "must be in (0, 1], got %v", c.Memory.SimilarityThreshold)
 	}
@@ -473,6 +524,10 @@ func (c *Config) Validate() Errors {
 	if c.Memory.PatternShare < 0 || c.Memory.PatternShare > 1 {
 		bad("memory.pattern_share", "must be in [0, 1], got %v", c.Memory.PatternShare)
 	}
+}
+
+// validateMemoryStore checks where memory is kept and embedded, and its eviction period.
+func (c *Config) validateMemoryStore(bad reporter) {
 	if c.Memory.Store != "kv" && c.Memory.Store != "milvus" {
 		bad("memory.store", "must be kv or milvus, got %q", c.Memory.Store)
 	}
@@ -494,11 +549,19 @@ func (c *Config) Validate() Errors {
 			bad("memory.evict_every", "not a duration (like 1h or 30m): %q", c.Memory.EvictEvery)
 		}
 	}
+}
+
+// validatePlanner checks `planner:`.
+func (c *Config) validatePlanner(bad reporter) {
 	switch c.Planner.Mode {
 	case "off", "auto", "force":
 	default:
 		bad("planner.mode", "must be off, auto or force, got %q", c.Planner.Mode)
 	}
+}
+
+// validateMesh checks the mesh's replicas, durations and limits, and namespace.
+func (c *Config) validateMesh(bad reporter) {
 	if c.Mesh.Replicas != 1 && c.Mesh.Replicas != 3 && c.Mesh.Replicas != 5 {
 		bad("mesh.replicas", "must be 1, 3 or 5, got %d", c.Mesh.Replicas)
 	}
@@ -530,6 +593,10 @@ func (c *Config) Validate() Errors {
 			bad("mesh.namespace", "%v", err)
 		}
 	}
+}
+
+// validateMeshAuth checks the credentials and TLS files.
+func (c *Config) validateMeshAuth(bad reporter) {
 	if c.Mesh.CredsFile != "" {
 		if _, err := os.Stat(c.Mesh.CredsFile); err != nil {
 			bad("mesh.creds_file", "file %s does not exist", c.Mesh.CredsFile)
@@ -546,7 +613,6 @@ func (c *Config) Validate() Errors {
 	if (c.Mesh.TLS.Cert == "") != (c.Mesh.TLS.Key == "") {
 		bad("mesh.tls", "cert and key go together: set both or neither")
 	}
-	return errs
 }
 
 // inherit fills a role override's empty fields from the default llm, so `planner.llm: {model: x}`
@@ -589,7 +655,7 @@ func (c *Config) inherit(l *LLM) {
 	}
 }
 
-func (c *Config) validateLLM(key string, l *LLM, bad func(key, format string, a ...any)) {
+func (c *Config) validateLLM(key string, l *LLM, bad reporter) {
 	switch l.Provider {
 	case "anthropic", "openai":
 	case "scripted":

@@ -119,6 +119,8 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"agent as its own tool", "agent:\n  name: boss\ntools:\n  agents: [helper, boss]\n", []string{"tools.agents[1]", "itself"}},
 		{"agent schema not an object", "agent:\n  input_schema: {type: string}\n", []string{"agent.input_schema", `"type": "object"`}},
 		{"agent schema invalid", "agent:\n  input_schema: {type: object, required: 3}\n", []string{"agent.input_schema", "not a valid JSON Schema"}},
+		{"reversed uid range", "tools:\n  sandbox:\n    uids: 2000-1000\n", []string{"tools.sandbox.uids", "first-last"}},
+		{"uid range of one", "tools:\n  sandbox:\n    uids: \"1000\"\n", []string{"tools.sandbox.uids", "first-last"}},
 		{"size with a bad unit", "mesh:\n  limits:\n    work:\n      max_bytes: 1KX\n", []string{"agent.yaml:4", "mesh.limits.work.max_bytes", `got a string "1KX"`, "64MiB"}},
 		{"size as a list", "mesh:\n  limits:\n    bucket_max_bytes: [1]\n", []string{"agent.yaml:3", "mesh.limits.bucket_max_bytes", "got a list", "a size in bytes"}},
 		{"negative size", "mesh:\n  limits:\n    trace: {max_bytes: -1}\n", []string{"mesh.limits.trace", "must not be negative"}},

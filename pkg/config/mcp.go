@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/pkg/tools/limits"
 )
 
 // MCPServer is one entry of `tools.mcp:`, keyed by the server's name: an MCP server started on
@@ -54,8 +54,8 @@ type MCPSandbox struct {
 }
 
 // Limits are the sandbox overrides in the runner's terms.
-func (s MCPSandbox) Limits() tools.Limits {
-	return tools.Limits{CPUSeconds: s.CPUSeconds, AddressSpaceMB: s.AddressSpaceMB, OpenFiles: s.OpenFiles, Processes: s.Processes}
+func (s MCPSandbox) Limits() limits.Limits {
+	return limits.Limits{CPUSeconds: s.CPUSeconds, AddressSpaceMB: s.AddressSpaceMB, OpenFiles: s.OpenFiles, Processes: s.Processes}
 }
 
 // MCPToolSep joins a server's name and its tool's name into the skein tool's name. Model
@@ -67,7 +67,7 @@ const MCPToolSep = "__"
 var mcpNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$`)
 
 // maxMCPTimeoutS bounds a server's timeout_s and start_timeout_s, as a manifest's timeout_s.
-const maxMCPTimeoutS = tools.MaxTimeoutS
+const maxMCPTimeoutS = limits.MaxTimeoutS
 
 func (s MCPServer) resolvePaths(dir string) MCPServer {
 	if s.Command != "" && !filepath.IsAbs(s.Command) && strings.ContainsRune(s.Command, filepath.Separator) {
@@ -88,7 +88,8 @@ func (s MCPServer) resolvePaths(dir string) MCPServer {
 	return s
 }
 
-func (c *Config) validateMCP(bad func(key, format string, a ...any)) {
+// validateMCP checks `tools.mcp:`, each server in name order.
+func (c *Config) validateMCP(bad reporter) {
 	names := make([]string, 0, len(c.Tools.MCP))
 	for name := range c.Tools.MCP {
 		names = append(names, name)
@@ -146,8 +147,8 @@ func (c *Config) validateMCP(bad func(key, format string, a ...any)) {
 		if s.StartTimeoutS < 0 || s.StartTimeoutS > maxMCPTimeoutS {
 			bad(key+".start_timeout_s", "must be between 0 (30 s) and %d seconds, got %v", maxMCPTimeoutS, s.StartTimeoutS)
 		}
-		if s.MaxOutput < 0 || s.MaxOutput > tools.MaxOutputCeiling {
-			bad(key+".max_output_bytes", "must be between 0 (tools.max_output_bytes) and %d, got %d", tools.MaxOutputCeiling, s.MaxOutput)
+		if s.MaxOutput < 0 || s.MaxOutput > limits.MaxOutputCeiling {
+			bad(key+".max_output_bytes", "must be between 0 (tools.max_output_bytes) and %d, got %d", limits.MaxOutputCeiling, s.MaxOutput)
 		}
 		for _, msg := range s.Sandbox.Limits().Check("") {
 			bad(key+".sandbox", "%s", msg)
@@ -155,7 +156,7 @@ func (c *Config) validateMCP(bad func(key, format string, a ...any)) {
 		if t := s.Sandbox.Tmp; t != "" && t != "private" && t != "host" {
 			bad(key+".sandbox.tmp", "must be private or host, got %q", t)
 		}
-		if err := tools.CheckSeccompAllow(s.Sandbox.SeccompAllow); err != nil {
+		if _, err := limits.SeccompAllowMask(s.Sandbox.SeccompAllow); err != nil {
 			bad(key+".sandbox", "%v", err)
 		}
 	}

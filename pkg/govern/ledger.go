@@ -2,12 +2,10 @@ package govern
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skein-mesh/skein/pkg/bus"
@@ -31,52 +29,53 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, names protocol.Name
 
 // Get returns what key has spent (zero when nothing yet).
 func (l *Ledger) Get(ctx context.Context, key string) (protocol.LedgerEntry, error) {
-	e, _, err := l.get(ctx, key)
-	return e, err
-}
-
-func (l *Ledger) get(ctx context.Context, key string) (protocol.LedgerEntry, uint64, error) {
-	var e protocol.LedgerEntry
 	entry, err := l.kv.Get(ctx, key)
 	if err != nil {
-		if bus.IsNotFound(err) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			return e, 0, nil
+		if bus.IsNotFound(err) {
+			return protocol.LedgerEntry{}, nil
 		}
-		return e, 0, fmt.Errorf("read ledger %s: %w", key, err)
+		return protocol.LedgerEntry{}, fmt.Errorf("read ledger %s: %w", key, err)
 	}
-	if err := protocol.Unmarshal(entry.Value(), &e); err != nil {
-		return e, 0, fmt.Errorf("ledger %s: %w", key, err)
-	}
-	return e, entry.Revision(), nil
+	return decode(key, entry)
 }
 
-// Charge adds delta to each key (a session and its root) under compare-and-set, retrying when
-// another writer got there first.
+func decode(key string, entry jetstream.KeyValueEntry) (protocol.LedgerEntry, error) {
+	var e protocol.LedgerEntry
+	if entry == nil {
+		return e, nil
+	}
+	if err := protocol.Unmarshal(entry.Value(), &e); err != nil {
+		return e, fmt.Errorf("ledger %s: %w", key, err)
+	}
+	return e, nil
+}
+
+// Charge adds delta to each key (a session and its root) with compare-and-set (bus.UpdateKV),
+// riding out a leader election for up to bus.LeaderWait: a charge that is not written is
+// spending no budget check will see.
 func (l *Ledger) Charge(ctx context.Context, delta protocol.LedgerEntry, keys ...string) error {
 	for _, key := range dedupe(keys) {
-		b := backoff.WithContext(backoff.WithMaxRetries(backoff.NewConstantBackOff(5*time.Millisecond), 200), ctx)
-		err := backoff.Retry(func() error {
-			cur, rev, err := l.get(ctx, key)
-			if err != nil {
-				return err
-			}
-			next := add(cur, delta)
-			data, err := protocol.Marshal(&next)
-			if err != nil {
-				return backoff.Permanent(err)
-			}
-			if rev == 0 {
-				_, err = l.kv.Create(ctx, key, data)
-			} else {
-				_, err = l.kv.Update(ctx, key, data, rev)
-			}
-			return err
-		}, b)
-		if err != nil {
+		if err := l.charge(ctx, delta, key); err != nil {
 			return fmt.Errorf("charge ledger %s: %w", key, err)
 		}
 	}
 	return nil
+}
+
+func (l *Ledger) charge(ctx context.Context, delta protocol.LedgerEntry, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, bus.LeaderWait)
+	defer cancel()
+	return bus.WhileNoLeader(ctx, func() error {
+		_, err := bus.UpdateKV(ctx, l.kv, key, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+			e, err := decode(key, cur)
+			if err != nil {
+				return nil, err
+			}
+			next := add(e, delta)
+			return protocol.Marshal(&next)
+		})
+		return err
+	})
 }
 
 func add(a, d protocol.LedgerEntry) protocol.LedgerEntry {

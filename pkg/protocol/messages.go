@@ -288,6 +288,9 @@ type ToolSpec struct {
 	MCPTool string `msgpack:"mcp_tool,omitempty" json:"mcp_tool,omitempty"`
 }
 
+// MaxToolDescription is the longest description a tool (or an agent offered as one) may have.
+const MaxToolDescription = 4096
+
 // Built-in tools answered by the executor itself, never by a toolhost: find_tools widens a
 // step's retrieved tool set; read_result pages through a result too big for the transcript,
 // stored in the ObjectPayloads store. Manifests may not use these names.

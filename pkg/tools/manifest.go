@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools/limits"
+	"github.com/skein-mesh/skein/pkg/tools/schema"
 )
 
 // Manifest is a tool's JSON file exactly as an author writes it.
@@ -40,18 +42,10 @@ type Manifest struct {
 	Sandbox *ManifestSandbox `json:"sandbox,omitempty"`
 }
 
-// Limits on manifest values, so a typo cannot make a call unbounded.
-const (
-	MaxTimeoutS       = 3600
-	MaxOutputCeiling  = 64 << 20
-	maxManifestBytes  = 1 << 20
-	maxDescriptionLen = MaxDescription
-)
+// maxManifestBytes bounds a manifest file (limits holds the ceilings of its values).
+const maxManifestBytes = 1 << 20
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// MaxDescription is the longest description a tool (or an agent offered as one) may have.
-const MaxDescription = 4096
 
 // Tool is a loaded, validated manifest ready to run.
 type Tool struct {
@@ -63,12 +57,20 @@ type Tool struct {
 	// path or a bare name looked up on PATH when the tool starts.
 	Argv []string
 
-	schema *argSchema
+	schema *schema.Schema
 }
 
 // Spec is what a model is shown of the tool.
 func (t *Tool) Spec() protocol.ToolSpec {
 	return protocol.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, TimeoutS: t.TimeoutS}
+}
+
+// ValidateArgs checks args (a JSON object; empty means {}) against the tool's input_schema.
+func (t *Tool) ValidateArgs(args json.RawMessage) error {
+	if t.schema == nil {
+		return errors.New("tool has no compiled input_schema (not loaded with LoadFile)")
+	}
+	return t.schema.Validate(args)
 }
 
 // Timeout is the manifest's limit, or def when the manifest leaves it to the host.
@@ -134,8 +136,8 @@ func LoadFile(path string) (*Tool, error) {
 	switch d := strings.TrimSpace(m.Description); {
 	case d == "":
 		bad("description", "is required: the model chooses tools by it")
-	case len(d) > maxDescriptionLen:
-		bad("description", "is %d bytes, at most %d", len(d), maxDescriptionLen)
+	case len(d) > protocol.MaxToolDescription:
+		bad("description", "is %d bytes, at most %d", len(d), protocol.MaxToolDescription)
 	}
 	if len(m.Command) == 0 || m.Command[0] == "" {
 		bad("command", "is required: an argv list such as [\"python3\", \"./tool.py\"]")
@@ -144,7 +146,7 @@ func LoadFile(path string) (*Tool, error) {
 	}
 	if len(bytes.TrimSpace(m.InputSchema)) == 0 || string(bytes.TrimSpace(m.InputSchema)) == "null" {
 		bad("input_schema", "is required: a JSON Schema of type object")
-	} else if s, err := compileSchema(path, m.InputSchema); err != nil {
+	} else if s, err := schema.Compile(m.InputSchema); err != nil {
 		bad("input_schema", "%v", err)
 	} else {
 		t.schema = s
@@ -153,8 +155,8 @@ func LoadFile(path string) (*Tool, error) {
 			t.InputSchema = compact.Bytes()
 		}
 	}
-	if m.TimeoutS < 0 || m.TimeoutS > MaxTimeoutS {
-		bad("timeout_s", "must be between 0 (host default) and %d seconds, got %v", MaxTimeoutS, m.TimeoutS)
+	if m.TimeoutS < 0 || m.TimeoutS > limits.MaxTimeoutS {
+		bad("timeout_s", "must be between 0 (host default) and %d seconds, got %v", limits.MaxTimeoutS, m.TimeoutS)
 	}
 	seen := map[string]bool{}
 	for i, name := range m.Env {
@@ -169,8 +171,8 @@ func LoadFile(path string) (*Tool, error) {
 	if m.CallIDArg != "" && !envNameRE.MatchString(m.CallIDArg) {
 		bad("call_id_arg", "must be a field name of letters, digits and '_', got %q", m.CallIDArg)
 	}
-	if m.MaxOutputBytes < 0 || m.MaxOutputBytes > MaxOutputCeiling {
-		bad("max_output_bytes", "must be between 0 (host default) and %d, got %d", MaxOutputCeiling, m.MaxOutputBytes)
+	if m.MaxOutputBytes < 0 || m.MaxOutputBytes > limits.MaxOutputCeiling {
+		bad("max_output_bytes", "must be between 0 (host default) and %d, got %d", limits.MaxOutputCeiling, m.MaxOutputBytes)
 	}
 	if m.Sandbox != nil {
 		for _, msg := range m.Sandbox.check() {

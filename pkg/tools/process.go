@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools/schema"
 )
 
 // ProcessSpec is a long-lived program a host runs under the tool sandbox and talks to over its
@@ -68,7 +69,7 @@ func (r *Runner) StartProcess(spec ProcessSpec) (*Process, error) {
 	}
 	// A process has no arguments of its own; "{}" passes the schema, the rest of a call's
 	// preparation (program, environment, scratch folder) applies as it is.
-	anything, err := compileSchema(spec.Name, json.RawMessage(`{"type":"object"}`))
+	anything, err := schema.Compile(json.RawMessage(`{"type":"object"}`))
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/pkg/tools/uidrange"
 )
 
 // A long-lived process gets what a call gets from the sandbox (a uid of its own for its whole
@@ -47,7 +48,7 @@ while read -r line; do echo "got $line"; done`
 	}
 	uid, _ := strconv.Atoi(fields["uid"])
 	if os.Geteuid() == 0 {
-		first, n, _ := tools.ParseUIDRange(tools.DefaultUIDs)
+		first, n, _ := uidrange.Parse(tools.DefaultUIDs)
 		if uid < first || uid >= first+n {
 			t.Errorf("uid %d, want one of the pool's %s", uid, tools.DefaultUIDs)
 		}

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/tools/limits"
 )
 
 // Defaults of a Runner's zero value.
@@ -137,7 +138,7 @@ func (r *Runner) Prepare(ctx context.Context, t *Tool, args json.RawMessage) *Pr
 	}
 	c.hs = hs
 	if t.Sandbox != nil {
-		if c.allow, err = seccompAllowMask(t.Sandbox.SeccompAllow); err != nil {
+		if c.allow, err = limits.SeccompAllowMask(t.Sandbox.SeccompAllow); err != nil {
 			return fail(protocol.ToolErrStart, "cannot start tool: "+err.Error())
 		}
 	}

@@ -10,66 +10,16 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/skein-mesh/skein/pkg/tools/limits"
 )
 
-// Limits are the resource limits one tool call runs under. Zero means "the host's default" in a
-// manifest and "no limit" nowhere: every call has all of them.
-type Limits struct {
-	// CPUSeconds is RLIMIT_CPU: CPU time, not wall time (timeout_s bounds that).
-	CPUSeconds int `json:"cpu_s,omitempty"`
-	// AddressSpaceMB is RLIMIT_AS in MiB. Runtimes that reserve much virtual memory (V8, the JVM)
-	// need a few GiB even when they use little.
-	AddressSpaceMB int `json:"address_space_mb,omitempty"`
-	// OpenFiles is RLIMIT_NOFILE.
-	OpenFiles int `json:"open_files,omitempty"`
-	// Processes bounds the processes (and threads) a call may add: pids.max of the call's cgroup
-	// where the pids controller is delegated, and RLIMIT_NPROC of the tool's uid always.
-	Processes int `json:"processes,omitempty"`
-	// ShmMB is the size in MiB of the call's own /dev/shm, a tmpfs (where calls get their own).
-	ShmMB int `json:"shm_mb,omitempty"`
-}
+// Limits are the resource limits one tool call runs under (pkg/tools/limits, so the
+// configuration checks them without the tool runtime).
+type Limits = limits.Limits
 
 // DefaultLimits apply where neither config (tools.sandbox) nor manifest (sandbox) sets a limit.
 var DefaultLimits = Limits{CPUSeconds: 300, AddressSpaceMB: 8192, OpenFiles: 1024, Processes: 256, ShmMB: 64}
-
-// Ceilings of the values a manifest or config may ask for, so a typo cannot unbound a call.
-var limitCeiling = Limits{CPUSeconds: 24 * 3600, AddressSpaceMB: 1 << 20, OpenFiles: 1 << 20, Processes: 1 << 16, ShmMB: 1 << 16}
-
-// over returns l with every non-zero field of o.
-func (l Limits) over(o Limits) Limits {
-	if o.CPUSeconds > 0 {
-		l.CPUSeconds = o.CPUSeconds
-	}
-	if o.AddressSpaceMB > 0 {
-		l.AddressSpaceMB = o.AddressSpaceMB
-	}
-	if o.OpenFiles > 0 {
-		l.OpenFiles = o.OpenFiles
-	}
-	if o.Processes > 0 {
-		l.Processes = o.Processes
-	}
-	if o.ShmMB > 0 {
-		l.ShmMB = o.ShmMB
-	}
-	return l
-}
-
-// Check reports the first limit outside [0, ceiling]; prefix names where it was set.
-func (l Limits) Check(prefix string) []string {
-	var bad []string
-	check := func(key string, v, max int) {
-		if v < 0 || v > max {
-			bad = append(bad, fmt.Sprintf("%s%s must be between 0 (default) and %d, got %d", prefix, key, max, v))
-		}
-	}
-	check("cpu_s", l.CPUSeconds, limitCeiling.CPUSeconds)
-	check("address_space_mb", l.AddressSpaceMB, limitCeiling.AddressSpaceMB)
-	check("open_files", l.OpenFiles, limitCeiling.OpenFiles)
-	check("processes", l.Processes, limitCeiling.Processes)
-	check("shm_mb", l.ShmMB, limitCeiling.ShmMB)
-	return bad
-}
 
 // ManifestSandbox is a manifest's `sandbox` object: limit overrides, where the tool runs and
 // what it may do beyond the default.
@@ -90,34 +40,9 @@ type ManifestSandbox struct {
 	SeccompAllow []string `json:"seccomp_allow,omitempty"`
 }
 
-// SeccompGroups are the groups of system calls the seccomp filter denies a tool unless its
-// manifest's sandbox.seccomp_allow names them: ptrace (and reading or writing another
-// process's memory), mount (and the new mount API), modules (loading kernel modules, kexec),
-// keyring (the kernel's key store) and namespaces (unshare, setns, clone with a CLONE_NEW*
-// flag, clone3).
-var SeccompGroups = []string{"ptrace", "mount", "modules", "keyring", "namespaces"}
-
-// CheckSeccompAllow says whether every name is a group of SeccompGroups (a config's check).
-func CheckSeccompAllow(names []string) error {
-	_, err := seccompAllowMask(names)
-	return err
-}
-
-// seccompAllowMask is the set of groups names, one bit per group of SeccompGroups.
-func seccompAllowMask(names []string) (uint32, error) {
-	var mask uint32
-next:
-	for _, name := range names {
-		for i, g := range SeccompGroups {
-			if g == name {
-				mask |= 1 << i
-				continue next
-			}
-		}
-		return 0, fmt.Errorf("seccomp_allow: unknown group %q (the groups: %s)", name, strings.Join(SeccompGroups, ", "))
-	}
-	return mask, nil
-}
+// SeccompGroups are the groups of system calls a manifest's sandbox.seccomp_allow may name
+// (limits.SeccompGroups).
+var SeccompGroups = limits.SeccompGroups
 
 func (s *ManifestSandbox) check() []string {
 	bad := s.Limits.Check("")
@@ -126,7 +51,7 @@ func (s *ManifestSandbox) check() []string {
 	default:
 		bad = append(bad, fmt.Sprintf("tmp must be private or host, got %q", s.Tmp))
 	}
-	if _, err := seccompAllowMask(s.SeccompAllow); err != nil {
+	if _, err := limits.SeccompAllowMask(s.SeccompAllow); err != nil {
 		bad = append(bad, err.Error())
 	}
 	switch s.Workdir {
@@ -180,17 +105,6 @@ const (
 // leaves unused (it gives 524288-1879048191 to containers and uses 61184-65519 for dynamic
 // users) and below 2^31, which some programs take for negative.
 const DefaultUIDs = "1879048192-1879113727"
-
-// ParseUIDRange reads "first-last" (tools.sandbox.uids).
-func ParseUIDRange(s string) (first, count int, err error) {
-	a, b, ok := strings.Cut(s, "-")
-	lo, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
-	hi, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 32)
-	if !ok || err1 != nil || err2 != nil || lo == 0 || hi < lo || hi >= 1<<32-1 {
-		return 0, 0, fmt.Errorf("want first-last, two uids with 0 < first <= last < 4294967295, got %q", s)
-	}
-	return int(lo), int(hi-lo) + 1, nil
-}
 
 // callUser is the user one call runs as.
 type callUser struct {

@@ -506,9 +506,9 @@ func (r *Runner) confine(cmd *exec.Cmd, c *Prepared, viaTrampoline bool) (*callC
 		return nil, err
 	}
 	t := c.t
-	lim := DefaultLimits.over(r.Sandbox.Limits)
+	lim := DefaultLimits.Over(r.Sandbox.Limits)
 	if t.Sandbox != nil {
-		lim = lim.over(t.Sandbox.Limits)
+		lim = lim.Over(t.Sandbox.Limits)
 	}
 	cc := &callConf{hs: hs, id: newCallID(), poolUID: -1}
 	uid := c.user.uid

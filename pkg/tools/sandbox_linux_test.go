@@ -27,6 +27,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/tools"
+	"github.com/skein-mesh/skein/pkg/tools/uidrange"
 )
 
 // The key holder is this test binary started again with a fake provider key and a fake NATS
@@ -219,7 +220,7 @@ func TestToolCannotReadTheKeyOfTheProcessThatStartedIt(t *testing.T) {
 
 // inDefaultUIDs reports whether uid is one of tools.DefaultUIDs.
 func inDefaultUIDs(uid int) bool {
-	first, count, err := tools.ParseUIDRange(tools.DefaultUIDs)
+	first, count, err := uidrange.Parse(tools.DefaultUIDs)
 	return err == nil && uid >= first && uid < first+count
 }
 

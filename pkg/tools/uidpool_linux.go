@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skein-mesh/skein/pkg/tools/uidrange"
 )
 
 // A root host runs each call as a uid no other running call has (its gid is the same number):
@@ -51,7 +53,7 @@ func newUIDPool(spec string) (*uidPool, error) {
 	if spec == "" {
 		spec = DefaultUIDs
 	}
-	first, count, err := ParseUIDRange(spec)
+	first, count, err := uidrange.Parse(spec)
 	if err != nil {
 		return nil, err
 	}

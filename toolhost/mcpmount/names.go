@@ -12,7 +12,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/tools"
+	argschema "github.com/skein-mesh/skein/pkg/tools/schema"
 )
 
 // MaxTools bounds how many tools of one server are served: a server that lists more has the
@@ -28,7 +28,7 @@ type Tool struct {
 	Remote string
 	// schema checks arguments before they reach the server (nil: the server's schema did not
 	// compile here, and the server checks them alone).
-	schema *tools.Schema
+	schema *argschema.Schema
 }
 
 // ToolName is the skein name of a server's tool: <server>__<tool>, with every character a
@@ -91,11 +91,11 @@ func catalogue(server string, cfg config.MCPServer, timeoutS float64, listed []*
 		if desc == "" {
 			desc = fmt.Sprintf("Tool %s of the %s MCP server.", t.Name, server)
 		}
-		tool := Tool{Remote: t.Name, Spec: protocol.ToolSpec{Name: name, Description: clip(desc, tools.MaxDescription),
+		tool := Tool{Remote: t.Name, Spec: protocol.ToolSpec{Name: name, Description: clip(desc, protocol.MaxToolDescription),
 			InputSchema: schema, TimeoutS: timeoutS, MCP: server, MCPTool: t.Name}}
 		// An object schema that does not compile here (a draft or keyword the validator lacks)
 		// is still offered; the server checks the arguments itself.
-		tool.schema, _ = tools.CompileSchema(schema)
+		tool.schema, _ = argschema.Compile(schema)
 		out = append(out, tool)
 	}
 	return out, skipped

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/service"
+	"github.com/skein-mesh/skein/pkg/session"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -295,20 +297,16 @@ func (c *chat) follow(ctx context.Context, id string) error {
 func sessionAgent(env meshEnv, id string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	kv, err := bus.KV(ctx, env.conn.JS, env.names, protocol.BucketSessions)
+	records, err := session.Open(ctx, env.conn.JS, env.names)
 	if err != nil {
 		return "", err
 	}
-	e, err := kv.Get(ctx, id)
+	s, err := records.Get(ctx, id)
 	if err != nil {
-		if bus.IsNotFound(err) {
+		if errors.Is(err, session.ErrNotFound) {
 			return "", &exitError{code: protocol.ExitNotFound, msg: "skein: no session " + id + " to fork from"}
 		}
-		return "", fmt.Errorf("read session %s: %w", id, err)
-	}
-	var s protocol.Session
-	if err := protocol.Unmarshal(e.Value(), &s); err != nil {
-		return "", fmt.Errorf("read session %s: %w", id, err)
+		return "", err
 	}
 	return s.Agent, nil
 }

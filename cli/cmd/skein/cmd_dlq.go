@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,69 +23,14 @@ func newDLQCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withBus(cmd, func(env meshEnv) error {
-				ctx := cmd.Context()
-				s, err := env.conn.JS.Stream(ctx, env.names.Stream(protocol.StreamDLQ))
+				letters, err := readDeadLetters(cmd, env, since)
 				if err != nil {
-					return fmt.Errorf("dlq stream: %w", err)
-				}
-				cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{env.names.DLQAll()}}
-				if since > 0 {
-					t := time.Now().Add(-since)
-					cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
-				}
-				c, err := s.OrderedConsumer(ctx, cfg)
-				if err != nil {
-					return fmt.Errorf("dlq: %w", err)
-				}
-				info, err := c.Info(ctx)
-				if err != nil {
-					return fmt.Errorf("dlq: %w", err)
-				}
-				w := cmd.OutOrStdout()
-				letters := []dlqItem{}
-				if info.NumPending == 0 && !asJSON {
-					fmt.Fprintln(w, "no dead letters")
-					return nil
-				}
-				for pending := info.NumPending; pending > 0; {
-					batch, err := c.Fetch(int(min(pending, 500)), jetstream.FetchMaxWait(2*time.Second))
-					if err != nil {
-						return fmt.Errorf("dlq: %w", err)
-					}
-					n := 0
-					for msg := range batch.Messages() {
-						n++
-						h := msg.Headers()
-						meta, _ := msg.Metadata()
-						when := ""
-						if meta != nil {
-							when = meta.Timestamp.Local().Format("2006-01-02 15:04:05")
-						}
-						if asJSON {
-							it := dlqItem{Subject: h.Get(bus.HeaderDLQSubject), Stream: h.Get(bus.HeaderDLQStream), Sequence: h.Get(bus.HeaderDLQSequence),
-								Consumer: h.Get(bus.HeaderDLQConsumer), Deliveries: h.Get(bus.HeaderDLQDeliveries), Reason: h.Get(bus.HeaderDLQReason),
-								Bytes: len(msg.Data())}
-							if meta != nil {
-								it.Time = meta.Timestamp.UTC()
-							}
-							letters = append(letters, it)
-							continue
-						}
-						fmt.Fprintf(w, "%s  %s (stream %s seq %s, consumer %s, %s deliveries)  %d bytes\n", when,
-							h.Get(bus.HeaderDLQSubject), h.Get(bus.HeaderDLQStream), h.Get(bus.HeaderDLQSequence),
-							h.Get(bus.HeaderDLQConsumer), h.Get(bus.HeaderDLQDeliveries), len(msg.Data()))
-						if r := h.Get(bus.HeaderDLQReason); r != "" {
-							fmt.Fprintf(w, "    reason: %s\n", r)
-						}
-					}
-					if n == 0 {
-						break
-					}
-					pending -= uint64(n)
+					return err
 				}
 				if asJSON {
-					return writeJSON(w, letters)
+					return writeJSON(cmd.OutOrStdout(), letters)
 				}
+				printDeadLetters(cmd.OutOrStdout(), letters)
 				return nil
 			})
 		},
@@ -92,6 +38,36 @@ func newDLQCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&since, "since", 0, "only dead letters newer than this (e.g. 24h)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of {time, subject, stream, sequence, consumer, deliveries, reason, bytes}")
 	return cmd
+}
+
+// readDeadLetters reads the dead-letter stream from since ago (0: all of it), oldest first.
+func readDeadLetters(cmd *cobra.Command, env meshEnv, since time.Duration) ([]dlqItem, error) {
+	letters := []dlqItem{}
+	err := bus.ReadStream(cmd.Context(), env.conn.JS, env.names.Stream(protocol.StreamDLQ), env.names.DLQAll(), readFrom(since),
+		func(m *jetstream.RawStreamMsg) bool {
+			h := m.Header
+			letters = append(letters, dlqItem{Time: m.Time.UTC(), Subject: h.Get(bus.HeaderDLQSubject), Stream: h.Get(bus.HeaderDLQStream),
+				Sequence: h.Get(bus.HeaderDLQSequence), Consumer: h.Get(bus.HeaderDLQConsumer), Deliveries: h.Get(bus.HeaderDLQDeliveries),
+				Reason: h.Get(bus.HeaderDLQReason), Bytes: len(m.Data)})
+			return true
+		})
+	if err != nil {
+		return nil, fmt.Errorf("dlq stream: %w", err)
+	}
+	return letters, nil
+}
+
+func printDeadLetters(w io.Writer, letters []dlqItem) {
+	if len(letters) == 0 {
+		fmt.Fprintln(w, "no dead letters")
+	}
+	for _, l := range letters {
+		fmt.Fprintf(w, "%s  %s (stream %s seq %s, consumer %s, %s deliveries)  %d bytes\n", l.Time.Local().Format("2006-01-02 15:04:05"),
+			l.Subject, l.Stream, l.Sequence, l.Consumer, l.Deliveries, l.Bytes)
+		if l.Reason != "" {
+			fmt.Fprintf(w, "    reason: %s\n", l.Reason)
+		}
+	}
 }
 
 // dlqItem is one element of `skein dlq --json`: where the dead letter came from.

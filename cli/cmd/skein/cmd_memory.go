@@ -281,7 +281,23 @@ func writeJSON(w io.Writer, v any) error {
 
 func newMemoryCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "memory", Short: "List, show, export, import, evict, migrate and repair memory entries"}
+	cmd.AddCommand(newMemoryListCmd(), newMemoryShowCmd(), newMemoryExportCmd(), newMemoryImportCmd(),
+		newMemoryEvictCmd(), newMemoryMigrateCmd(), newMemoryRepairCmd())
+	return cmd
+}
 
+// withMemory runs fn with a client of a memoryd that answers, on the mesh the flags name.
+func withMemory(cmd *cobra.Command, fn func(memoryd.Client) error) error {
+	return withMesh(cmd, func(env meshEnv) error {
+		c, err := memReady(cmd, env)
+		if err != nil {
+			return err
+		}
+		return fn(c)
+	})
+}
+
+func newMemoryListCmd() *cobra.Command {
 	var agent, tier, kind string
 	var all, asJSON bool
 	list := &cobra.Command{
@@ -291,29 +307,19 @@ func newMemoryCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return withMesh(cmd, func(env meshEnv) error {
-				req := protocol.MemoryListRequest{Agent: agent, Tier: protocol.Tier(tier), Kind: k}
-				if all {
-					req.Status = memory.StatusAny
-				}
-				c, err := memReady(cmd, env)
-				if err != nil {
-					return err
-				}
+			req := protocol.MemoryListRequest{Agent: agent, Tier: protocol.Tier(tier), Kind: k}
+			if all {
+				req.Status = memory.StatusAny
+			}
+			return withMemory(cmd, func(c memoryd.Client) error {
 				es, err := c.ListAll(cmd.Context(), req)
 				if err != nil {
 					return err
 				}
-				w := cmd.OutOrStdout()
 				if asJSON {
-					return writeJSON(w, es)
+					return writeJSON(cmd.OutOrStdout(), es)
 				}
-				if len(es) == 0 {
-					fmt.Fprintln(w, "no entries")
-				}
-				for _, e := range es {
-					fmt.Fprintln(w, entryLine(e))
-				}
+				printEntries(cmd.OutOrStdout(), es)
 				return nil
 			})
 		},
@@ -323,15 +329,24 @@ func newMemoryCmd() *cobra.Command {
 	list.Flags().BoolVar(&all, "all", false, "include superseded, retired and quarantined entries")
 	list.Flags().StringVar(&kind, "kind", "all", "only this kind: guideline, case, skill or all")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return list
+}
 
-	show := &cobra.Command{
+// printEntries prints one line per entry (entryLine).
+func printEntries(w io.Writer, es []memory.Entry) {
+	if len(es) == 0 {
+		fmt.Fprintln(w, "no entries")
+	}
+	for _, e := range es {
+		fmt.Fprintln(w, entryLine(e))
+	}
+}
+
+func newMemoryShowCmd() *cobra.Command {
+	return &cobra.Command{
 		Use: "show ID", Short: "Print one entry as JSON", Args: idArg(protocol.IDMemory),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withMesh(cmd, func(env meshEnv) error {
-				c, err := memReady(cmd, env)
-				if err != nil {
-					return err
-				}
+			return withMemory(cmd, func(c memoryd.Client) error {
 				e, err := c.Get(cmd.Context(), args[0])
 				if err != nil {
 					return wireExit(err, "skein: "+err.Error())
@@ -340,49 +355,52 @@ func newMemoryCmd() *cobra.Command {
 			})
 		},
 	}
+}
 
-	var exAgent string
+func newMemoryExportCmd() *cobra.Command {
+	var agent string
 	export := &cobra.Command{
 		Use: "export [FILE]", Short: "Write every entry (any kind, any status) as JSONL to FILE or stdout", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withMesh(cmd, func(env meshEnv) error {
-				c, err := memReady(cmd, env)
+			return withMemory(cmd, func(c memoryd.Client) error {
+				es, err := c.ListAll(cmd.Context(), protocol.MemoryListRequest{Agent: agent, Kind: memory.KindAny, Status: memory.StatusAny})
 				if err != nil {
 					return err
 				}
-				es, err := c.ListAll(cmd.Context(), protocol.MemoryListRequest{Agent: exAgent, Kind: memory.KindAny, Status: memory.StatusAny})
+				if len(args) == 0 {
+					return writeJSONL(cmd.OutOrStdout(), es)
+				}
+				f, err := openPrivate(args[0])
 				if err != nil {
 					return err
 				}
-				w := cmd.OutOrStdout()
-				if len(args) == 1 {
-					f, err := openPrivate(args[0])
-					if err != nil {
-						return err
-					}
-					defer f.Close()
-					w = f
-				}
-				bw := bufio.NewWriter(w)
-				enc := json.NewEncoder(bw)
-				for _, e := range es {
-					if err := enc.Encode(e); err != nil {
-						return err
-					}
-				}
-				if err := bw.Flush(); err != nil {
+				defer f.Close()
+				if err := writeJSONL(f, es); err != nil {
 					return err
 				}
-				if len(args) == 1 {
-					fmt.Fprintf(cmd.ErrOrStderr(), "exported %d entries to %s\n", len(es), args[0])
-				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "exported %d entries to %s\n", len(es), args[0])
 				return nil
 			})
 		},
 	}
-	export.Flags().StringVar(&exAgent, "agent", "", "only this agent")
+	export.Flags().StringVar(&agent, "agent", "", "only this agent")
+	return export
+}
 
-	var replace, impJSON bool
+// writeJSONL writes one entry per line, the form readJSONL (memory import) reads.
+func writeJSONL(w io.Writer, es []memory.Entry) error {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	for _, e := range es {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+func newMemoryImportCmd() *cobra.Command {
+	var replace, asJSON bool
 	imp := &cobra.Command{
 		Use: "import FILE", Short: "Read JSONL entries (from export, or hand-written) into memory", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -392,42 +410,15 @@ func newMemoryCmd() *cobra.Command {
 			} else if err != nil {
 				return fail(protocol.ExitDataErr, "%v", err)
 			}
-			return withMesh(cmd, func(env meshEnv) error {
-				c, err := memReady(cmd, env)
+			return withMemory(cmd, func(c memoryd.Client) error {
+				res, err := importEntries(cmd, c, entries, replace)
 				if err != nil {
 					return err
 				}
-				var imported, skipped int
-				var problems []string
-				// Small batches keep each request under the NATS payload limit; each one is
-				// reported on stderr when there is more than one, so a large import shows progress.
-				for i := 0; i < len(entries); i += 100 {
-					if i > 0 {
-						fmt.Fprintf(cmd.ErrOrStderr(), "import: %d/%d entries sent\n", i, len(entries))
-					}
-					rep, err := c.Import(cmd.Context(), protocol.MemoryImportRequest{Entries: entries[i:min(i+100, len(entries))], Replace: replace})
-					if err != nil {
-						return err
-					}
-					imported += rep.Imported
-					skipped += rep.Skipped
-					problems = append(problems, rep.Problems...)
+				if err := printImport(cmd.OutOrStdout(), res, replace, asJSON); err != nil {
+					return err
 				}
-				w := cmd.OutOrStdout()
-				if impJSON {
-					if problems == nil {
-						problems = []string{}
-					}
-					if err := writeJSON(w, memoryImportJSON{Imported: imported, Skipped: skipped, Problems: problems}); err != nil {
-						return err
-					}
-				} else {
-					fmt.Fprintf(w, "imported %d, skipped %d (already present%s)\n", imported, skipped, map[bool]string{true: "", false: "; --replace overwrites"}[replace])
-					for _, p := range problems {
-						fmt.Fprintln(w, "  problem:", p)
-					}
-				}
-				if len(problems) > 0 {
+				if len(res.Problems) > 0 {
 					return &exitError{code: protocol.ExitDataErr} // some entries were refused as they are
 				}
 				return nil
@@ -435,24 +426,61 @@ func newMemoryCmd() *cobra.Command {
 		},
 	}
 	imp.Flags().BoolVar(&replace, "replace", false, "overwrite entries whose id exists")
-	imp.Flags().BoolVar(&impJSON, "json", false, `print {"imported", "skipped", "problems": [...]} (exit 1 when there are problems)`)
+	imp.Flags().BoolVar(&asJSON, "json", false, `print {"imported", "skipped", "problems": [...]} (exit 1 when there are problems)`)
+	return imp
+}
 
-	var dryRun, evJSON bool
-	var evAgent string
+// importBatch is how many entries one import request carries: small batches keep each request
+// under the NATS payload limit.
+const importBatch = 100
+
+// importEntries sends entries in batches, reporting each batch after the first on stderr so a
+// large import shows progress, and adds up memoryd's answers.
+func importEntries(cmd *cobra.Command, c memoryd.Client, entries []memory.Entry, replace bool) (memoryImportJSON, error) {
+	res := memoryImportJSON{Problems: []string{}}
+	for i := 0; i < len(entries); i += importBatch {
+		if i > 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "import: %d/%d entries sent\n", i, len(entries))
+		}
+		rep, err := c.Import(cmd.Context(), protocol.MemoryImportRequest{Entries: entries[i:min(i+importBatch, len(entries))], Replace: replace})
+		if err != nil {
+			return res, err
+		}
+		res.Imported += rep.Imported
+		res.Skipped += rep.Skipped
+		res.Problems = append(res.Problems, rep.Problems...)
+	}
+	return res, nil
+}
+
+func printImport(w io.Writer, res memoryImportJSON, replace, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, res)
+	}
+	hint := "; --replace overwrites"
+	if replace {
+		hint = ""
+	}
+	fmt.Fprintf(w, "imported %d, skipped %d (already present%s)\n", res.Imported, res.Skipped, hint)
+	for _, p := range res.Problems {
+		fmt.Fprintln(w, "  problem:", p)
+	}
+	return nil
+}
+
+func newMemoryEvictCmd() *cobra.Command {
+	var dryRun, asJSON bool
+	var agent string
 	evict := &cobra.Command{
 		Use: "evict", Short: "Apply the capacity policy now (least helpful, then least recent)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withMesh(cmd, func(env meshEnv) error {
-				c, err := memReady(cmd, env)
-				if err != nil {
-					return err
-				}
-				rep, err := c.Evict(cmd.Context(), protocol.MemoryEvictRequest{Agent: evAgent, DryRun: dryRun})
+			return withMemory(cmd, func(c memoryd.Client) error {
+				rep, err := c.Evict(cmd.Context(), protocol.MemoryEvictRequest{Agent: agent, DryRun: dryRun})
 				if err != nil {
 					return err
 				}
 				w := cmd.OutOrStdout()
-				if evJSON {
+				if asJSON {
 					if rep.Evicted == nil {
 						rep.Evicted = []protocol.MemoryEviction{}
 					}
@@ -471,18 +499,17 @@ func newMemoryCmd() *cobra.Command {
 		},
 	}
 	evict.Flags().BoolVar(&dryRun, "dry-run", false, "only show what would be removed")
-	evict.Flags().StringVar(&evAgent, "agent", "", "only this agent")
-	evict.Flags().BoolVar(&evJSON, "json", false, `print {"v", "evicted": [{"id", "agent", "tier", "status", "text", "helpful", "harmful", "last_at", "reason", "polarity"}], "dry_run", "capacity"}`)
+	evict.Flags().StringVar(&agent, "agent", "", "only this agent")
+	evict.Flags().BoolVar(&asJSON, "json", false, `print {"v", "evicted": [{"id", "agent", "tier", "status", "text", "helpful", "harmful", "last_at", "reason", "polarity"}], "dry_run", "capacity"}`)
+	return evict
+}
 
-	var migJSON bool
+func newMemoryMigrateCmd() *cobra.Command {
+	var asJSON bool
 	migrate := &cobra.Command{
 		Use: "migrate", Short: "Re-embed every entry with memoryd's current embedding model", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withMesh(cmd, func(env meshEnv) error {
-				c, err := memReady(cmd, env)
-				if err != nil {
-					return err
-				}
+			return withMemory(cmd, func(c memoryd.Client) error {
 				// memoryd re-embeds in one request; say how much there is and keep time while it works.
 				if h, err := c.Health(cmd.Context()); err == nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "migrate: re-embedding %d entries with %s\n", h.Entries, h.Model)
@@ -493,7 +520,7 @@ func newMemoryCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if migJSON {
+				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), rep)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "re-embedded %d entries: %s -> %s\n", rep.Reembedded, rep.From, rep.Model)
@@ -501,27 +528,26 @@ func newMemoryCmd() *cobra.Command {
 			})
 		},
 	}
-	migrate.Flags().BoolVar(&migJSON, "json", false, `print {"v", "reembedded", "from", "model"}`)
+	migrate.Flags().BoolVar(&asJSON, "json", false, `print {"v", "reembedded", "from", "model"}`)
+	return migrate
+}
 
-	var repJSON bool
+func newMemoryRepairCmd() *cobra.Command {
+	var asJSON bool
 	repair := &cobra.Command{
 		Use: "repair", Short: "Bring the Milvus collection back to the memory's records and say what was found", Args: cobra.NoArgs,
 		Long: "repair makes the search index hold exactly the entry records in the mesh's memory bucket: records without a\n" +
 			"row are indexed, rows of an older revision rewritten, rows without a record deleted. memoryd also does this\n" +
 			"once when it starts. The kv store needs no repair (its index is rebuilt from the bucket on every start).",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withMesh(cmd, func(env meshEnv) error {
-				c, err := memReady(cmd, env)
-				if err != nil {
-					return err
-				}
+			return withMemory(cmd, func(c memoryd.Client) error {
 				stopTicks := ticker(cmd.ErrOrStderr(), "repair: still comparing records and rows", 10*time.Second)
 				rep, err := c.Repair(cmd.Context())
 				stopTicks()
 				if err != nil {
 					return err
 				}
-				if repJSON {
+				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), rep)
 				}
 				if !rep.Repaired {
@@ -534,9 +560,8 @@ func newMemoryCmd() *cobra.Command {
 			})
 		},
 	}
-	repair.Flags().BoolVar(&repJSON, "json", false, `print {"v", "store", "repaired", "records", "rows", "missing", "stale", "orphans"}`)
-	cmd.AddCommand(list, show, export, imp, evict, migrate, repair)
-	return cmd
+	repair.Flags().BoolVar(&asJSON, "json", false, `print {"v", "store", "repaired", "records", "rows", "missing", "stale", "orphans"}`)
+	return repair
 }
 
 func readJSONL(path string) ([]memory.Entry, error) {

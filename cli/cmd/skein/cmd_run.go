@@ -48,11 +48,16 @@ type runUsage struct {
 	CostUSD   *float64 `json:"cost_usd"`
 }
 
+// runOpts are `skein run`'s flags.
+type runOpts struct {
+	sessionID, agent string
+	asJSON, verbose  bool
+	timeout          time.Duration
+	budgetKVs        []string
+}
+
 func newRunCmd() *cobra.Command {
-	var sessionID, agent string
-	var asJSON, verbose bool
-	var timeout time.Duration
-	var budgetKVs []string
+	var o runOpts
 	cmd := &cobra.Command{
 		Use:   "run [flags] TASK",
 		Short: "Submit a task, stream its progress and print the result",
@@ -63,208 +68,276 @@ func newRunCmd() *cobra.Command {
 			"for a failure before the task ran the class of the failure: 64 usage, 65 task refused, 69 no mesh,\n" +
 			"75 try again later, 77 credentials refused, 78 config (docs/json.md, \"Exit status\").",
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkID(protocol.IDSession, sessionID); err != nil {
-				return err
-			}
-			if err := checkID(protocol.IDAgent, agent); err != nil {
-				return err
-			}
-			var budget *protocol.Budget
-			if len(budgetKVs) > 0 {
-				b, err := govern.ParseBudget(budgetKVs)
-				if err != nil {
-					return usageError(cmd, fmt.Errorf("--budget: %w", err))
-				}
-				budget = &b
-			}
-			cfg, err := loadConfig(cmd)
-			if err != nil {
-				return configError(err)
-			}
-			flagURL, _ := cmd.Flags().GetString("nats")
-			if service.NATSURL(flagURL, cfg) == "" {
-				// Services start in this process: their model keys must be present.
-				others, err := agentConfigs(cmd, cfg)
-				if err != nil {
-					return configError(err)
-				}
-				for _, c := range append([]*config.Config{cfg}, others...) {
-					if err := checkKeys(c, nil); err != nil {
-						return err
-					}
-				}
-			}
-			ctx, stop := context.WithCancel(cmd.Context())
-			defer stop()
-			cmd.SetContext(ctx)
-			// Ctrl-C before the task is submitted stops the command; after, it cancels the session
-			// and waits for it to end as cancelled. A second Ctrl-C leaves at once.
-			var submitted atomic.Pointer[func()]
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			go func() {
-				first := true
-				for range sigs {
-					if !first {
-						fmt.Fprintln(cmd.ErrOrStderr(), "skein: leaving without waiting")
-						os.Exit(130)
-					}
-					first = false
-					if f := submitted.Load(); f != nil {
-						go (*f)()
-					} else {
-						stop()
-					}
-				}
-			}()
-			conn, names, mesh, closeMesh, err := dialMeshFull(cmd, cfg)
-			if err != nil {
-				return err
-			}
-			defer closeMesh()
-			if agent == "" {
-				agent = cfg.Agent.Name
-			}
-			// The session id is minted here, before the first try, so a retry after a slow first
-			// try finds the same session instead of making a second one.
-			if sessionID == "" {
-				sessionID = gateway.NewSessionID()
-			}
-			// On a terminal the model's text shows as it is generated: follow the session's
-			// deltas before it exists, so none is missed.
-			var text *textStream
-			if w, h, ok := terminalOut(cmd.OutOrStdout()); ok && !asJSON {
-				text = newTextStream(cmd.OutOrStdout(), w, h, "")
-				sub, err := delta.Follow(conn.NC, names, sessionID, text.add)
-				if err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "skein: the answer shows when it is complete (%v)\n", err)
-					text = nil
-				} else {
-					defer func() { _ = sub.Unsubscribe() }()
-				}
-			}
-			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			var rep protocol.SubmitReply
-			err = bus.Request(sctx, conn.NC, names.Submit(), &protocol.SubmitRequest{SessionID: sessionID, Agent: agent, Task: args[0], Caller: "cli", Budget: budget,
-				TurnID: protocol.DerivedTurnID(sessionID, args[0])}, &rep, submitTry)
-			cancel()
-			if err != nil {
-				return wireExit(err, fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err))
-			}
-			if err := rep.Err(); err != nil {
-				if protocol.CodeOf(err).Retryable() { // transient, storage_full
-					return wireExit(err, "skein: "+err.Error()+" (try again)")
-				}
-				return wireExit(err, "skein: "+err.Error())
-			}
-			onInterrupt := func() {
-				fmt.Fprintf(cmd.ErrOrStderr(), "\nskein: cancelling session %s (Ctrl-C again to leave at once)\n", rep.SessionID)
-				cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-				defer ccancel()
-				if _, err := cancelSession(cctx, conn, names, rep.SessionID, cliUser()+" (Ctrl-C)", "interrupted"); err != nil {
-					fmt.Fprintln(cmd.ErrOrStderr(), "skein: cancel:", err)
-					stop()
-				}
-			}
-			submitted.Store(&onInterrupt)
-			view := newProgress(cmd.ErrOrStderr(), asJSON)
-			view.verbose = verbose
-			if text != nil {
-				view.text, text.before = text, view.clear
-			}
-			res := runResult{SessionID: rep.SessionID}
-			fctx, fcancel := context.WithTimeout(ctx, timeout)
-			defer fcancel()
-			// An embedded run also waits for its own miner, so the lesson of this run is in memory
-			// before the next one starts; against a remote mesh the miner works on its own time.
-			// With memory off, or memoryd not started (its models missing), nothing is mined into
-			// memory, so the run ends at its answer.
-			waitMiner := mesh != nil && cfg.Miner.Enabled && mesh.memoryOn
-			var ended bool
-			var mined *protocol.Event
-			followCtx, stopFollow := context.WithCancel(fctx)
-			defer stopFollow()
-			err = trace.Follow(followCtx, conn.JS, names, rep.SessionID, func(ev protocol.Event) bool {
-				if ev.Role != protocol.RoleMiner || ev.Type == protocol.EvUsage {
-					view.event(ev)
-				}
-				switch {
-				case ev.Type.Terminal():
-					res.Outcome, res.FinalText, res.Reason = string(ev.Outcome), ev.Text, ev.Reason
-				case ev.Type == protocol.EvMined:
-					mined = &ev
-				case ev.Type == protocol.EvUsage:
-					if r := ev.Report; r != nil {
-						res.Usage = runUsage{r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens, r.TurnCount(), r.TurnCount(), r.WallTimeS, r.CostUSD}
-					}
-					if res.Outcome == "" {
-						res.Outcome = string(ev.Outcome)
-					}
-					ended = true
-					if waitMiner && ev.Role != protocol.RoleMiner && waitingForMiner() && memorydUp(ctx, conn, names) {
-						time.AfterFunc(60*time.Second, stopFollow)
-						return true
-					}
-					return false
-				}
-				return true
-			})
-			view.done()
-			if text != nil {
-				text.end()
-			}
-			if ended && followCtx.Err() != nil && fctx.Err() == nil {
-				err = nil // stopped waiting for the miner, not for the session
-			}
-			if !ended {
-				if err == nil {
-					err = fctx.Err()
-				}
-				return fail(protocol.ExitTempFail, "session %s did not finish: %v (follow it with `skein trace tail %s`)", rep.SessionID, err, rep.SessionID)
-			}
-			if mesh != nil {
-				// Let the trace mirror write the last lines before the embedded mesh stops.
-				waitMirrored(ctx, mesh, names, rep.SessionID, 5*time.Second)
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				if err := enc.Encode(res); err != nil {
-					return err
-				}
-			} else {
-				flagURL, _ := cmd.Flags().GetString("nats")
-				printResult(out, res, service.Home(), flagURL, text != nil && text.showed(res.FinalText))
-			}
-			if mined != nil {
-				switch {
-				case verbose && asJSON:
-					printDecisions(cmd.ErrOrStderr(), mined) // stdout holds exactly the JSON object
-				case verbose:
-					printDecisions(out, mined)
-				case !asJSON:
-					printLearned(out, mined)
-				}
-			} else if verbose && cfg.Miner.Enabled && cfg.Memory.Enabled && (mesh == nil || mesh.memoryOn) {
-				// Against a remote mesh the miner works on its own time (see waitMiner).
-				fmt.Fprintf(cmd.ErrOrStderr(), "  miner: its decisions come once it has mined the session: skein trace show %s\n", rep.SessionID)
-			}
-			if !protocol.Outcome(res.Outcome).Succeeded() {
-				return &exitError{code: protocol.ExitOutcome}
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
 	}
-	cmd.Flags().StringVar(&sessionID, "session-id", "", "use this session id (resubmitting the same id does not run the task twice)")
-	cmd.Flags().StringVar(&agent, "agent", "", "agent to run the task (default: agent.name from the config)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print exactly one JSON object: session_id, outcome, final_text, usage")
-	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "show each guideline retrieved (score and why) and every decision of the miner (with --json, on stderr)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up following the session after this long")
-	cmd.Flags().StringArrayVar(&budgetKVs, "budget", nil, "limit this task: KEY=VALUE, repeatable; keys max_input_tokens, max_output_tokens, max_usd,\n"+
+	cmd.Flags().StringVar(&o.sessionID, "session-id", "", "use this session id (resubmitting the same id does not run the task twice)")
+	cmd.Flags().StringVar(&o.agent, "agent", "", "agent to run the task (default: agent.name from the config)")
+	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print exactly one JSON object: session_id, outcome, final_text, usage")
+	cmd.Flags().BoolVarP(&o.verbose, "verbose", "v", false, "show each guideline retrieved (score and why) and every decision of the miner (with --json, on stderr)")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up following the session after this long")
+	cmd.Flags().StringArrayVar(&o.budgetKVs, "budget", nil, "limit this task: KEY=VALUE, repeatable; keys max_input_tokens, max_output_tokens, max_usd,\n"+
 		"deadline_s, max_turns, max_tool_calls, max_depth, max_fanout (agent.budget applies too; the tighter wins)")
 	return cmd
+}
+
+// run submits task, follows the session to its end (and, on an embedded mesh, to its mining)
+// and prints the result.
+func (o *runOpts) run(cmd *cobra.Command, task string) error {
+	cfg, budget, err := o.prepare(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(cmd.Context())
+	defer stop()
+	cmd.SetContext(ctx)
+	submitted, release := interruptible(cmd, stop)
+	defer release()
+	conn, names, mesh, closeMesh, err := dialMeshFull(cmd, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeMesh()
+	if o.agent == "" {
+		o.agent = cfg.Agent.Name
+	}
+	// The session id is minted here, before the first try, so a retry after a slow first
+	// try finds the same session instead of making a second one.
+	if o.sessionID == "" {
+		o.sessionID = gateway.NewSessionID()
+	}
+	text, unfollow := o.streamText(cmd, conn, names)
+	defer unfollow()
+	session, err := submitTask(ctx, conn, names, &protocol.SubmitRequest{SessionID: o.sessionID, Agent: o.agent, Task: task, Caller: "cli", Budget: budget,
+		TurnID: protocol.DerivedTurnID(o.sessionID, task)})
+	if err != nil {
+		return err
+	}
+	onInterrupt := cancelOnInterrupt(cmd, conn, names, session, stop)
+	submitted.Store(&onInterrupt)
+	// An embedded run also waits for its own miner, so the lesson of this run is in memory
+	// before the next one starts; against a remote mesh the miner works on its own time.
+	// With memory off, or memoryd not started (its models missing), nothing is mined into
+	// memory, so the run ends at its answer. It is asked once the session has ended.
+	waitMiner := func() bool {
+		return mesh != nil && cfg.Miner.Enabled && mesh.memoryOn && waitingForMiner() && memorydUp(ctx, conn, names)
+	}
+	f := o.follow(cmd, conn, names, session, text, waitMiner)
+	if f.err != nil {
+		return f.err
+	}
+	if mesh != nil {
+		// Let the trace mirror write the last lines before the embedded mesh stops.
+		waitMirrored(ctx, mesh, names, session, 5*time.Second)
+	}
+	memoryServed := cfg.Miner.Enabled && cfg.Memory.Enabled && (mesh == nil || mesh.memoryOn)
+	return o.print(cmd, f, text != nil && text.showed(f.res.FinalText), memoryServed)
+}
+
+// prepare checks the flags and loads the configuration; when the mesh will start in this
+// process, it checks that every agent's model keys are present first.
+func (o *runOpts) prepare(cmd *cobra.Command) (*config.Config, *protocol.Budget, error) {
+	if err := checkID(protocol.IDSession, o.sessionID); err != nil {
+		return nil, nil, err
+	}
+	if err := checkID(protocol.IDAgent, o.agent); err != nil {
+		return nil, nil, err
+	}
+	var budget *protocol.Budget
+	if len(o.budgetKVs) > 0 {
+		b, err := govern.ParseBudget(o.budgetKVs)
+		if err != nil {
+			return nil, nil, usageError(cmd, fmt.Errorf("--budget: %w", err))
+		}
+		budget = &b
+	}
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return nil, nil, configError(err)
+	}
+	flagURL, _ := cmd.Flags().GetString("nats")
+	if service.NATSURL(flagURL, cfg) == "" {
+		others, err := agentConfigs(cmd, cfg)
+		if err != nil {
+			return nil, nil, configError(err)
+		}
+		for _, c := range append([]*config.Config{cfg}, others...) {
+			if err := checkKeys(c, nil); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return cfg, budget, nil
+}
+
+// interruptible handles Ctrl-C: before the task is submitted it stops the command (stop);
+// after, it calls the function stored in the returned pointer (which cancels the session and
+// lets the run wait for it to end as cancelled). A second Ctrl-C leaves at once. release
+// gives the signals back.
+func interruptible(cmd *cobra.Command, stop func()) (submitted *atomic.Pointer[func()], release func()) {
+	submitted = new(atomic.Pointer[func()])
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		first := true
+		for range sigs {
+			if !first {
+				fmt.Fprintln(cmd.ErrOrStderr(), "skein: leaving without waiting")
+				os.Exit(130)
+			}
+			first = false
+			if f := submitted.Load(); f != nil {
+				go (*f)()
+			} else {
+				stop()
+			}
+		}
+	}()
+	return submitted, func() { signal.Stop(sigs) }
+}
+
+// streamText shows the model's text as it is generated when stdout is a terminal (and not
+// --json): it follows the session's deltas before the session exists, so none is missed. It
+// returns nil when the answer shows only once complete, and the function that stops following.
+func (o *runOpts) streamText(cmd *cobra.Command, conn *bus.Conn, names protocol.Names) (*textStream, func()) {
+	w, h, ok := terminalOut(cmd.OutOrStdout())
+	if !ok || o.asJSON {
+		return nil, func() {}
+	}
+	text := newTextStream(cmd.OutOrStdout(), w, h, "")
+	sub, err := delta.Follow(conn.NC, names, o.sessionID, text.add)
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "skein: the answer shows when it is complete (%v)\n", err)
+		return nil, func() {}
+	}
+	return text, func() { _ = sub.Unsubscribe() }
+}
+
+// cancelOnInterrupt is what Ctrl-C does once the task is submitted: it cancels the session
+// (the run then waits for it to end as cancelled), or stops the command when it cannot.
+func cancelOnInterrupt(cmd *cobra.Command, conn *bus.Conn, names protocol.Names, session string, stop func()) func() {
+	ctx := cmd.Context()
+	return func() {
+		fmt.Fprintf(cmd.ErrOrStderr(), "\nskein: cancelling session %s (Ctrl-C again to leave at once)\n", session)
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer ccancel()
+		if _, err := cancelSession(cctx, conn, names, session, cliUser()+" (Ctrl-C)", "interrupted"); err != nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), "skein: cancel:", err)
+			stop()
+		}
+	}
+}
+
+// submitTask asks the mesh to run req and returns the session id it answers with; an error
+// exits with the status of its class (wireExit), saying whether trying again can help.
+func submitTask(ctx context.Context, conn *bus.Conn, names protocol.Names, req *protocol.SubmitRequest) (string, error) {
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var rep protocol.SubmitReply
+	if err := bus.Request(sctx, conn.NC, names.Submit(), req, &rep, submitTry); err != nil {
+		return "", wireExit(err, fmt.Sprintf("skein: submit: %v (the mesh did not answer; nothing was refused, try again)", err))
+	}
+	if err := rep.Err(); err != nil {
+		if protocol.CodeOf(err).Retryable() { // transient, storage_full
+			return "", wireExit(err, "skein: "+err.Error()+" (try again)")
+		}
+		return "", wireExit(err, "skein: "+err.Error())
+	}
+	return rep.SessionID, nil
+}
+
+// followed is what following a run's session gave: its result, the miner's event (nil when
+// it did not come) and, when the session did not finish, why (an exitError).
+type followed struct {
+	res   runResult
+	mined *protocol.Event
+	err   error
+}
+
+// follow shows the session's progress (and text, when it streams) until its usage report ends
+// it or --timeout passes; with waitMiner (asked when the session has ended) it then waits up to
+// a minute more for the miner's report.
+func (o *runOpts) follow(cmd *cobra.Command, conn *bus.Conn, names protocol.Names, session string, text *textStream, waitMiner func() bool) followed {
+	ctx := cmd.Context()
+	view := newProgress(cmd.ErrOrStderr(), o.asJSON)
+	view.verbose = o.verbose
+	if text != nil {
+		view.text, text.before = text, view.clear
+	}
+	f := followed{res: runResult{SessionID: session}}
+	fctx, fcancel := context.WithTimeout(ctx, o.timeout)
+	defer fcancel()
+	var ended bool
+	followCtx, stopFollow := context.WithCancel(fctx)
+	defer stopFollow()
+	err := trace.Follow(followCtx, conn.JS, names, session, func(ev protocol.Event) bool {
+		if ev.Role != protocol.RoleMiner || ev.Type == protocol.EvUsage {
+			view.event(ev)
+		}
+		switch {
+		case ev.Type.Terminal():
+			f.res.Outcome, f.res.FinalText, f.res.Reason = string(ev.Outcome), ev.Text, ev.Reason
+		case ev.Type == protocol.EvMined:
+			f.mined = &ev
+		case ev.Type == protocol.EvUsage:
+			if r := ev.Report; r != nil {
+				f.res.Usage = runUsage{r.InputTokens, r.OutputTokens, r.CacheCreationInputTokens, r.CacheReadInputTokens, r.TurnCount(), r.TurnCount(), r.WallTimeS, r.CostUSD}
+			}
+			if f.res.Outcome == "" {
+				f.res.Outcome = string(ev.Outcome)
+			}
+			ended = true
+			if ev.Role != protocol.RoleMiner && waitMiner() {
+				time.AfterFunc(60*time.Second, stopFollow)
+				return true
+			}
+			return false
+		}
+		return true
+	})
+	view.done()
+	if text != nil {
+		text.end()
+	}
+	if ended && followCtx.Err() != nil && fctx.Err() == nil {
+		err = nil // stopped waiting for the miner, not for the session
+	}
+	if !ended {
+		if err == nil {
+			err = fctx.Err()
+		}
+		f.err = fail(protocol.ExitTempFail, "session %s did not finish: %v (follow it with `skein trace tail %s`)", session, err, session)
+	}
+	return f
+}
+
+// print writes the result (one JSON object with --json; without the answer when streamed
+// showed it whole) and what the miner decided; the exit status is 0 only for a successful
+// outcome.
+func (o *runOpts) print(cmd *cobra.Command, f followed, streamed, memoryServed bool) error {
+	out := cmd.OutOrStdout()
+	if o.asJSON {
+		if err := json.NewEncoder(out).Encode(f.res); err != nil {
+			return err
+		}
+	} else {
+		flagURL, _ := cmd.Flags().GetString("nats")
+		printResult(out, f.res, service.Home(), flagURL, streamed)
+	}
+	switch {
+	case f.mined != nil && o.verbose && o.asJSON:
+		printDecisions(cmd.ErrOrStderr(), f.mined) // stdout holds exactly the JSON object
+	case f.mined != nil && o.verbose:
+		printDecisions(out, f.mined)
+	case f.mined != nil && !o.asJSON:
+		printLearned(out, f.mined)
+	case f.mined == nil && o.verbose && memoryServed:
+		// Against a remote mesh the miner works on its own time (see waitMiner).
+		fmt.Fprintf(cmd.ErrOrStderr(), "  miner: its decisions come once it has mined the session: skein trace show %s\n", f.res.SessionID)
+	}
+	if !protocol.Outcome(f.res.Outcome).Succeeded() {
+		return &exitError{code: protocol.ExitOutcome}
+	}
+	return nil
 }
 
 // printResult prints the answer (unless streamed shows it was already shown whole, as it was

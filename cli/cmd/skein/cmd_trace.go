@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,13 +13,19 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 func newTraceCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "trace", Short: "Read session traces from the TRACE stream"}
+	cmd.AddCommand(newTraceListCmd(), newTraceShowCmd(), newTraceTailCmd(), newTraceTreeCmd())
+	return cmd
+}
+
+func newTraceListCmd() *cobra.Command {
 	var since time.Duration
-	var listJSON bool
+	var asJSON bool
 	list := &cobra.Command{
 		Use: "list", Short: "List sessions with their outcome", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -26,33 +34,39 @@ func newTraceCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				w := cmd.OutOrStdout()
-				if listJSON {
+				if asJSON {
 					out := make([]traceListItem, 0, len(sessions))
 					for _, s := range sessions {
 						out = append(out, traceListItem{SessionID: s.SessionID, Agent: s.Agent, Task: s.Task, Outcome: string(s.Outcome),
 							Started: s.Started, Events: s.Events})
 					}
-					return writeJSON(w, out)
+					return writeJSON(cmd.OutOrStdout(), out)
 				}
-				if len(sessions) == 0 {
-					fmt.Fprintln(w, "no sessions in the trace stream")
-				}
-				for _, s := range sessions {
-					outcome := string(s.Outcome)
-					if outcome == "" {
-						outcome = "(running)"
-					}
-					fmt.Fprintf(w, "%s  %s  %-28s %-12s %3d events  %s\n", s.Started.Local().Format("2006-01-02 15:04:05"),
-						s.SessionID, outcome, s.Agent, s.Events, clipTask(s.Task))
-				}
+				printSessions(cmd.OutOrStdout(), sessions)
 				return nil
 			})
 		},
 	}
 	list.Flags().DurationVar(&since, "since", 0, "only sessions with events newer than this (e.g. 24h)")
-	list.Flags().BoolVar(&listJSON, "json", false, "print a JSON array of {session_id, agent, task, outcome, started, events}")
+	list.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of {session_id, agent, task, outcome, started, events}")
+	return list
+}
 
+func printSessions(w io.Writer, sessions []trace.SessionSummary) {
+	if len(sessions) == 0 {
+		fmt.Fprintln(w, "no sessions in the trace stream")
+	}
+	for _, s := range sessions {
+		outcome := string(s.Outcome)
+		if outcome == "" {
+			outcome = "(running)"
+		}
+		fmt.Fprintf(w, "%s  %s  %-28s %-12s %3d events  %s\n", s.Started.Local().Format("2006-01-02 15:04:05"),
+			s.SessionID, outcome, s.Agent, s.Events, clipTask(s.Task))
+	}
+}
+
+func newTraceShowCmd() *cobra.Command {
 	var asJSON bool
 	show := &cobra.Command{
 		Use: "show SESSION", Short: "Print a session's trace", Args: idArg(protocol.IDSession),
@@ -73,8 +87,11 @@ func newTraceCmd() *cobra.Command {
 		},
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
+	return show
+}
 
-	var follow bool
+func newTraceTailCmd() *cobra.Command {
+	var follow, asJSON bool
 	tail := &cobra.Command{
 		Use: "tail SESSION", Short: "Follow a session's trace until it ends (or forever with -f)", Args: idArg(protocol.IDSession),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -91,7 +108,11 @@ func newTraceCmd() *cobra.Command {
 	}
 	tail.Flags().BoolVarP(&follow, "follow", "f", false, "keep following after the session ends")
 	tail.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
-	var treeJSON bool
+	return tail
+}
+
+func newTraceTreeCmd() *cobra.Command {
+	var asJSON bool
 	tree := &cobra.Command{
 		Use: "tree SESSION", Short: "Show a session with its steps and child agent sessions, as a tree", Args: idArg(protocol.IDSession),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -100,7 +121,7 @@ func newTraceCmd() *cobra.Command {
 				if err != nil {
 					return err // no trace: not found
 				}
-				if treeJSON {
+				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), n)
 				}
 				trace.PrintTree(cmd.OutOrStdout(), n)
@@ -108,9 +129,8 @@ func newTraceCmd() *cobra.Command {
 			})
 		},
 	}
-	tree.Flags().BoolVar(&treeJSON, "json", false, "print the tree as one JSON object (docs/json.md)")
-	cmd.AddCommand(list, show, tail, tree)
-	return cmd
+	tree.Flags().BoolVar(&asJSON, "json", false, "print the tree as one JSON object (docs/json.md)")
+	return tree
 }
 
 // traceListItem is one element of `skein trace list --json`.
@@ -125,21 +145,11 @@ type traceListItem struct {
 
 // sessionTree reads a session tree, taking each session's children from its record.
 func sessionTree(ctx context.Context, conn *bus.Conn, names protocol.Names, id string) (*trace.TreeNode, error) {
-	kv, err := bus.KV(ctx, conn.JS, names, protocol.BucketSessions)
+	records, err := session.Open(ctx, conn.JS, names)
 	if err != nil {
 		return nil, err
 	}
-	return trace.Tree(ctx, conn.JS, names, id, func(s string) []string {
-		e, err := kv.Get(ctx, s)
-		if err != nil {
-			return nil
-		}
-		var rec protocol.Session
-		if protocol.Unmarshal(e.Value(), &rec) != nil {
-			return nil
-		}
-		return rec.Children
-	})
+	return trace.Tree(ctx, conn.JS, names, id, func(s string) []string { return records.Children(ctx, s) })
 }
 
 func printEvent(cmd *cobra.Command, ev protocol.Event, asJSON bool) {
@@ -164,8 +174,8 @@ func sessionKnown(ctx context.Context, env meshEnv, id string) error {
 	if err := checkID(protocol.IDSession, id); err != nil {
 		return err
 	}
-	if kv, err := bus.KV(ctx, env.conn.JS, env.names, protocol.BucketSessions); err == nil {
-		if _, err := kv.Get(ctx, id); err == nil {
+	if records, err := session.Open(ctx, env.conn.JS, env.names); err == nil {
+		if _, err := records.Get(ctx, id); err == nil || errors.Is(err, session.ErrUnreadable) {
 			return nil
 		}
 	}

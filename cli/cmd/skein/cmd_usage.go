@@ -3,13 +3,16 @@ package main
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"io"
+	"maps"
+	"slices"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/usage"
 )
@@ -52,45 +55,27 @@ type sessionUsage struct {
 }
 
 func readUsage(cmd *cobra.Command, env meshEnv, since time.Duration) (map[string]sessionUsage, error) {
-	ctx := cmd.Context()
-	s, err := env.conn.JS.Stream(ctx, env.names.Stream(protocol.StreamUsage))
-	if err != nil {
-		return nil, fmt.Errorf("usage stream: %w", err)
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{env.names.UsageAll()}}
-	if since > 0 {
-		t := time.Now().Add(-since)
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
-	}
-	c, err := s.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("usage stream: %w", err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]sessionUsage{}
-	for pending := info.NumPending; pending > 0; {
-		batch, err := c.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
+	err := bus.ReadStream(cmd.Context(), env.conn.JS, env.names.Stream(protocol.StreamUsage), env.names.UsageAll(), readFrom(since),
+		func(m *jetstream.RawStreamMsg) bool {
 			var ev protocol.Event
-			if protocol.Unmarshal(msg.Data(), &ev) != nil || ev.Report == nil {
-				continue
+			if protocol.Unmarshal(m.Data, &ev) == nil && ev.Report != nil {
+				out[ev.SessionID] = sessionUsage{agent: ev.Agent, day: ev.Time.Local().Format("2006-01-02"), r: *ev.Report}
 			}
-			out[ev.SessionID] = sessionUsage{agent: ev.Agent, day: ev.Time.Local().Format("2006-01-02"), r: *ev.Report}
-		}
-		if n == 0 {
-			break
-		}
-		pending -= uint64(n)
+			return true
+		})
+	if err != nil {
+		return nil, fmt.Errorf("usage stream: %w", err)
 	}
 	return out, nil
+}
+
+// readFrom is where a listing with --since starts: since ago, or the stream's first message.
+func readFrom(since time.Duration) bus.ReadFrom {
+	if since <= 0 {
+		return bus.ReadFrom{}
+	}
+	return bus.ReadFrom{Time: time.Now().Add(-since)}
 }
 
 // usageRow is one row of `skein usage --json`.
@@ -106,29 +91,35 @@ type usageRow struct {
 	CostComplete bool `json:"cost_complete"`
 }
 
-func printUsage(cmd *cobra.Command, reports map[string]sessionUsage, by string, asJSON bool) error {
-	type row struct {
-		u        protocol.Usage
-		sessions int
-		cost     float64
-		unknown  bool
+// usageTotal is one group's sum: tokens, sessions (none when grouped by model) and cost, which
+// is a floor when some of the usage was of unpriced models.
+type usageTotal struct {
+	u        protocol.Usage
+	sessions int
+	cost     float64
+	unknown  bool
+}
+
+func (t *usageTotal) add(u protocol.Usage, cost *float64, session bool) {
+	t.u = t.u.Add(u)
+	if session {
+		t.sessions++
 	}
-	rows := map[string]*row{}
+	if cost == nil {
+		t.unknown = true
+	} else {
+		t.cost += *cost
+	}
+}
+
+// groupUsage sums the sessions' reports by agent, day or model.
+func groupUsage(reports map[string]sessionUsage, by string) map[string]*usageTotal {
+	rows := map[string]*usageTotal{}
 	add := func(key string, u protocol.Usage, cost *float64, session bool) {
-		r := rows[key]
-		if r == nil {
-			r = &row{}
-			rows[key] = r
+		if rows[key] == nil {
+			rows[key] = &usageTotal{}
 		}
-		r.u = r.u.Add(u)
-		if session {
-			r.sessions++
-		}
-		if cost == nil {
-			r.unknown = true
-		} else {
-			r.cost += *cost
-		}
+		rows[key].add(u, cost, session)
 	}
 	for _, s := range reports {
 		switch by {
@@ -138,37 +129,22 @@ func printUsage(cmd *cobra.Command, reports map[string]sessionUsage, by string, 
 			add(s.day, s.r.Usage, s.r.CostUSD, true)
 		case "model":
 			for model, u := range s.r.ByModel {
-				usd, known := usage.Cost(model, u, "")
 				var c *float64
-				if known {
+				if usd, known := usage.Cost(model, u, ""); known {
 					c = &usd
 				}
 				add(model, u, c, false)
 			}
 		}
 	}
-	keys := make([]string, 0, len(rows))
-	for k := range rows {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	return rows
+}
+
+func printUsage(cmd *cobra.Command, reports map[string]sessionUsage, by string, asJSON bool) error {
+	rows := groupUsage(reports, by)
+	keys := slices.Sorted(maps.Keys(rows))
 	if asJSON {
-		out := struct {
-			By   string     `json:"by"`
-			Rows []usageRow `json:"rows"`
-		}{By: by, Rows: []usageRow{}}
-		for _, k := range keys {
-			r := rows[k]
-			row := usageRow{Key: k, InputTokens: r.u.InputTokens, OutputTokens: r.u.OutputTokens,
-				CacheCreationInputTokens: r.u.CacheCreationInputTokens, CacheReadInputTokens: r.u.CacheReadInputTokens,
-				CostUSD: r.cost, CostComplete: !r.unknown}
-			if by != "model" {
-				n := r.sessions
-				row.Sessions = &n
-			}
-			out.Rows = append(out.Rows, row)
-		}
-		return writeJSON(cmd.OutOrStdout(), out)
+		return writeUsageJSON(cmd.OutOrStdout(), rows, keys, by)
 	}
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "%s\tsessions\tinput\toutput\tcache write\tcache read\tcost\n", by)
@@ -189,4 +165,23 @@ func printUsage(cmd *cobra.Command, reports map[string]sessionUsage, by string, 
 		fmt.Fprintln(w, "(no usage recorded)")
 	}
 	return w.Flush()
+}
+
+func writeUsageJSON(w io.Writer, rows map[string]*usageTotal, keys []string, by string) error {
+	out := struct {
+		By   string     `json:"by"`
+		Rows []usageRow `json:"rows"`
+	}{By: by, Rows: []usageRow{}}
+	for _, k := range keys {
+		r := rows[k]
+		row := usageRow{Key: k, InputTokens: r.u.InputTokens, OutputTokens: r.u.OutputTokens,
+			CacheCreationInputTokens: r.u.CacheCreationInputTokens, CacheReadInputTokens: r.u.CacheReadInputTokens,
+			CostUSD: r.cost, CostComplete: !r.unknown}
+		if by != "model" {
+			n := r.sessions
+			row.Sessions = &n
+		}
+		out.Rows = append(out.Rows, row)
+	}
+	return writeJSON(w, out)
 }

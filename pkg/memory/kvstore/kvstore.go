@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -137,51 +138,37 @@ func Open(ctx context.Context, js jetstream.JetStream, names protocol.Names, opt
 
 func (s *Store) checkModel(ctx context.Context, opt Options) error {
 	want := meta{V: recordVersion, Model: opt.Model, Dim: opt.Dim}
-	for {
-		got, err := s.readMeta(ctx)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			b, _ := msgpack.Marshal(want)
-			if _, err := s.kv.Create(ctx, metaKey, b); err != nil {
-				if errors.Is(err, jetstream.ErrKeyExists) {
-					continue // another replica recorded the model first; check against it
-				}
-				return fmt.Errorf("record embedding model in %s: %w", s.bucket, err)
-			}
-			s.model, s.dim = opt.Model, opt.Dim
-			return nil
+	var got *meta // the model on record; nil when this process recorded it
+	_, err := bus.UpdateKV(ctx, s.kv, metaKey, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		got = nil
+		if cur == nil {
+			return msgpack.Marshal(want)
 		}
+		m, err := decodeMeta(cur.Value())
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("decode embedding model record of %s: %w", s.bucket, err)
 		}
-		if got.Model != opt.Model || got.Dim != opt.Dim {
-			if !opt.AnyModel {
-				return mismatch(s.bucket, got, opt)
-			}
-		}
-		s.model, s.dim = got.Model, got.Dim
+		got = &m // another replica recorded the model first: check against it
+		return nil, bus.ErrKeep
+	})
+	if err != nil {
+		return fmt.Errorf("record embedding model in %s: %w", s.bucket, err)
+	}
+	if got == nil {
+		s.model, s.dim = opt.Model, opt.Dim
 		return nil
 	}
+	if (got.Model != opt.Model || got.Dim != opt.Dim) && !opt.AnyModel {
+		return mismatch(s.bucket, *got, opt)
+	}
+	s.model, s.dim = got.Model, got.Dim
+	return nil
 }
 
 func mismatch(bucket string, got meta, opt Options) error {
 	return fmt.Errorf("%w: KV bucket %s holds %d-dim vectors of %q, but this process embeds with %q (%d dims); "+
 		"run `skein memory migrate` to re-embed every entry with the current model, or configure the old embedder back",
 		memory.ErrModelMismatch, bucket, got.Dim, got.Model, opt.Model, opt.Dim)
-}
-
-func (s *Store) readMeta(ctx context.Context) (meta, error) {
-	ent, err := s.kv.Get(ctx, metaKey)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return meta{}, err
-		}
-		return meta{}, fmt.Errorf("read embedding model of %s: %w", s.bucket, err)
-	}
-	m, err := decodeMeta(ent.Value())
-	if err != nil {
-		return meta{}, fmt.Errorf("decode embedding model record of %s: %w", s.bucket, err)
-	}
-	return m, nil
 }
 
 // startWatch replays the bucket into the index and keeps applying changes in the background.
@@ -411,12 +398,12 @@ func (s *Store) Put(ctx context.Context, e memory.Entry) (memory.Entry, error) {
 	var rev uint64
 	if e.Revision == 0 {
 		rev, err = s.kv.Create(ctx, e.ID, b)
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if bus.IsConflict(err) {
 			return memory.Entry{}, fmt.Errorf("create memory entry %s: it exists: %w", e.ID, memory.ErrConflict)
 		}
 	} else {
 		rev, err = s.kv.Update(ctx, e.ID, b, e.Revision)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		if bus.IsConflict(err) {
 			return memory.Entry{}, fmt.Errorf("update memory entry %s at revision %d: %w", e.ID, e.Revision, memory.ErrConflict)
 		}
 	}

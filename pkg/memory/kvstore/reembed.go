@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/memory"
 )
 
@@ -75,7 +76,7 @@ func (s *Store) Reembed(ctx context.Context, model string, dim int, embed func(c
 					return n, fmt.Errorf("encode memory entry %s: %w", e.ID, err)
 				}
 				rev, err := s.kv.Update(ctx, e.ID, b, e.Revision)
-				if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+				if bus.IsConflict(err) {
 					retry = append(retry, e.ID)
 					continue
 				}

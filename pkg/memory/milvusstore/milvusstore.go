@@ -40,6 +40,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -231,48 +232,36 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 }
 
 func (s *Store) checkModel(ctx context.Context, opt Options) error {
-	for {
-		got, err := s.readMeta(ctx)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			b, _ := msgpack.Marshal(meta{V: recordVersion, Model: opt.Model, Dim: opt.Dim, Partitions: s.parts})
-			if _, err := s.kv.Create(ctx, s.metaKey(), b); err != nil {
-				if errors.Is(err, jetstream.ErrKeyExists) {
-					continue // another replica recorded it first; check against that
-				}
-				return fmt.Errorf("record embedding model of milvus memory %s: %w", s.prefix, err)
-			}
-			s.model, s.dim = opt.Model, opt.Dim
-			return nil
+	var got *meta // the model on record; nil when this process recorded it
+	_, err := bus.UpdateKV(ctx, s.kv, s.metaKey(), func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		got = nil
+		if cur == nil {
+			return msgpack.Marshal(meta{V: recordVersion, Model: opt.Model, Dim: opt.Dim, Partitions: s.parts})
 		}
-		if err != nil {
-			return err
+		var m meta
+		if err := msgpack.Unmarshal(cur.Value(), &m); err != nil {
+			return nil, fmt.Errorf("decode embedding model record %s: %w", s.metaKey(), err)
 		}
-		if got.Partitions > 0 {
-			s.parts = got.Partitions // fixed at creation: an agent's rows must stay where its hash put them
-		}
-		if (got.Model != opt.Model || got.Dim != opt.Dim) && !opt.AnyModel {
-			return fmt.Errorf("%w: milvus memory %s holds %d-dim vectors of %q, but this process embeds with %q (%d dims); "+
-				"run `skein memory migrate` to re-embed every entry with the current model, or configure the old embedder back",
-				memory.ErrModelMismatch, s.prefix, got.Dim, got.Model, opt.Model, opt.Dim)
-		}
-		s.model, s.dim = got.Model, got.Dim
+		got = &m // another replica recorded it first: check against that
+		return nil, bus.ErrKeep
+	})
+	if err != nil {
+		return fmt.Errorf("record embedding model of milvus memory %s: %w", s.prefix, err)
+	}
+	if got == nil {
+		s.model, s.dim = opt.Model, opt.Dim
 		return nil
 	}
-}
-
-func (s *Store) readMeta(ctx context.Context) (meta, error) {
-	ent, err := s.kv.Get(ctx, s.metaKey())
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return meta{}, err
-		}
-		return meta{}, fmt.Errorf("read embedding model of milvus memory %s: %w", s.prefix, err)
+	if got.Partitions > 0 {
+		s.parts = got.Partitions // fixed at creation: an agent's rows must stay where its hash put them
 	}
-	var m meta
-	if err := msgpack.Unmarshal(ent.Value(), &m); err != nil {
-		return meta{}, fmt.Errorf("decode embedding model record %s: %w", s.metaKey(), err)
+	if (got.Model != opt.Model || got.Dim != opt.Dim) && !opt.AnyModel {
+		return fmt.Errorf("%w: milvus memory %s holds %d-dim vectors of %q, but this process embeds with %q (%d dims); "+
+			"run `skein memory migrate` to re-embed every entry with the current model, or configure the old embedder back",
+			memory.ErrModelMismatch, s.prefix, got.Dim, got.Model, opt.Model, opt.Dim)
 	}
-	return m, nil
+	s.model, s.dim = got.Model, got.Dim
+	return nil
 }
 
 func (s *Store) ensureCollection(ctx context.Context, dim int) error {
@@ -711,12 +700,12 @@ func (s *Store) writeRecord(ctx context.Context, e memory.Entry) (uint64, error)
 	var rev uint64
 	if e.Revision == 0 {
 		rev, err = s.kv.Create(ctx, s.key(e.ID), b)
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if bus.IsConflict(err) {
 			return 0, fmt.Errorf("create memory entry %s: it exists: %w", e.ID, memory.ErrConflict)
 		}
 	} else {
 		rev, err = s.kv.Update(ctx, s.key(e.ID), b, e.Revision)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		if bus.IsConflict(err) {
 			return 0, fmt.Errorf("update memory entry %s at revision %d: %w", e.ID, e.Revision, memory.ErrConflict)
 		}
 	}

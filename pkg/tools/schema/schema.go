@@ -1,4 +1,7 @@
-package tools
+// Package schema is the tool contract's input schema: a self-contained JSON Schema of an object,
+// compiled once and checked against each call's arguments. It is a leaf (no skein import), so
+// the configuration can check agent.input_schema without the tool runtime.
+package schema
 
 import (
 	"bytes"
@@ -15,8 +18,8 @@ import (
 
 var printer = message.NewPrinter(language.English)
 
-// argSchema is a compiled input_schema.
-type argSchema struct {
+// Schema is a compiled input schema (a manifest's input_schema, an agent's agent.input_schema).
+type Schema struct {
 	s *jsonschema.Schema
 }
 
@@ -30,7 +33,9 @@ func (refusingLoader) Load(url string) (any, error) {
 
 const schemaURL = "mem:///input_schema.json"
 
-func compileSchema(file string, raw json.RawMessage) (*argSchema, error) {
+// Compile compiles a self-contained JSON Schema with "type": "object": tool arguments are a
+// JSON object, and a $ref may not read files or URLs.
+func Compile(raw json.RawMessage) (*Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("not valid JSON: %w", err)
@@ -59,26 +64,7 @@ func compileSchema(file string, raw json.RawMessage) (*argSchema, error) {
 		}
 		return nil, fmt.Errorf("not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), schemaURL, "input_schema"))
 	}
-	return &argSchema{s: s}, nil
-}
-
-// Schema is a compiled input schema of something that is not a manifest (an agent offered as a
-// tool declares one in agent.input_schema).
-type Schema struct{ s *argSchema }
-
-// CompileSchema compiles a self-contained JSON Schema with "type": "object" under the same
-// rules as a manifest's input_schema.
-func CompileSchema(raw json.RawMessage) (*Schema, error) {
-	s, err := compileSchema("", raw)
-	if err != nil {
-		return nil, err
-	}
 	return &Schema{s: s}, nil
-}
-
-// Validate checks args (a JSON object; empty means {}) against the schema.
-func (s *Schema) Validate(args json.RawMessage) error {
-	return validate(s.s, args)
 }
 
 // ArgsError is an argument document that does not satisfy a tool's input_schema.
@@ -90,15 +76,8 @@ func (e *ArgsError) Error() string {
 	return "arguments do not match input_schema: " + strings.Join(e.Problems, "; ")
 }
 
-// ValidateArgs checks args (a JSON object; empty means {}) against the tool's input_schema.
-func (t *Tool) ValidateArgs(args json.RawMessage) error {
-	if t.schema == nil {
-		return errors.New("tool has no compiled input_schema (not loaded with LoadFile)")
-	}
-	return validate(t.schema, args)
-}
-
-func validate(schema *argSchema, args json.RawMessage) error {
+// Validate checks args (a JSON object; empty means {}) against the schema.
+func (sc *Schema) Validate(args json.RawMessage) error {
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage("{}")
 	}
@@ -106,7 +85,7 @@ func validate(schema *argSchema, args json.RawMessage) error {
 	if err != nil {
 		return &ArgsError{Problems: []string{"arguments are not valid JSON: " + err.Error()}}
 	}
-	err = schema.s.Validate(v)
+	err = sc.s.Validate(v)
 	if err == nil {
 		return nil
 	}
