@@ -3,14 +3,8 @@ package executor
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/skein-mesh/skein/pkg/memory/profile"
 
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
@@ -231,38 +225,5 @@ func TestDeepResultIsRenderedAsJSON(t *testing.T) {
 	nested := json.RawMessage(`{"a":{"b":{"c":{"d":[1,2,3]}}}}`)
 	if got := renderResult(protocol.ToolResult{OK: true, Result: nested}, "toon"); got != "a:\n  b:\n    c:\n      d[3]: 1,2,3" {
 		t.Fatalf("ordinary nesting: %q; want TOON", got)
-	}
-}
-
-// The agent's standing profile, with the patches learning applied, is part of the cached stable
-// block, and never of the per-task message.
-func TestProfileInCachedPrefix(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "profile.md")
-	if err := os.WriteFile(path, []byte("# Billing clerk\nYou keep the ledgers of ACME.\n\n## Rules\n- Quote amounts in EUR.\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err := profile.Update(path, func(text string, l *profile.Ledger) error {
-		l.Patches = append(l.Patches, profile.Patch{ID: "p-1", Key: "k", Section: "Rules", Rule: "report_tool: pass dates as DD/MM/YYYY.",
-			Status: profile.Pending})
-		return l.Apply(text, "p-1", profile.Limits{Budget: 500, PatchBudget: 60}, time.Now(), "test")
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.Agent.Profile = path
-	e := &Executor{d: Deps{Config: cfg, Logger: slog.New(slog.DiscardHandler)}}
-	sys, msgs := buildPrompt(cfg, e.profile(), protocol.Step{Task: "File the March report."}, nil, "", true)
-	if !sys[0].Cache {
-		t.Fatalf("stable block not cached: %+v", sys[0])
-	}
-	for _, want := range []string{"You keep the ledgers of ACME.", "- Quote amounts in EUR.\n- report_tool: pass dates as DD/MM/YYYY."} {
-		if !strings.Contains(sys[0].Text, want) {
-			t.Errorf("stable block %q lacks %q", sys[0].Text, want)
-		}
-	}
-	if strings.Contains(msgs[0].Content[0].Text, "ACME") {
-		t.Errorf("the profile leaked into the task message: %q", msgs[0].Content[0].Text)
 	}
 }
