@@ -3,6 +3,7 @@ package miner
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,7 +100,13 @@ func verifier(d Deps, cur Session) func(context.Context, profile.Quote) (bool, e
 			sessions[q.Session] = s
 		}
 		for _, c := range s.Calls {
-			if c.Tool == q.Tool && c.Failed() && (strings.Contains(c.Result.Error, q.Text) || strings.Contains(c.Result.Stderr, q.Text)) {
+			if c.Tool != q.Tool || !c.Failed() {
+				continue
+			}
+			// The tool's error is trajectory data the quote must be found in, not an error of
+			// skein's to classify.
+			output := []string{c.Result.Error, c.Result.Stderr}
+			if slices.ContainsFunc(output, func(o string) bool { return strings.Contains(o, q.Text) }) {
 				return true, nil
 			}
 		}
