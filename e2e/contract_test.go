@@ -204,13 +204,7 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 		t.Errorf("Python client tests: %s", suite)
 	}
 
-	// The README's example, as written there.
-	if ex := readmeExample(t, root); ex != "" {
-		r := runPy("-c", ex)
-		if r.code != 0 || !strings.Contains(r.stdout, "success") {
-			t.Errorf("README example: %s", r)
-		}
-	}
+	// The README's examples run in TestDocsExamples.
 
 	checkHTTPAgainstOpenAPI(t, root, "http://"+httpAddr, home, "py-1")
 	checkNATSCLI(t, url, home)
@@ -342,20 +336,4 @@ func serviceKind(doc *contract.Document, channel string) string {
 	ext, _ := ch["x-skein"].(map[string]any)
 	kind, _ := ext["kind"].(string)
 	return kind
-}
-
-// readmeExample returns the Python example of clients/python/README.md (the first ```python
-// block), so the README cannot show code that does not run.
-func readmeExample(t *testing.T, root string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "clients", "python", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "```python\n")
-	if !ok {
-		t.Fatal("clients/python/README.md has no ```python example")
-	}
-	ex, _, _ := strings.Cut(rest, "```")
-	return ex
 }

@@ -37,8 +37,9 @@ import (
 //	GET  /v1/health                 whether the mesh takes new sessions: its store's state, memoryd's health
 //	GET  /v1/openapi.json           the OpenAPI document of all this (openapi.go, docs/openapi.json)
 //
-// The console (package console) is served beside it at /console/, outside the token check: its
-// files are public; every request it makes carries the token like any other client's.
+// The console (package console) is served beside it at /console/, and its icon at /favicon.ico,
+// outside the token check: its files are public; every request it makes carries the token like
+// any other client's.
 //
 // Every request needs the bearer token; a body, where one is sent, must be application/json;
 // browsers' cross-site requests are refused; each rejection is {"error", "code"} (see httpsec.go).
@@ -62,6 +63,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/memory/{id}/retire", g.httpMemoryRetire)
 	root := http.NewServeMux()
 	root.Handle("/console/", console.Handler())
+	root.Handle("GET /favicon.ico", console.Favicon())
 	root.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
 	root.Handle("/", g.guard.wrap(mux.ServeMux)) // answers 404 and 405 itself, in JSON
 	return root

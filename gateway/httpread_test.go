@@ -1,15 +1,19 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/skein-mesh/skein/gateway/console"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -172,6 +176,52 @@ func TestConsoleIsServedOutsideTheTokenCheck(t *testing.T) {
 	r, _ = http.NewRequest("POST", srv.URL+"/console/", strings.NewReader("{}"))
 	if status, out, _ := do(t, r); status != http.StatusMethodNotAllowed || out["code"] != string(protocol.CodeMethodNotAllowed) {
 		t.Errorf("POST /console/: %d %v; want 405 method_not_allowed", status, out)
+	}
+}
+
+// Browsers ask for /favicon.ico on their own, without the token: it is answered, not refused.
+func TestFaviconNeedsNoToken(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/favicon.ico")
+	if err != nil {
+		t.Fatal(err)
+	}
+	icon, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// An ICO file starts with reserved 0, type 1 (icon).
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "image/x-icon" || !bytes.HasPrefix(icon, []byte{0, 0, 1, 0}) {
+		t.Fatalf("/favicon.ico: %d %s %d bytes; want 200 with an icon", resp.StatusCode, resp.Header.Get("Content-Type"), len(icon))
+	}
+	resp, err = http.Get(srv.URL + "/console/favicon.ico") // what the page's <link rel=icon> names
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(same, icon) {
+		t.Errorf("/console/favicon.ico: %d, %d bytes; want the same icon", resp.StatusCode, len(same))
+	}
+}
+
+// The console's status filter offers what pkg/protocol defines, every outcome included.
+func TestConsoleVocabularyIsProtocols(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.gw.Handler())
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/console/vocab.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v console.Vocabulary
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("vocab.json: %d %v", resp.StatusCode, err)
+	}
+	if !slices.Equal(v.Outcomes, protocol.Outcomes()) || !slices.Equal(v.SessionStatuses, protocol.SessionStatuses()) ||
+		!slices.Contains(v.Outcomes, protocol.OutcomeNotAccomplished) || !slices.Contains(v.Outcomes, protocol.OutcomeIncompleteToolFail) {
+		t.Errorf("vocab.json %+v; want protocol's statuses and outcomes", v)
 	}
 }
 

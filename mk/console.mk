@@ -18,4 +18,4 @@ console-setup:
 
 # The screenshots in docs/ are the console test's own, taken against a real embedded mesh.
 console-screenshots: console-setup memory-setup tools-examples
-	cd cli && SKEIN_CONSOLE_SCREENSHOTS=$(ROOT)/docs $(GO) test -count=1 -run '^TestConsoleEndToEnd$$' ./cmd/skein/
+	cd cli && SKEIN_CONSOLE_SCREENSHOTS=$(ROOT)/docs $(GO) test -count=1 -run '^(TestConsoleEndToEnd|TestConsoleByKeyboardOnAPhone)$$' ./cmd/skein/

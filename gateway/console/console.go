@@ -23,6 +23,10 @@ func Handler() http.Handler {
 		panic(err) // the embedded tree is fixed at build time
 	}
 	static := http.StripPrefix("/console/", http.FileServerFS(sub))
+	vocab, err := json.Marshal(Vocabulary{SessionStatuses: protocol.SessionStatuses(), Outcomes: protocol.Outcomes()})
+	if err != nil {
+		panic(err) // two lists of strings
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			// Refused as the API refuses: {error, code} with the code's status.
@@ -38,6 +42,34 @@ func Handler() http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-cache")
+		if r.URL.Path == "/console/vocab.json" {
+			h.Set("Content-Type", "application/json")
+			_, _ = w.Write(vocab)
+			return
+		}
 		static.ServeHTTP(w, r)
+	})
+}
+
+// Vocabulary is /console/vocab.json: the words the page offers as choices, taken from
+// pkg/protocol so that a new outcome reaches the console's filter without editing the page.
+type Vocabulary struct {
+	SessionStatuses []protocol.SessionStatus `json:"session_statuses"`
+	Outcomes        []protocol.Outcome       `json:"outcomes"`
+}
+
+// Favicon serves the console's icon at /favicon.ico, outside the token check like the console
+// itself: browsers and other tools ask for it on their own, without a token.
+func Favicon() http.Handler {
+	icon, err := files.ReadFile("static/favicon.ico")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "image/x-icon")
+		h.Set("Cache-Control", "public, max-age=86400")
+		h.Set("X-Content-Type-Options", "nosniff")
+		_, _ = w.Write(icon)
 	})
 }

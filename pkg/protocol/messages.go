@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -26,15 +27,15 @@ func (o Outcome) Succeeded() bool {
 	return o == OutcomeSuccess || o == OutcomeSuccessWithRecovery
 }
 
-// Valid reports whether o is one of the known outcomes.
-func (o Outcome) Valid() bool {
-	switch o {
-	case OutcomeSuccess, OutcomeSuccessWithRecovery, OutcomeIncomplete, OutcomeIncompleteToolFail,
-		OutcomeFailed, OutcomeBudgetExceeded, OutcomeCancelled, OutcomeNotAccomplished:
-		return true
-	}
-	return false
+// Outcomes lists every outcome, best first: readers that offer a choice of them (the console's
+// filter) take it from here.
+func Outcomes() []Outcome {
+	return []Outcome{OutcomeSuccess, OutcomeSuccessWithRecovery, OutcomeIncomplete, OutcomeIncompleteToolFail,
+		OutcomeNotAccomplished, OutcomeFailed, OutcomeBudgetExceeded, OutcomeCancelled}
 }
+
+// Valid reports whether o is one of the known outcomes.
+func (o Outcome) Valid() bool { return slices.Contains(Outcomes(), o) }
 
 // SessionStatus is the state machine kept in the sessions KV.
 type SessionStatus string
@@ -45,6 +46,11 @@ const (
 	StatusRunning  SessionStatus = "running"
 	StatusDone     SessionStatus = "done"
 )
+
+// SessionStatuses lists every session status, in the order a session goes through them.
+func SessionStatuses() []SessionStatus {
+	return []SessionStatus{StatusQueued, StatusPlanning, StatusRunning, StatusDone}
+}
 
 // Role names whose tokens are accounted separately.
 const (

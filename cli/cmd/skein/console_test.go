@@ -235,6 +235,31 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Errorf("the token stayed in the address bar: %s %v", loc, err)
 	}
 	shot("console-sessions.png")
+	// The list counts a session's tokens as its tree does (its own model calls), and shows its
+	// child agents' and mining's apart.
+	rowTokens := func(row string) (own, apart string) {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](fmt.Sprintf(`(() => {
+			const td = document.querySelector(%s + ' td.tokens');
+			return [td.firstChild.textContent, [...td.querySelectorAll('.apart')].map((e) => e.textContent).join('; ')];
+		})()`, quoteJS(row))))
+		if err != nil || len(v) != 2 {
+			fail("tokens of "+row, err)
+		}
+		return v[0], v[1]
+	}
+	// sameTokens checks that the tree's root shows the row's token counts.
+	sameTokens := func(own string) {
+		t.Helper()
+		in, out, _ := strings.Cut(own, " / ")
+		if root := text(`#d-tree > ul > li > div > div.muted`); !strings.Contains(root, in+" in / "+out+" out") {
+			t.Errorf("tree root %q: want the list's token counts %s", root, own)
+		}
+	}
+	own, apart := rowTokens(row)
+	if !strings.HasPrefix(apart, "mining ") || apart == "mining 0 / 0" {
+		t.Errorf("row tokens %q, %q; want the session's own, and mining apart", own, apart)
+	}
 	// Live: a session that runs while the page is open appears without a reload.
 	later := runToMined(ctx, t, c, names, "add 2, 3 and 5 again with the sum tool")
 	step("see a new session appear", chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, later))))
@@ -252,11 +277,17 @@ func TestConsoleEndToEnd(t *testing.T) {
 	if tree := text(`#d-tree`); !strings.Contains(tree, "success") || !strings.Contains(tree, "1 tool call") {
 		t.Errorf("tree %q: want the session's outcome and its tool call", tree)
 	}
+	sameTokens(own)
 
 	step("open a session that delegated to a child agent", click(`#back`),
-		chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, parent))),
-		click(fmt.Sprintf(`tr[data-session=%q]`, parent)),
+		chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, parent))))
+	own, apart = rowTokens(fmt.Sprintf(`tr[data-session=%q]`, parent))
+	if !strings.Contains(apart, "child agents ") || !strings.Contains(apart, "mining ") {
+		t.Errorf("parent row tokens %q, %q; want its child agents' and mining apart", own, apart)
+	}
+	step("open it", click(fmt.Sprintf(`tr[data-session=%q]`, parent)),
 		chromedp.WaitVisible(css(`#d-tree li.child .link`)))
+	sameTokens(own)
 	child, err := chromedp.Run(bctx, chromedp.AttributeValue(css(`#d-tree li.child`), "data-child"))
 	if err != nil || child.Value == "" {
 		t.Fatalf("child node: %+v %v", child, err)
@@ -271,7 +302,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Errorf("clicking the child opened %q; want %q", title, child.Value)
 	}
 
-	step("search memory", click(`nav button[data-view="memory"]`),
+	step("search memory", click(`nav a[data-view="memory"]`),
 		chromedp.WaitVisible(css(`#m-rows tr[data-entry]`)),
 		chromedp.SendKeys(css(`#m-q`), "is the csv file there before I read it"),
 		click(`#m-search button`),
@@ -302,18 +333,18 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Errorf("entry %q: want the link to the rule it supersedes", l)
 	}
 
-	step("usage charts", click(`nav button[data-view="usage"]`), chromedp.WaitVisible(css(`#u-tokens-model svg rect`)))
+	step("usage charts", click(`nav a[data-view="usage"]`), chromedp.WaitVisible(css(`#u-tokens-model svg rect`)))
 	if legend := text(`#u-tokens-model .legend`); !strings.Contains(legend, cfg.LLM.Model) {
 		t.Errorf("tokens-by-model legend %q: want model %s", legend, cfg.LLM.Model)
 	}
 	shot("console-usage.png")
 
-	step("dead letters", click(`nav button[data-view="dlq"]`), chromedp.WaitVisible(css(`#q-rows tr td.mono`)))
+	step("dead letters", click(`nav a[data-view="dlq"]`), chromedp.WaitVisible(css(`#q-rows tr td.mono`)))
 	if d := text(`#q-rows tr`); !strings.Contains(d, names.Work(agent)) || !strings.Contains(d, "#17") || !strings.Contains(d, "max deliveries reached") {
 		t.Errorf("dead letter row %q: want its origin subject, sequence and reason", d)
 	}
 
-	step("search the sessions", click(`nav button[data-view="sessions"]`),
+	step("search the sessions", click(`nav a[data-view="sessions"]`),
 		chromedp.WaitVisible(css(row)),
 		chromedp.SendKeys(css(`#s-q`), "delegate"),
 		chromedp.WaitNotPresent(css(row)),

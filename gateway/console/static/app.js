@@ -1,6 +1,8 @@
 // skein console: one page over the public HTTP API. Everything the page shows comes from the
 // same routes any client uses, with the bearer token taken from the URL fragment (never sent to
 // the server in a URL, so it stays out of access logs) and kept in this tab's sessionStorage.
+// Each view has its own fragment (#/sessions?status=failed, #/session/ID, #/memory/ID, ...), so
+// Back and Forward walk the views and a session's address can be kept or shared (without the token).
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -13,7 +15,7 @@ let token = sessionStorage.getItem('skein-token') || '';
   if (m) {
     token = decodeURIComponent(m[1]);
     sessionStorage.setItem('skein-token', token);
-    history.replaceState(null, '', location.pathname + location.search);
+    history.replaceState(null, '', location.pathname + location.search + '#/sessions');
   }
 }
 
@@ -83,18 +85,70 @@ const fmtSecs = (s) => s ? (s < 1 ? s.toFixed(2) + ' s' : s < 60 ? s.toFixed(1) 
 const short = (id) => id && id.length > 20 ? id.slice(0, 20) + '…' : (id || '');
 const clip = (s, n) => { s = String(s || ''); return s.length > n ? s.slice(0, n) + '…' : s; };
 
-// Views.
+// Views, one per fragment: #/NAME[/ID][?filters].
+const VIEWS = ['sessions', 'session', 'memory', 'usage', 'dlq', 'learning'];
 let view = 'sessions';
 function show(name) {
   view = name;
+  $('login').hidden = true;
   for (const s of document.querySelectorAll('section.view')) s.hidden = s.id !== name;
-  for (const b of document.querySelectorAll('nav button')) b.classList.toggle('active', b.dataset.view === name || (name === 'session' && b.dataset.view === 'sessions'));
+  for (const b of document.querySelectorAll('nav a')) {
+    const on = b.dataset.view === name || (name === 'session' && b.dataset.view === 'sessions');
+    b.classList.toggle('active', on);
+    if (on) b.setAttribute('aria-current', 'page'); else b.removeAttribute('aria-current');
+  }
   if (name !== 'session' && streamAbort) { streamAbort.abort(); streamAbort = null; }
+  refresh();
+}
+
+function parseHash() {
+  const [path, query] = location.hash.replace(/^#\/?/, '').split('?');
+  const [name, ...rest] = path.split('/');
+  return { name: name || 'sessions', id: decodeURIComponent(rest.join('/')), params: new URLSearchParams(query || '') };
+}
+
+// route shows what the address names; it runs on load and on every hashchange (a link followed,
+// Back, Forward).
+function route() {
+  const r = parseHash();
+  if (!VIEWS.includes(r.name) || (r.name === 'session' && !r.id)) { location.replace('#/sessions'); return; }
+  if (r.name === 'session') { renderSession(r.id); return; }
+  if (r.name === 'sessions') setSessionFilters(r.params);
+  if (r.name === 'memory') {
+    memoryLoaded = false;
+    if (r.id) { memoryLoaded = true; show('memory'); loadEntry(r.id); return; }
+  }
+  show(r.name);
+}
+
+// The sessions view's filters live in its address, so a filtered list survives Back and reload.
+const SESSION_FILTERS = [['q', 's-q'], ['agent', 's-agent'], ['status', 's-status'], ['since', 's-since']];
+function setSessionFilters(p) {
+  for (const [k, id] of SESSION_FILTERS) {
+    const v = p.get(k);
+    if (id === 's-since') { $(id).value = v || '168h'; continue; }
+    if (v && $(id).tagName === 'SELECT' && ![...$(id).options].some((o) => o.value === v)) $(id).append(el('option', { value: v }, v));
+    $(id).value = v || '';
+  }
+  sessionsHash();
+}
+function sessionsHash() {
+  const p = new URLSearchParams();
+  for (const [k, id] of SESSION_FILTERS) if ($(id).value && !(id === 's-since' && $(id).value === '168h')) p.set(k, $(id).value);
+  const h = '#/sessions' + (p.size ? '?' + p : '');
+  $('back').href = h;
+  document.querySelector('nav a[data-view="sessions"]').href = h;
+  return h;
+}
+function filtersChanged() {
+  const h = sessionsHash();
+  if (location.hash !== h) history.replaceState(null, '', h);
   refresh();
 }
 
 function showLogin() {
   $('login').hidden = false;
+  $('token').focus();
   for (const s of document.querySelectorAll('section.view')) s.hidden = true;
 }
 
@@ -119,7 +173,7 @@ function addAgents(names) {
   for (const n of names) {
     if (!n || knownAgents.has(n)) continue;
     knownAgents.add(n);
-    for (const id of ['s-agent', 'm-agent']) $(id).append(el('option', { value: n }, n));
+    for (const id of ['s-agent', 'm-agent', 't-agent']) if (![...$(id).options].some((o) => o.value === n)) $(id).append(el('option', { value: n }, n));
   }
 }
 
@@ -129,45 +183,110 @@ async function loadSessions() {
   const data = await api('/v1/sessions?' + p);
   addAgents(data.sessions.map((s) => s.agent));
   const rows = data.sessions.map((s) => {
-    const u = s.usage;
-    return el('tr', { class: 'click', 'data-session': s.session_id, onclick: () => openSession(s.session_id) },
+    const u = s.usage, own = u && ownUsage(u), apart = (role, what) => {
+      const r = u && u.by_role && u.by_role[role];
+      return r ? el('div', { class: 'muted apart ' + role }, `${what} ${fmtInt(r.input_tokens)} / ${fmtInt(r.output_tokens)}`) : null;
+    };
+    // The row is a link (its session id) for the keyboard; a click anywhere on it follows it too.
+    return el('tr', { class: 'click', 'data-session': s.session_id, onclick: (ev) => { if (!ev.target.closest('a, button')) location.hash = sessionHash(s.session_id); } },
       el('td', {}, fmtTime(s.created)),
-      el('td', { class: 'mono', title: s.session_id }, short(s.session_id), s.parent ? el('span', { class: 'muted' }, ' (child)') : null),
+      el('td', { class: 'mono' }, el('a', { href: sessionHash(s.session_id), title: s.session_id }, short(s.session_id)), s.parent ? el('span', { class: 'muted' }, ' (child)') : null),
       el('td', {}, s.agent),
       el('td', { class: 'task', title: s.task }, s.task),
       el('td', {}, badge(s.outcome || s.status)),
-      el('td', { class: 'num' }, u ? `${fmtInt(u.input_tokens)} / ${fmtInt(u.output_tokens)}` : '—'),
+      el('td', { class: 'num tokens' }, own ? `${fmtInt(own.input_tokens)} / ${fmtInt(own.output_tokens)}` : '—',
+        apart('subagent', 'child agents'), apart('miner', 'mining')),
       el('td', { class: 'num' }, u ? fmtCost(u.cost_usd) : '—'),
       el('td', { class: 'num' }, u ? fmtSecs(u.wall_time_s) : '—'));
   });
+  // The list is drawn again every few seconds: the keyboard's place in it is kept.
+  const focused = document.activeElement && document.activeElement.closest('#s-rows tr');
   $('s-rows').replaceChildren(...rows);
+  if (focused) focusSession(focused.dataset.session);
+  else if (returnTo && view === 'sessions') { focusSession(returnTo); returnTo = ''; }
   $('s-count').textContent = `${data.sessions.length} session(s)${data.truncated ? ' (newest shown; narrow the filter for more)' : ''}`;
+}
+
+// ownUsage is a usage report less the miner's calls and the child agents': the session's own
+// tokens, as its tree counts them. The list shows the other two apart (the cost is the whole).
+function ownUsage(u) {
+  const out = {};
+  for (const k of ['input_tokens', 'output_tokens', 'cache_creation_input_tokens', 'cache_read_input_tokens']) {
+    out[k] = (u[k] || 0) - ['miner', 'subagent'].reduce((a, role) => a + ((u.by_role && u.by_role[role] && u.by_role[role][k]) || 0), 0);
+  }
+  return out;
+}
+
+const sessionHash = (id) => '#/session/' + encodeURIComponent(id);
+function focusSession(id) {
+  const a = [...$('s-rows').querySelectorAll('tr')].find((tr) => tr.dataset.session === id);
+  if (a) a.querySelector('a').focus();
 }
 
 // One session: its tree and its live timeline.
 let streamAbort = null;
 let current = '';
+let returnTo = ''; // the session to give the keyboard's focus back to in the list
 
-function openSession(id) {
-  current = id;
-  $('d-title').replaceChildren(el('span', { class: 'mono' }, id));
-  $('d-tree').replaceChildren();
-  $('d-events').replaceChildren();
-  show('session');
-  loadTree(id);
-  followEvents(id);
+// openSession goes to a session's address (a link does the same).
+function openSession(id) { location.hash = sessionHash(id); }
+
+function renderSession(id) {
+  if (current !== id || view !== 'session') {
+    current = id;
+    $('d-title').textContent = id;
+    $('d-tree').replaceChildren();
+    $('d-events').replaceChildren();
+    $('d-note').textContent = '';
+    $('d-cancel').hidden = true;
+    show('session');
+    loadTree(id);
+    followEvents(id);
+  }
+  returnTo = id;
+  $('d-title').focus();
 }
 
 async function loadTree(id) {
   try {
-    const n = await api('/v1/sessions/' + encodeURIComponent(id) + '/tree');
-    if (current === id) $('d-tree').replaceChildren(el('ul', {}, treeNode(n, true)));
+    // The record says whether it still runs (a queued session has no trace yet).
+    const s = await api('/v1/sessions/' + encodeURIComponent(id));
+    if (current !== id) return;
+    $('d-cancel').hidden = s.status === 'done';
+    const n = await api('/v1/sessions/' + encodeURIComponent(id) + '/tree').catch((e) => { if (e.status === 404 && s.status !== 'done') return null; throw e; });
+    if (current === id && n) $('d-tree').replaceChildren(el('ul', {}, treeNode(n, true)));
+  } catch (e) { showError(e); }
+}
+
+async function cancelSession() {
+  const id = current;
+  if (!await confirmDialog(`Cancel session ${id}? Its running steps stop, and its child agents with it.`)) return;
+  try {
+    const r = await api('/v1/sessions/' + encodeURIComponent(id) + '/cancel', { method: 'POST', body: { reason: 'cancelled from the console' } });
+    if (current !== id) return;
+    $('d-note').textContent = { cancelling: 'cancelling…', already_cancelled: 'already cancelled', already_finished: `already finished (${r.outcome})` }[r.status] || r.status;
+    $('d-cancel').hidden = true;
+    showError(null);
+  } catch (e) { showError(e); }
+}
+
+async function startTask(ev) {
+  ev.preventDefault();
+  const task = $('t-task').value.trim();
+  if (!task) { $('t-task').focus(); return; }
+  const body = { task };
+  if ($('t-agent').value) body.agent = $('t-agent').value;
+  try {
+    const r = await api('/v1/tasks', { method: 'POST', body });
+    $('t-task').value = '';
+    showError(null);
+    openSession(r.session_id);
   } catch (e) { showError(e); }
 }
 
 function treeNode(n, root) {
   const head = el('div', {},
-    el('span', { class: 'mono' + (root ? '' : ' link'), title: n.session_id }, short(n.session_id)), ' ',
+    root ? el('span', { class: 'mono', title: n.session_id }, short(n.session_id)) : el('a', { class: 'mono link', href: sessionHash(n.session_id), title: n.session_id }, short(n.session_id)), ' ',
     el('b', {}, n.agent || ''), ' ', badge(n.outcome || 'running'),
     el('div', { class: 'muted' }, `${n.turns} turn(s) · ${n.tool_calls} tool call(s) · ${fmtInt(n.usage.input_tokens)} in / ${fmtInt(n.usage.output_tokens)} out · ${fmtCost(n.cost_usd)} · ${fmtSecs(n.wall_time_s)}`));
   const kids = [];
@@ -180,7 +299,6 @@ function treeNode(n, root) {
     const li = treeNode(c, false);
     li.classList.add('child');
     li.setAttribute('data-child', c.session_id);
-    li.firstChild.firstChild.addEventListener('click', () => openSession(c.session_id));
     kids.push(li);
   }
   return el('li', {}, head, kids.length ? el('ul', {}, kids) : null);
@@ -215,7 +333,7 @@ async function followEvents(id) {
         const ev = JSON.parse(line.slice(6));
         if (t0 === null) t0 = new Date(ev.time);
         $('d-events').append(eventItem(ev, t0));
-        if (ev.type === 'usage' || ev.type === 'step_finished' || ev.type === 'final') loadTree(id);
+        if (['usage', 'step_finished', 'final', 'incomplete', 'failed', 'cancel'].includes(ev.type)) loadTree(id);
       }
     }
   } catch (e) {
@@ -373,17 +491,14 @@ function skillBody(k) {
     (k.cases || []).length ? el('div', { class: 'muted' }, 'cases ', ...k.cases.flatMap((id, i) => [i ? ', ' : '', entryLink(id)])) : null);
 }
 
-// entryLink searches memory for one entry (its id is the query's text match in the list view).
+// entryLink goes to one entry's address: the memory view shows just this entry.
 function entryLink(id) {
-  return el('a', { href: '#', class: 'mono', title: id, onclick: (ev) => { ev.preventDefault(); showEntry(id); } }, short(id));
+  return el('a', { href: '#/memory/' + encodeURIComponent(id), class: 'mono', title: id }, short(id));
 }
 
-async function showEntry(id) {
+async function loadEntry(id) {
   try {
     const e = await api('/v1/memory/' + encodeURIComponent(id));
-    // From a session's timeline too: the memory view shows just this entry.
-    memoryLoaded = true;
-    if (view !== 'memory') show('memory');
     $('m-rows').replaceChildren(memoryRow(e, null));
     $('m-rows').querySelector('details.history')?.setAttribute('open', '');
   } catch (err) { showError(err); }
@@ -399,11 +514,26 @@ function entryHistory(e) {
       h.other ? [' ', entryLink(h.other)] : null, h.reason ? ': ' + h.reason : null))));
 }
 
+// confirmDialog asks before a change that cannot be undone. The keyboard stays inside it (Tab
+// cycles its two buttons, Escape says no), starts on the harmless answer, and returns where it was.
 function confirmDialog(text) {
   return new Promise((resolve) => {
+    const back = document.activeElement;
     $('confirm-text').textContent = text;
     $('confirm').hidden = false;
-    const done = (v) => { $('confirm').hidden = true; $('confirm-yes').onclick = $('confirm-no').onclick = null; resolve(v); };
+    $('confirm-no').focus();
+    const keys = (ev) => {
+      if (ev.key === 'Escape') { ev.preventDefault(); done(false); }
+      if (ev.key === 'Tab') { ev.preventDefault(); (document.activeElement === $('confirm-yes') ? $('confirm-no') : $('confirm-yes')).focus(); }
+    };
+    const done = (v) => {
+      $('confirm').hidden = true;
+      $('confirm-yes').onclick = $('confirm-no').onclick = null;
+      $('confirm').removeEventListener('keydown', keys);
+      if (back && back.isConnected && !back.hidden) back.focus();
+      resolve(v);
+    };
+    $('confirm').addEventListener('keydown', keys);
     $('confirm-yes').onclick = () => done(true);
     $('confirm-no').onclick = () => done(false);
   });
@@ -541,21 +671,40 @@ async function loadDLQ() {
   if (!rows.length) $('q-rows').append(el('tr', {}, el('td', { colspan: 7, class: 'muted' }, 'no dead letters')));
 }
 
+// The status filter offers every session status and outcome pkg/protocol knows (vocab.json).
+async function loadVocabulary() {
+  try {
+    const r = await fetch('vocab.json');
+    if (!r.ok) throw new Error(`vocab.json: ${r.status}`);
+    const v = await r.json();
+    $('s-status').replaceChildren(el('option', { value: '' }, 'any status'),
+      el('optgroup', { label: 'status' }, v.session_statuses.map((x) => el('option', { value: x }, x))),
+      el('optgroup', { label: 'outcome' }, v.outcomes.map((x) => el('option', { value: x }, x))));
+  } catch (e) { showError(e); }
+}
+
 // Wiring.
-for (const b of document.querySelectorAll('nav button')) b.addEventListener('click', () => { if (b.dataset.view === 'memory') memoryLoaded = false; show(b.dataset.view); });
-$('back').addEventListener('click', () => show('sessions'));
-for (const id of ['s-agent', 's-status', 's-since']) $(id).addEventListener('change', refresh);
+for (const id of ['s-agent', 's-status', 's-since']) $(id).addEventListener('change', filtersChanged);
 let typing = null;
-$('s-q').addEventListener('input', () => { clearTimeout(typing); typing = setTimeout(refresh, 250); });
+$('s-q').addEventListener('input', () => { clearTimeout(typing); typing = setTimeout(filtersChanged, 250); });
+$('start').addEventListener('submit', startTask);
+$('t-task').addEventListener('keydown', (ev) => { if (ev.key === 'Enter' && (ev.ctrlKey || ev.metaKey)) $('start').requestSubmit(); });
+$('d-cancel').addEventListener('click', cancelSession);
+window.addEventListener('hashchange', route);
 $('u-since').addEventListener('change', refresh);
-$('m-search').addEventListener('submit', (e) => { e.preventDefault(); memoryLoaded = false; refresh(); });
+$('m-search').addEventListener('submit', (e) => {
+  e.preventDefault();
+  if (location.hash !== '#/memory') history.pushState(null, '', '#/memory'); // from one entry's address back to the list's
+  memoryLoaded = false;
+  refresh();
+});
 for (const id of ['m-agent', 'm-kind', 'm-tier', 'm-status']) $(id).addEventListener('change', () => { memoryLoaded = false; refresh(); });
 $('login-form').addEventListener('submit', (e) => {
   e.preventDefault();
   token = $('token').value.trim();
   sessionStorage.setItem('skein-token', token);
   $('login').hidden = true;
-  show('sessions');
+  route();
 });
 setInterval(() => { if (!document.hidden && view !== 'session' && view !== 'memory') refresh(); }, REFRESH_MS);
-show('sessions');
+loadVocabulary().then(route);

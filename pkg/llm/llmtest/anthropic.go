@@ -159,11 +159,9 @@ func (s *Server) serveAnthropic(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, msg)
 		return
 	}
-	rec.Cut = !streamAnthropic(newSSE(w, r, reply), msg, content, wireUsage)
-	if !rec.Cut {
-		rec.Usage = usage
-	}
-	s.record(rec)
+	s.streamed(newSSE(w, r, reply), rec, usage, func(st *sse) bool {
+		return streamAnthropic(st, msg, content, wireUsage)
+	})
 }
 
 // streamAnthropic sends msg as the Messages API streams it and reports whether the stream
@@ -216,7 +214,7 @@ func streamAnthropic(st *sse, msg map[string]any, content []map[string]any, usag
 	}
 	return st.event("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": msg["stop_reason"], "stop_sequence": nil}, "usage": usage}) &&
-		st.event("message_stop", map[string]any{"type": "message_stop"})
+		st.last("message_stop", map[string]any{"type": "message_stop"})
 }
 
 // computeAnthropicCache finds the longest cached prefix reachable from a breakpoint, writes

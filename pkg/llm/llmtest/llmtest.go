@@ -277,6 +277,37 @@ type sse struct {
 	reply Reply
 	n     int  // content chunks written
 	cut   bool // the stream was cut (write nothing more)
+	// atEnd runs once, just before the stream's last event: a call is recorded before its
+	// client can see it end, so a test reading Requests after a call returns finds it there.
+	atEnd func()
+}
+
+// last writes the stream's last event, after atEnd.
+func (s *sse) last(name string, data any) bool {
+	if s.cut || s.ctx.Err() != nil {
+		return false
+	}
+	if s.atEnd != nil {
+		s.atEnd()
+		s.atEnd = nil
+	}
+	return s.event(name, data)
+}
+
+// streamed writes a streamed answer with write and records it: as complete (with usage) just
+// before its last event, or, when the stream was cut before that, as cut.
+func (s *Server) streamed(st *sse, rec Recorded, usage protocol.Usage, write func(*sse) bool) {
+	done := false
+	st.atEnd = func() {
+		rec.Usage = usage
+		s.record(rec)
+		done = true
+	}
+	write(st)
+	if !done {
+		rec.Cut = true
+		s.record(rec)
+	}
 }
 
 func newSSE(w http.ResponseWriter, r *http.Request, reply Reply) *sse {

@@ -148,11 +148,12 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request) {
 	if !req.StreamOptions.IncludeUsage {
 		wireUsage = nil // the API reports no usage in a stream unless asked
 	}
-	rec.Cut = !streamOpenAI(newSSE(w, r, reply), head, text, msg["tool_calls"], finish, wireUsage)
-	if !rec.Cut && wireUsage != nil {
-		rec.Usage = usage
+	if wireUsage == nil {
+		usage = protocol.Usage{}
 	}
-	s.record(rec)
+	s.streamed(newSSE(w, r, reply), rec, usage, func(st *sse) bool {
+		return streamOpenAI(st, head, text, msg["tool_calls"], finish, wireUsage)
+	})
 }
 
 // streamOpenAI sends an answer as chat completion chunks and reports whether the stream
@@ -204,7 +205,7 @@ func streamOpenAI(st *sse, head map[string]any, text string, toolCalls any, fini
 			return false
 		}
 	}
-	return st.event("", []byte("[DONE]"))
+	return st.last("", []byte("[DONE]"))
 }
 
 // computeOpenAICache returns the prompt size and the longest previously seen prefix (block
