@@ -3,9 +3,13 @@ package executor
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/skein-mesh/skein/pkg/memory/profile"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -18,6 +22,27 @@ const (
 	strategicRule = "Check the currency of affected invoices before reading code."
 	tacticalRule  = "query_db: the invoices table has no vat column; use invoice_lines."
 )
+
+// profileRules is the profile's rules section once learning applied a patch to it.
+const profileRules = "## Rules\n- Quote amounts in DKK.\n- lookup: pass country codes, not names."
+
+// writeProfile writes an agent profile and applies one learned patch to it.
+func writeProfile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "profile.md")
+	if err := os.WriteFile(path, []byte("# Invoice auditor\nYou audit invoices.\n\n## Rules\n- Quote amounts in DKK.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := profile.Update(path, func(text string, l *profile.Ledger) error {
+		l.Patches = append(l.Patches, profile.Patch{ID: "p-1", Key: "k", Section: "Rules", Rule: "lookup: pass country codes, not names.",
+			Status: profile.Pending})
+		return l.Apply(text, "p-1", profile.Limits{Budget: 500, PatchBudget: 60}, time.Now(), "test")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // fakeMemoryd answers retrievals with one strategic and one tactical guideline.
 func fakeMemoryd(t *testing.T, m *mesh) {
@@ -106,6 +131,7 @@ func TestPromptLayoutOnTheWire(t *testing.T) {
 	fake := llmtest.NewAnthropic(t, sc.script())
 	cfg := sc.anthropic(t, fake)
 	cfg.Memory.Enabled = true
+	cfg.Agent.Profile = writeProfile(t)
 	x := m.executor(t, cfg, nil)
 
 	first := step(t, cfg, sc.task)
@@ -148,6 +174,10 @@ func TestPromptLayoutOnTheWire(t *testing.T) {
 		}
 		if !marked(w.System[0]) || !marked(w.System[1]) {
 			t.Errorf("call %d: system blocks not both marked", i)
+		}
+		// The agent's profile, with the patch learning applied, is in the cached stable block.
+		if st := text(w.System[0]); !strings.Contains(st, profileRules) {
+			t.Errorf("call %d: the stable block %q lacks the profile with its applied patch", i, st)
 		}
 		if !strings.Contains(text(w.System[1]), strategicRule) || strings.Contains(text(w.System[0]), strategicRule) {
 			t.Errorf("call %d: the strategic guideline is not alone in the second system block", i)

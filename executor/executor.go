@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/skein-mesh/skein/pkg/memory/profile"
 	"log/slog"
 	"os"
 	"runtime"
@@ -91,6 +92,11 @@ func New(ctx context.Context, d Deps) (*Executor, error) {
 	}
 	if d.Concurrency <= 0 {
 		d.Concurrency = DefaultConcurrency()
+	}
+	if p := d.Config.Agent.Profile; p != "" {
+		if _, _, err := profile.Load(p); err != nil {
+			return nil, fmt.Errorf("executor: agent.profile: %w (fix the path in agent.yaml or remove the key)", err)
+		}
 	}
 	model := d.Backend
 	if model == nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/skein-mesh/skein/pkg/memory/profile"
 	"slices"
 	"sort"
 	"strings"
@@ -154,9 +155,25 @@ func (r *run) prepare(ctx context.Context) error {
 	}
 	mem := r.e.retrieve(ctx, r.step, names)
 	r.offerTools(ctx, specs, mem.Guidelines)
-	r.system, r.msgs = buildPrompt(cfg, r.step, mem.Guidelines, retrieve.RenderExamples(mem.Cases, mem.Skills), r.e.cacheOn())
+	r.system, r.msgs = buildPrompt(cfg, r.e.profile(), r.step, mem.Guidelines, retrieve.RenderExamples(mem.Cases, mem.Skills), r.e.cacheOn())
 	r.own = messageTokens(r.msgs[0])
 	return r.continueConversation(ctx)
+}
+
+// profile is the agent's standing profile as learning left it (the file with its applied patches),
+// read for every step so that an applied or reverted patch counts from the next step on. A profile
+// that became unreadable is left out of the step, with a warning naming why.
+func (e *Executor) profile() string {
+	p := e.d.Config.Agent.Profile
+	if p == "" {
+		return ""
+	}
+	text, l, err := profile.Load(p)
+	if err != nil {
+		e.d.Logger.Warn("step runs without the agent's profile: it cannot be read; fix the file or agent.profile", "err", err)
+		return ""
+	}
+	return profile.Render(text, l)
 }
 
 func (e *Executor) cacheOn() bool { return e.d.Config.ForRole(protocol.RoleExecutor).Cache != "off" }

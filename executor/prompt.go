@@ -25,17 +25,22 @@ const finishNote = "End every task by calling the finish tool, alone: accomplish
 	"false when a required action failed or you had to give up (say why in reason), with your final answer in answer. " +
 	"Do not end with a plain-text answer."
 
-// buildPrompt lays out the prompt for caching: the stable part (identity, policies, format note)
+// buildPrompt lays out the prompt for caching: the stable part (identity, policies, the agent's
+// standing profile, format note)
 // and the strategic guidelines are system blocks, each ending a cache breakpoint; the task, the
 // tactical guidelines and the recalled experience (a mature skill's procedure, worked examples:
 // retrieve.RenderExamples), which change per task, go in the first user message, so they never
 // touch the cached prefix.
-func buildPrompt(cfg *config.Config, step protocol.Step, guides []protocol.Guideline, experience string, cache bool) ([]llm.SystemBlock, []llm.Message) {
+func buildPrompt(cfg *config.Config, profile string, step protocol.Step, guides []protocol.Guideline, experience string, cache bool) ([]llm.SystemBlock, []llm.Message) {
 	var stable strings.Builder
 	stable.WriteString(strings.TrimSpace(cfg.Agent.SystemPrompt))
 	for _, p := range cfg.Agent.Policies {
 		stable.WriteString("\n- ")
 		stable.WriteString(strings.TrimSpace(p))
+	}
+	if profile = strings.TrimSpace(profile); profile != "" {
+		stable.WriteString("\n\n")
+		stable.WriteString(profile)
 	}
 	stable.WriteString("\n\n")
 	stable.WriteString(finishNote)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/skein-mesh/skein/pkg/memory/profile"
 	"log/slog"
 	"slices"
 	"strings"
@@ -58,6 +59,8 @@ type Result struct {
 	CaseSkips []string                 `json:"case_skips,omitempty"`
 	Actions   []protocol.IngestAction  `json:"actions"`
 	Feedback  protocol.FeedbackRequest `json:"feedback"`
+	// ProfilePatches are the patches of the agent's profile this session's evidence proposed.
+	ProfilePatches []profile.Patch `json:"profile_patches,omitempty"`
 	// Usage is what compression cost (also emitted as model_call events with role miner).
 	Usage protocol.Usage `json:"usage"`
 }
@@ -179,6 +182,7 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 	readChildren(ctx, d.Conn.JS, d.Names, &s)
 	res := &Result{Session: session, Agent: s.Agent, Outcome: s.Outcome}
 	c := newCompressor(d, s)
+	var lessons []lesson
 	for _, ev := range Mine(s) {
 		text, err := c.compress(ctx, ev)
 		if err != nil {
@@ -186,6 +190,9 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 		}
 		res.Candidates = append(res.Candidates, protocol.Candidate{Text: text, Polarity: ev.Polarity, Tools: ev.Tools,
 			Key: ev.Key, Source: "miner"})
+		if ev.Polarity == protocol.PolarityAvoid {
+			lessons = append(lessons, lesson{ev: ev, text: text})
+		}
 	}
 	res.Cases, res.CaseSkips = c.distil(ctx, s)
 	for _, why := range res.CaseSkips {
@@ -210,6 +217,9 @@ func MineSession(ctx context.Context, d Deps, session string) (*Result, error) {
 		d.Logger.Warn("could not share a sub-agent's case with its parent's memory", "session", session, "err", err)
 	} else {
 		res.Actions = append(res.Actions, acts...)
+	}
+	if res.ProfilePatches, err = learnProfile(ctx, d, s, lessons); err != nil {
+		d.Logger.Warn("no profile patches from this session: the agent's profile ledger cannot be updated", "session", session, "err", err)
 	}
 	res.Feedback = Feedback(s)
 	if fb := res.Feedback; len(fb.Helpful)+len(fb.Harmful)+len(fb.Followed)+len(fb.Echo)+len(fb.Fizzle) > 0 {

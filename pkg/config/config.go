@@ -51,6 +51,24 @@ type Agent struct {
 	// Budget limits every task of this agent (tokens, money, time, turns, tool calls, depth,
 	// fan-out); a task's own budget at submit can only tighten it.
 	Budget protocol.Budget `yaml:"budget"`
+	// Profile is the agent's standing profile (identity and rules, Markdown), a file beside
+	// agent.yaml; the executor puts it, with the patches learning applied, in the cached system
+	// prefix (pkg/memory/profile). "" means none.
+	Profile         string          `yaml:"profile"`
+	ProfileLearning ProfileLearning `yaml:"profile_learning"`
+}
+
+// ProfileLearning is `agent.profile_learning`: how the miner may patch the profile.
+type ProfileLearning struct {
+	// Enabled lets the miner propose patches (each needs evidence from MinSessions sessions).
+	Enabled bool `yaml:"enabled"`
+	// AutoApply applies a patch that passes every gate; otherwise it waits for `skein profile apply`.
+	AutoApply   bool `yaml:"auto_apply"`
+	MinSessions int  `yaml:"min_sessions"`
+	// MaxTokens bounds the whole profile with its applied patches; PatchTokens one patch's rule.
+	MaxTokens   int    `yaml:"max_tokens"`
+	PatchTokens int    `yaml:"patch_tokens"`
+	Section     string `yaml:"section"`
 }
 
 // MemoryAgent is the name this agent's memory is kept under: memory.namespace, else agent.name.

@@ -32,6 +32,8 @@ func Default() *Config {
 			MaxTurns:     10,
 			SystemPrompt: "You are a careful assistant. Use the tools when they help, and answer concisely.",
 			MaxDepth:     3,
+			ProfileLearning: ProfileLearning{Enabled: true, MinSessions: 2, MaxTokens: 1500, PatchTokens: 60,
+				Section: "Learned rules"},
 		},
 		LLM: LLM{
 			Provider:      "anthropic",
@@ -172,7 +174,7 @@ var (
 
 // section maps Go type names to YAML paths so errors name keys the user wrote.
 var section = map[string]string{
-	"Config": "", "Agent": "agent.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.", "ToolSandbox": "tools.sandbox.",
+	"Config": "", "Agent": "agent.", "ProfileLearning": "agent.profile_learning.", "LLM": "llm.", "Tools": "tools.", "Retrieval": "tools.retrieval.", "ToolSandbox": "tools.sandbox.",
 	"MCPServer": "tools.mcp.<server>.", "MCPSandbox": "tools.mcp.<server>.sandbox.",
 	"Memory": "memory.", "Planner": "planner.", "Executor": "executor.", "Toolhost": "toolhost.", "Miner": "miner.", "Mesh": "mesh.",
 	"TLS": "mesh.tls.", "Gateway": "gateway.",
@@ -265,6 +267,7 @@ func (c *Config) resolvePaths(dir string) {
 		l.Script = abs(l.Script)
 	}
 	c.Mesh.CredsFile = abs(c.Mesh.CredsFile)
+	c.Agent.Profile = abs(c.Agent.Profile)
 	c.Mesh.TLS.CA, c.Mesh.TLS.Cert, c.Mesh.TLS.Key = abs(c.Mesh.TLS.CA), abs(c.Mesh.TLS.Cert), abs(c.Mesh.TLS.Key)
 	if c.Tools.Sandbox.ScratchDir != "" {
 		c.Tools.Sandbox.ScratchDir = abs(c.Tools.Sandbox.ScratchDir)
@@ -336,6 +339,18 @@ func (c *Config) validateAgentTool(bad reporter) {
 		} else if _, err := schema.Compile(raw); err != nil {
 			bad("agent.input_schema", "%v", err)
 		}
+	}
+	if pl := c.Agent.ProfileLearning; pl.MinSessions < 2 || pl.MinSessions > 100 {
+		bad("agent.profile_learning.min_sessions", "must be between 2 and 100, got %d", pl.MinSessions)
+	}
+	if pl := c.Agent.ProfileLearning; pl.MaxTokens < 1 || pl.MaxTokens > 20000 {
+		bad("agent.profile_learning.max_tokens", "must be between 1 and 20000, got %d", pl.MaxTokens)
+	}
+	if pl := c.Agent.ProfileLearning; pl.PatchTokens < 1 || pl.PatchTokens > 500 {
+		bad("agent.profile_learning.patch_tokens", "must be between 1 and 500, got %d", pl.PatchTokens)
+	}
+	if strings.TrimSpace(c.Agent.ProfileLearning.Section) == "" {
+		bad("agent.profile_learning.section", "must name the section learned rules go to")
 	}
 	if c.Agent.MaxDepth < 0 || c.Agent.MaxDepth > 10 {
 		bad("agent.max_depth", "must be between 0 and 10, got %d", c.Agent.MaxDepth)
