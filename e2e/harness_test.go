@@ -19,6 +19,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -220,15 +221,24 @@ func writeProject(t *testing.T, agentYAML, script string) string {
 
 // waitAgent waits until an executor has registered agent in the agents KV, so the gateway
 // accepts its tasks; processes start in any order.
+// openKV opens a bucket of the mesh once it exists: a mesh takes connections before its buckets
+// do (`skein up` listens first, then its roles make what they use).
+func openKV(t *testing.T, ctx context.Context, c *bus.Conn, bucket string) jetstream.KeyValue {
+	t.Helper()
+	var kv jetstream.KeyValue
+	poll.Eventually(t, time.Minute, "bucket "+bucket, func() error {
+		var err error
+		kv, err = bus.KV(ctx, c.JS, protocol.NewNames(""), bucket)
+		return err
+	})
+	return kv
+}
+
 func waitAgent(t *testing.T, c *bus.Conn, agent string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	kv, err := bus.KV(ctx, c.JS, protocol.NewNames(""), protocol.BucketAgents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := kv.Watch(ctx, agent)
+	w, err := openKV(t, ctx, c, protocol.BucketAgents).Watch(ctx, agent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,10 +276,7 @@ func waitTools(t *testing.T, c *bus.Conn, names ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	kv, err := bus.KV(ctx, c.JS, protocol.NewNames(""), protocol.BucketTools)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := openKV(t, ctx, c, protocol.BucketTools)
 	for _, name := range names {
 		w, err := kv.Watch(ctx, name)
 		if err != nil {
