@@ -65,7 +65,7 @@ func TestCLIPlainTextGiveUpIsNotLearnedAsASuccess(t *testing.T) {
 		t.Fatalf("the miner closed the session as %q; want not_accomplished", minerOutcome)
 	}
 
-	r = skein(t, dir, env, "", "memory", "list", "--config", "agent.offline.yaml", "--json", "--all")
+	r = skein(t, dir, env, "", "memory", "list", "--config", "agent.offline.yaml", "--json", "--all", "--kind", "guideline")
 	if r.code != 0 {
 		t.Fatalf("memory list: %s", r)
 	}
