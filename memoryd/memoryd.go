@@ -251,7 +251,7 @@ func (s *server) handler(ctx context.Context, name string, e endpoint) micro.Han
 				rep.Fail(bus.Coded(err))
 				s.logRefusal(name, err)
 			}
-			bus.Respond(req, protocol.ContentTypeMsgpack, rep)
+			bus.RespondAsync(req, protocol.ContentTypeMsgpack, rep)
 		}()
 	}
 }

@@ -35,6 +35,24 @@ func Respond(req micro.Request, contentType string, rep protocol.Reply) {
 	_ = req.Respond(data, opt)
 }
 
+// RespondAsync is Respond for a handler that answers after it has returned (its work runs on a
+// goroutine of its own): micro reads a request's error when the handler returns, so a later
+// answer must not set it (a data race). The service error headers still say what failed; only
+// `nats micro stats` does not count it.
+func RespondAsync(req micro.Request, contentType string, rep protocol.Reply) {
+	h := micro.Headers{protocol.HeaderContentType: {contentType}}
+	data, err := protocol.MarshalAs(contentType, rep)
+	if err != nil {
+		data, h = nil, micro.Headers{}
+		h[micro.ErrorHeader] = []string{HeaderValue(err.Error())}
+		h[micro.ErrorCodeHeader] = []string{protocol.CodeInternal.ServiceCode()}
+	} else if e := rep.Err(); e != nil {
+		h[micro.ErrorHeader] = []string{HeaderValue(e.Error())}
+		h[micro.ErrorCodeHeader] = []string{protocol.CodeOf(e).ServiceCode()}
+	}
+	_ = req.Respond(data, micro.WithHeaders(h))
+}
+
 // ReplyMsg is rep, already encoded as data, as a message to a request's reply subject, with the
 // service error headers when rep carries an error: for replies sent after their micro handler
 // has returned (a tool call runs on its own goroutine) or by a plain subscription.
