@@ -722,7 +722,9 @@ func TestCLIUpAndJoin(t *testing.T) {
 	}
 	// The state survives: an embedded run afterwards sees the sessions run against up.
 	r = skein(t, dir, env, "", "trace", "list")
-	if r.code != 0 || !strings.Contains(r.stdout, res.SessionID) || strings.Count(r.stdout, "success_with_recovery") < 4 {
+	// success or success_with_recovery: a case mined from an earlier run may show a later one
+	// the right call first time.
+	if r.code != 0 || !strings.Contains(r.stdout, res.SessionID) || strings.Count(r.stdout, " success") < 4 {
 		t.Errorf("trace list after up stopped: %s", r)
 	}
 }
