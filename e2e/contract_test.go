@@ -180,7 +180,7 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 	if pyOut.stdout != goOut.stdout {
 		t.Errorf("python -m skein_client submit printed\n%s\nskein run --json printed\n%s", pyOut.stdout, goOut.stdout)
 	}
-	if res := parseRunJSON(t, pyOut); res.Outcome != "success_with_recovery" || res.SessionID != "py-1" {
+	if res := parseRunJSON(t, pyOut); !strings.HasPrefix(res.Outcome, "success") || res.SessionID != "py-1" { // with recovery, unless an earlier run's case showed the right call
 		t.Errorf("python result %+v", res)
 	}
 	// Refusals exit 2 with the reason, like the CLI; no credentials names the fix.
