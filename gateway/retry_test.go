@@ -20,7 +20,7 @@ import (
 func slowFirstTry(t *testing.T, f *fixture, subject string) (requests *atomic.Int32, taken <-chan struct{}) {
 	t.Helper()
 	requests = new(atomic.Int32)
-	firstTaken, retried, ended := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	firstTaken, retried := make(chan struct{}), make(chan struct{})
 	sub, err := f.mesh.Conn.NC.Subscribe(subject, func(m *nats.Msg) {
 		var in protocol.SubmitRequest
 		if err := protocol.Unmarshal(m.Data, &in); err != nil {
@@ -40,7 +40,7 @@ func slowFirstTry(t *testing.T, f *fixture, subject string) (requests *atomic.In
 				close(firstTaken)
 				select {
 				case <-retried:
-				case <-ended:
+				case <-t.Context().Done():
 				}
 			}
 			data, _ := protocol.Marshal(&rep)
@@ -50,7 +50,7 @@ func slowFirstTry(t *testing.T, f *fixture, subject string) (requests *atomic.In
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe(); close(ended) })
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return requests, firstTaken
 }
 
