@@ -57,7 +57,7 @@ func TestConsoleByKeyboardOnAPhone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitHTTP(ctx, t, "http://"+addr+"/console/")
+	waitHTTP(t, "http://"+addr+"/console/")
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.WindowSize(500, 812), chromedp.Flag("disable-dev-shm-usage", true))

@@ -56,7 +56,7 @@ func TestConsoleShowsTheAnswerGrow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitHTTP(ctx, t, "http://"+addr+"/console/")
+	waitHTTP(t, "http://"+addr+"/console/")
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.WindowSize(1366, 800), chromedp.Flag("disable-dev-shm-usage", true))

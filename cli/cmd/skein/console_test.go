@@ -19,11 +19,13 @@ import (
 	"github.com/skein-mesh/skein/memoryd"
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
 	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -160,7 +162,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitHTTP(ctx, t, "http://"+addr+"/console/")
+	waitHTTP(t, "http://"+addr+"/console/")
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.WindowSize(1366, 800),
@@ -371,20 +373,17 @@ func runToMined(ctx context.Context, t *testing.T, c *bus.Conn, names protocol.N
 	return rep.SessionID
 }
 
-func waitHTTP(ctx context.Context, t *testing.T, url string) {
+func waitHTTP(t *testing.T, url string) {
 	t.Helper()
-	for {
+	poll.Eventually(t, bustest.ReadyTimeout, "the console at "+url, func() error {
 		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("console at %s did not answer: %v", url, err)
-		case <-time.After(100 * time.Millisecond):
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
 		}
-	}
+		return nil
+	})
 }

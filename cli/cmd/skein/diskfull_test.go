@@ -129,6 +129,7 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 	arrivals.Add(1)
 	go func() {
 		defer arrivals.Done()
+		// pacing: a submit every 100 ms is the arrival schedule of the load, not a wait.
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ; i++ {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -128,10 +130,14 @@ func TestSessionsReleaseWhatTheyUse(t *testing.T) {
 	if err := runSession(ctx, c, names, "add 2 3 5"); err != nil {
 		t.Fatal(err)
 	}
+	// settle waits for check to hold, and lets the checks after it report when it never does.
 	settle := func(check func() bool) {
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && !check(); {
-			time.Sleep(100 * time.Millisecond)
-		}
+		_ = poll.Wait(15*time.Second, func() error {
+			if check() {
+				return nil
+			}
+			return errors.New("not settled")
+		})
 	}
 	base := consumers(ctx, t, c, names)
 	baseG := runtime.NumGoroutine()
