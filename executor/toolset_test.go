@@ -1,19 +1,18 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/session/sessiontest"
@@ -251,30 +250,12 @@ func TestPatternGuidelineBoostsItsTools(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink tests can read while services write to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Without memoryd the tools are ranked by BM25 alone: one log line says so, the trace too, and
 // the step does not wait for the embedder again.
 func TestRetrievalWithoutEmbedderUsesBM25(t *testing.T) {
 	m, c := catalogMesh(t, false)
 	cfg := retrievalConfig(c)
-	var logs syncBuffer
+	var logs devtest.LogBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, ID: "executor-under-test",
