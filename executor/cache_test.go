@@ -3,7 +3,6 @@ package executor
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/skein-mesh/skein/pkg/memory/profile"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/skein-mesh/skein/pkg/llm/llmtest"
+	"github.com/skein-mesh/skein/pkg/memory/profile"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 )
 
@@ -269,7 +270,7 @@ func TestProviderErrorFailsStep(t *testing.T) {
 	if res.Outcome != protocol.OutcomeFailed || !strings.Contains(res.Reason, "model call failed") || res.Turns != 2 {
 		t.Fatalf("outcome %s after %d turns (%s), want failed at turn 2 with the provider's error", res.Outcome, res.Turns, res.Reason)
 	}
-	calls := eventsOf(evs, protocol.EvModelCall)
+	calls := sessiontest.Of(evs, protocol.EvModelCall, "")
 	if len(calls) != 2 || calls[1].Reason == "" || calls[0].Usage == nil {
 		t.Fatalf("model_call events %+v: want the failed call traced with its error", calls)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 	"github.com/skein-mesh/skein/pkg/tools/retrieve"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -213,7 +214,7 @@ func runCatalogTask(m *mesh, x *Executor, agent, session string, task catalogTas
 			out.found = append(out.found, e.Tools...)
 		}
 	}
-	for _, e := range eventsOf(evs, protocol.EvToolCall) {
+	for _, e := range sessiontest.Of(evs, protocol.EvToolCall, "") {
 		if e.Result != nil && e.Result.OK && !protocol.Builtin(e.Tool) {
 			out.called = append(out.called, e.Tool)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/llm/llmtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // The scenario's results are several thousand tokens each. With a window this small the budget
@@ -35,7 +36,7 @@ func TestCompactionKeepsPairingAndPrefix(t *testing.T) {
 	if res.Outcome != protocol.OutcomeSuccess {
 		t.Fatalf("outcome %s (%s), want success", res.Outcome, res.Reason)
 	}
-	comps := eventsOf(evs, protocol.EvCompaction)
+	comps := sessiontest.Of(evs, protocol.EvCompaction, "")
 	var stubbed, folded bool
 	for _, c := range comps {
 		t.Logf("turn %d: %s, %d tokens saved", c.Turn, c.Reason, c.TokensSaved)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // The model reports through finish whether the task was accomplished: a give-up is
@@ -52,7 +53,7 @@ rules:
 				t.Fatal("finish was not offered to the model")
 			}
 			var decided bool
-			for _, ev := range eventsOf(evs, protocol.EvDecision) {
+			for _, ev := range sessiontest.Of(evs, protocol.EvDecision, "") {
 				decided = decided || ev.Text == "finish"
 			}
 			if !decided {

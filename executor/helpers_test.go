@@ -3,7 +3,6 @@ package executor
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -27,7 +26,7 @@ import (
 )
 
 // quiet drops service logs unless the test runs with -v and fails; tests assert on traces.
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func testdata(t testing.TB, parts ...string) string {
 	t.Helper()
@@ -164,16 +163,6 @@ func (m *mesh) runStep(t *testing.T, x *Executor, st protocol.Step) (protocol.St
 		t.Fatalf("read trace: %v", err)
 	}
 	return res, evs
-}
-
-func eventsOf(evs []protocol.Event, typ protocol.EventType) []protocol.Event {
-	var out []protocol.Event
-	for _, e := range evs {
-		if e.Type == typ {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // scriptBackend parses a scripted-model rule file given inline.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 var testTools = []string{"rendezvous", "sleep", "fail"}
@@ -37,7 +38,7 @@ type arrival struct {
 func toolArrivals(t *testing.T, evs []protocol.Event) []arrival {
 	t.Helper()
 	var out []arrival
-	for _, e := range eventsOf(evs, protocol.EvToolCall) {
+	for _, e := range sessiontest.Of(evs, protocol.EvToolCall, "") {
 		if e.Result == nil || !e.Result.OK {
 			t.Fatalf("tool call %s failed: %+v", e.CallID, e.Result)
 		}
@@ -207,13 +208,13 @@ rules:
 			if res.Outcome != tc.outcome || !strings.Contains(res.Reason, tc.reason) {
 				t.Fatalf("outcome %s (reason %q), want %s with reason containing %q", res.Outcome, res.Reason, tc.outcome, tc.reason)
 			}
-			fin := eventsOf(evs, protocol.EvStepFinished)
+			fin := sessiontest.Of(evs, protocol.EvStepFinished, "")
 			if len(fin) != 1 || fin[0].Outcome != tc.outcome {
 				t.Fatalf("step_finished events %+v, want one with outcome %s", fin, tc.outcome)
 			}
 			reqs := rec.requests()
-			if len(eventsOf(evs, protocol.EvModelCall)) != len(reqs) {
-				t.Errorf("%d model_call events for %d model calls", len(eventsOf(evs, protocol.EvModelCall)), len(reqs))
+			if len(sessiontest.Of(evs, protocol.EvModelCall, "")) != len(reqs) {
+				t.Errorf("%d model_call events for %d model calls", len(sessiontest.Of(evs, protocol.EvModelCall, "")), len(reqs))
 			}
 			if tc.sees != "" {
 				var seen []string
@@ -244,7 +245,7 @@ func TestTraceAndResultFormat(t *testing.T) {
 				t.Fatalf("outcome %s (%s)", res.Outcome, res.Reason)
 			}
 
-			calls := eventsOf(evs, protocol.EvModelCall)
+			calls := sessiontest.Of(evs, protocol.EvModelCall, "")
 			if len(calls) != 2 {
 				t.Fatalf("%d model_call events, want 2", len(calls))
 			}
@@ -258,7 +259,7 @@ func TestTraceAndResultFormat(t *testing.T) {
 			if total != res.Usage {
 				t.Errorf("step usage %+v, want the sum of its model calls %+v", res.Usage, total)
 			}
-			tcs := eventsOf(evs, protocol.EvToolCall)
+			tcs := sessiontest.Of(evs, protocol.EvToolCall, "")
 			if len(tcs) != 2 {
 				t.Fatalf("%d tool_call events, want 2", len(tcs))
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 	"github.com/skein-mesh/skein/pkg/toon"
 )
@@ -196,7 +197,7 @@ func TestLargeResultIsStoredAndPaged(t *testing.T) {
 		t.Fatal("the second page does not start where the first ended")
 	}
 	// The trace keeps the handle and the size, not the 5 MB.
-	calls := eventsOf(evs, protocol.EvToolCall)
+	calls := sessiontest.Of(evs, protocol.EvToolCall, "")
 	if len(calls) != 5 || calls[0].Tool != "big" {
 		t.Fatalf("%d tool calls", len(calls))
 	}

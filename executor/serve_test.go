@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -84,33 +86,28 @@ func awaitResult(t *testing.T, sub *nats.Subscription) protocol.StepResult {
 // awaitSettled waits until the executor's consumer has been handed n messages and holds none.
 func awaitSettled(t *testing.T, m *mesh, agent string, n uint64) *jetstream.ConsumerInfo {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
+	var info *jetstream.ConsumerInfo
+	poll.Eventually(t, 60*time.Second, fmt.Sprintf("the work consumer to settle after %d messages", n), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		c, err := m.Conn.JS.Consumer(ctx, m.Names.Stream(protocol.StreamWork), m.Names.ExecutorConsumer(agent))
-		if err == nil {
-			info, err := c.Info(ctx)
-			if err == nil && info.Delivered.Stream >= n && info.NumAckPending == 0 && info.NumPending == 0 {
-				return info
-			}
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("work consumer did not settle after %d messages", n)
-		case <-time.After(50 * time.Millisecond):
+		if info, err = c.Info(ctx); err != nil {
+			return err
 		}
-	}
+		if info.Delivered.Stream < n || info.NumAckPending != 0 || info.NumPending != 0 {
+			return fmt.Errorf("delivered %d, %d ack pending, %d pending", info.Delivered.Stream, info.NumAckPending, info.NumPending)
+		}
+		return nil
+	})
+	return info
 }
 
 func stepsStarted(t *testing.T, m *mesh, session string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	evs, err := trace.Read(ctx, m.Conn.JS, m.Names, session)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(eventsOf(evs, protocol.EvStepStarted))
+	return len(sessiontest.Of(sessiontest.Events(t, m.Conn, m.Names, session), protocol.EvStepStarted, ""))
 }
 
 // A step delivered again after its result is recorded in the sessions KV is acked unrun.
@@ -358,7 +355,12 @@ func TestServingExecutorHeartbeatsItsRegistration(t *testing.T) {
 	if first.Expires.IsZero() || first.Executor != "executor-under-test" {
 		t.Fatalf("registration %+v has no expiry or executor", first)
 	}
-	time.Sleep(1500 * time.Millisecond) // longer than the TTL
+	poll.Quiet(t, 1500*time.Millisecond, "the registration to stay live for longer than its TTL", func() error {
+		if s := read(); s.Lapsed(time.Now()) {
+			return fmt.Errorf("lapsed: expires %v", s.Expires)
+		}
+		return nil
+	})
 	later := read()
 	if !later.Expires.After(first.Expires) || later.Lapsed(time.Now()) {
 		t.Fatalf("registration not refreshed: first expires %v, later %v", first.Expires, later.Expires)

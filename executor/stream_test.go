@@ -10,6 +10,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/llm/llmtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // deltaLog collects a session's deltas.
@@ -82,7 +83,7 @@ func TestStreamedTurns(t *testing.T) {
 	if got := res.FinalText; got != strings.TrimSpace(turns[len(turns)-1].Text) {
 		t.Fatalf("final text %q", got)
 	}
-	calls, want := eventsOf(evs, protocol.EvToolCall), 0
+	calls, want := sessiontest.Of(evs, protocol.EvToolCall, ""), 0
 	for _, turn := range turns {
 		want += len(turn.ToolCalls)
 	}
@@ -95,7 +96,7 @@ func TestStreamedTurns(t *testing.T) {
 		}
 	}
 	var traced protocol.Usage
-	for _, ev := range eventsOf(evs, protocol.EvModelCall) {
+	for _, ev := range sessiontest.Of(evs, protocol.EvModelCall, "") {
 		traced = traced.Add(*ev.Usage)
 	}
 	if traced != fake.Totals() || res.Usage != traced {
@@ -129,7 +130,7 @@ func TestCutStreamFailsTheStep(t *testing.T) {
 	if got := deltas.turn(1); got.Text == "" || !strings.HasPrefix(final.Text, got.Text) || got.Text == final.Text {
 		t.Fatalf("streamed %+v: want a part of the answer", got)
 	}
-	if mc := eventsOf(evs, protocol.EvModelCall); len(mc) != 1 || !strings.Contains(mc[0].Reason, "stream broke") {
+	if mc := sessiontest.Of(evs, protocol.EvModelCall, ""); len(mc) != 1 || !strings.Contains(mc[0].Reason, "stream broke") {
 		t.Fatalf("model_call events %+v", mc)
 	}
 }

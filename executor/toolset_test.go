@@ -1,21 +1,21 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 const (
@@ -58,7 +58,7 @@ func toolNamesOf(req llm.Request) []string {
 
 func toolsEvents(evs []protocol.Event, phase string) []protocol.Event {
 	var out []protocol.Event
-	for _, e := range eventsOf(evs, protocol.EvTools) {
+	for _, e := range sessiontest.Of(evs, protocol.EvTools, "") {
 		if e.Attrs["phase"] == phase {
 			out = append(out, e)
 		}
@@ -155,7 +155,7 @@ func TestFindToolsWidensTheSet(t *testing.T) {
 	if len(used) != 1 || !slices.Equal(used[0].Tools, []string{"find_tools", "lookup_customer"}) || used[0].Attrs["widenings"] != "1" {
 		t.Fatalf("used events %+v", used)
 	}
-	calls := eventsOf(evs, protocol.EvToolCall)
+	calls := sessiontest.Of(evs, protocol.EvToolCall, "")
 	if len(calls) != 2 || calls[1].Tool != "lookup_customer" || !calls[1].Result.OK {
 		t.Fatalf("tool calls %+v", calls)
 	}
@@ -185,7 +185,7 @@ func TestCallToToolNotOfferedRunsAndWidens(t *testing.T) {
 	if len(w) != 1 || w[0].Attrs["by"] != "call" {
 		t.Fatalf("widened %+v", w)
 	}
-	if calls := eventsOf(evs, protocol.EvToolCall); len(calls) != 1 || !calls[0].Result.OK {
+	if calls := sessiontest.Of(evs, protocol.EvToolCall, ""); len(calls) != 1 || !calls[0].Result.OK {
 		t.Fatalf("calls %+v", calls)
 	}
 }
@@ -213,7 +213,7 @@ func TestUnknownToolAndWideningLimit(t *testing.T) {
 	if res.Outcome != protocol.OutcomeSuccessWithRecovery {
 		t.Fatalf("outcome %s (%s), want success_with_recovery (one call failed)", res.Outcome, res.Reason)
 	}
-	calls := eventsOf(evs, protocol.EvToolCall)
+	calls := sessiontest.Of(evs, protocol.EvToolCall, "")
 	if len(calls) != 3 || calls[1].Result.Kind != protocol.ToolErrUnknown || !strings.Contains(calls[1].Result.Error, "find_tools") {
 		t.Fatalf("calls %+v: want launch_rocket refused with a pointer to find_tools", calls)
 	}
@@ -250,30 +250,12 @@ func TestPatternGuidelineBoostsItsTools(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink tests can read while services write to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Without memoryd the tools are ranked by BM25 alone: one log line says so, the trace too, and
 // the step does not wait for the embedder again.
 func TestRetrievalWithoutEmbedderUsesBM25(t *testing.T) {
 	m, c := catalogMesh(t, false)
 	cfg := retrievalConfig(c)
-	var logs syncBuffer
+	var logs devtest.LogBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, ID: "executor-under-test",

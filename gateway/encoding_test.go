@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -114,26 +116,27 @@ func TestSubmitAndCancelSpeakJSONAndCountRefusals(t *testing.T) {
 	}
 
 	// The service counts an error just after it has sent the reply, so the count is read until it
-	// settles (or the deadline).
+	// settles (or the wait's bound), then checked.
 	var errs int
 	var st micro.Stats
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	_ = poll.Wait(5*time.Second, func() error {
 		stats, err := nc.RequestWithContext(ctx, "$SRV.STATS."+protocol.ServiceGateway, nil)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		st = micro.Stats{}
 		if err := json.Unmarshal(stats.Data, &st); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		errs = 0
 		for _, e := range st.Endpoints {
 			errs += e.NumErrors
 		}
-		if errs >= wantErrors || time.Now().After(deadline) {
-			break
+		if errs < wantErrors {
+			return fmt.Errorf("%d errors counted", errs)
 		}
-	}
+		return nil
+	})
 	if errs != wantErrors {
 		t.Errorf("micro stats count %d errors; want %d (one per refusal): %+v", errs, wantErrors, st.Endpoints)
 	}

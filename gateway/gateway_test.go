@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -33,7 +32,7 @@ func newFixture(t *testing.T) *fixture {
 	m := bustest.Start(t)
 	cfg := config.Default()
 	cfg.Agent.Name = testAgent
-	d := Deps{Conn: m.Conn, Names: m.Names, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HTTPToken: testToken}
+	d := Deps{Conn: m.Conn, Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), HTTPToken: testToken}
 	ctx := testCtx(t)
 	gw, err := New(ctx, d)
 	if err != nil {

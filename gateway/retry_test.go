@@ -13,23 +13,35 @@ import (
 )
 
 // slowFirstTry serves submits on subject with the gateway's own Submit, but answers the first
-// request only after the client's per-try timeout: the task is taken, the reply is late.
-func slowFirstTry(t *testing.T, f *fixture, subject string) {
+// request only after the client has given up on it: the task is taken, the reply is late. The
+// first reply is held until a second request arrives (the client's retry, so its first try
+// timed out) or the test ends. It returns how many requests came, and a channel closed once
+// the first try's task is taken.
+func slowFirstTry(t *testing.T, f *fixture, subject string) (requests *atomic.Int32, taken <-chan struct{}) {
 	t.Helper()
-	var n atomic.Int32
+	requests = new(atomic.Int32)
+	firstTaken, retried := make(chan struct{}), make(chan struct{})
 	sub, err := f.mesh.Conn.NC.Subscribe(subject, func(m *nats.Msg) {
 		var in protocol.SubmitRequest
 		if err := protocol.Unmarshal(m.Data, &in); err != nil {
 			t.Error(err)
 			return
 		}
+		n := requests.Add(1)
+		if n == 2 {
+			close(retried)
+		}
 		go func() {
 			rep, err := f.gw.Submit(context.Background(), in)
 			if err != nil {
 				rep.Error = err.Error()
 			}
-			if n.Add(1) == 1 {
-				time.Sleep(1500 * time.Millisecond)
+			if n == 1 {
+				close(firstTaken)
+				select {
+				case <-retried:
+				case <-t.Context().Done():
+				}
 			}
 			data, _ := protocol.Marshal(&rep)
 			_ = m.Respond(data)
@@ -39,6 +51,7 @@ func slowFirstTry(t *testing.T, f *fixture, subject string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return requests, firstTaken
 }
 
 func (f *fixture) sessionCount(t *testing.T) int {
@@ -53,7 +66,7 @@ func (f *fixture) sessionCount(t *testing.T) int {
 func TestSubmitWhoseFirstTryTimesOutMakesOneSession(t *testing.T) {
 	f := newFixture(t)
 	const subject = "test.slow.submit"
-	slowFirstTry(t, f, subject)
+	requests, _ := slowFirstTry(t, f, subject)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	id := NewSessionID() // minted by the client before the first try, as `skein run` does
@@ -63,6 +76,9 @@ func TestSubmitWhoseFirstTryTimesOutMakesOneSession(t *testing.T) {
 	}
 	if rep.Error != "" || rep.SessionID != id {
 		t.Fatalf("reply %+v", rep)
+	}
+	if n := requests.Load(); n < 2 {
+		t.Fatalf("%d tries, want a retry (the first one's reply comes too late)", n)
 	}
 	if n := f.sessionCount(t); n != 1 {
 		t.Fatalf("%d sessions after a retried submit, want 1", n)
@@ -77,7 +93,7 @@ func TestSubmitWhoseFirstTryTimesOutMakesOneSession(t *testing.T) {
 func TestSubmitWithoutSessionIDIsNotRetriedAfterATimeout(t *testing.T) {
 	f := newFixture(t)
 	const subject = "test.slow.submit"
-	slowFirstTry(t, f, subject)
+	requests, taken := slowFirstTry(t, f, subject)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var rep protocol.SubmitReply
@@ -85,7 +101,14 @@ func TestSubmitWithoutSessionIDIsNotRetriedAfterATimeout(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a timed-out non-idempotent submit returned %+v, want the timeout", rep)
 	}
-	time.Sleep(1500 * time.Millisecond) // the first try's late work lands
+	select {
+	case <-taken: // the first try's work has landed
+	case <-ctx.Done():
+		t.Fatal("the first try's task was never taken")
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("%d tries of a submit without a session id, want 1", n)
+	}
 	if n := f.sessionCount(t); n != 1 {
 		t.Fatalf("%d sessions, want 1", n)
 	}

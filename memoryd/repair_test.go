@@ -1,14 +1,11 @@
 package memoryd_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/embed/embedtest"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore"
@@ -26,23 +24,6 @@ import (
 
 // TestMain lets go of the shared Milvus server (milvustest) when the tests end.
 func TestMain(m *testing.M) { os.Exit(milvustest.Main(m)) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // provisioned gives a test mesh its own namespace, so its Milvus collection (named after the
 // namespace) is its own on the shared server.
@@ -112,12 +93,12 @@ func TestStartReconcilesACollectionWithItsRecords(t *testing.T) {
 	cfg := config.Default()
 	cfg.Mesh.Namespace = ns
 	cfg.Memory.Store, cfg.Memory.MilvusAddr = "milvus", srv.Addr
-	var logs syncBuffer
+	var logs devtest.LogBuffer
 	runCtx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan struct{}), make(chan error, 1)
 	go func() {
 		done <- memoryd.Run(runCtx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: names, Config: cfg, Embedder: emb, Ready: ready,
-			Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs), nil))})
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	}()
 	t.Cleanup(func() {
 		cancel()

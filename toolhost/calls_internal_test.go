@@ -95,14 +95,20 @@ func TestARunningCallsLeaseIsRenewedUntilStopped(t *testing.T) {
 	rev := c.rev
 	r := &renewal{rev: rev}
 	stop := l.renew(req, "hash", lease, r)
-	time.Sleep(4 * lease)
+	poll.Eventually(t, 10*time.Second, "the running record's lease to be renewed", func() error {
+		e, err := kv.Get(ctx, "long")
+		if err != nil {
+			return err
+		}
+		if e.Revision() == rev {
+			return fmt.Errorf("still at revision %d", rev)
+		}
+		return nil
+	})
 	stop()
 	e, err := kv.Get(ctx, "long")
 	if err != nil {
 		t.Fatal(err)
-	}
-	if e.Revision() == rev {
-		t.Fatalf("the record was not renewed in %s with a lease of %s", 4*lease, lease)
 	}
 	if r.rev != e.Revision() {
 		t.Errorf("after stop r.rev = %d, the record is at %d", r.rev, e.Revision())
@@ -111,10 +117,12 @@ func TestARunningCallsLeaseIsRenewedUntilStopped(t *testing.T) {
 	if err := protocol.Unmarshal(e.Value(), &rec); err != nil || rec.State != protocol.CallRunning || rec.Host != "h" {
 		t.Errorf("renewed record: %+v (%v)", rec, err)
 	}
-	time.Sleep(2 * lease)
-	if e2, err := kv.Get(ctx, "long"); err != nil || e2.Revision() != e.Revision() {
-		t.Errorf("renewed after stop: revision %d → %v (%v)", e.Revision(), e2, err)
-	}
+	poll.Quiet(t, 2*lease, "no renewal after stop", func() error {
+		if e2, err := kv.Get(ctx, "long"); err != nil || e2.Revision() != e.Revision() {
+			return fmt.Errorf("renewed after stop: revision %d → %v (%v)", e.Revision(), e2, err)
+		}
+		return nil
+	})
 }
 
 // countingLog is a logger that counts the lines written, by message.

@@ -18,8 +18,8 @@ import (
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tools"
-	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 type effectLine struct {
@@ -116,25 +116,17 @@ func TestRepeatedCallIsAnsweredFromTheRecord(t *testing.T) {
 		t.Fatalf("%d runs after a second call id, want 2", n)
 	}
 	// The trace shows both attempts of the first id: one run, one replay.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	var kinds []string
-	for len(kinds) < 3 {
-		evs, err := trace.Read(ctx, m.Conn.JS, m.Names, "s-once")
-		if err != nil {
-			t.Fatal(err)
-		}
+	_ = poll.Wait(10*time.Second, func() error {
 		kinds = kinds[:0]
-		for _, ev := range evs {
-			if ev.Type == protocol.EvToolAttempt {
-				kinds = append(kinds, ev.CallID+":"+ev.Attrs["attempt"])
-			}
+		for _, ev := range sessiontest.Of(sessiontest.Events(t, m.Conn, m.Names, "s-once"), protocol.EvToolAttempt, "") {
+			kinds = append(kinds, ev.CallID+":"+ev.Attrs["attempt"])
 		}
-		if ctx.Err() != nil {
-			break
+		if len(kinds) < 3 {
+			return fmt.Errorf("%d attempts", len(kinds))
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	want := []string{id + ":run", id + ":replay", protocol.ToolCallID("s-once", "s1", 1, 1) + ":run"}
 	if len(kinds) != 3 || kinds[0] != want[0] || kinds[1] != want[1] || kinds[2] != want[2] {
 		t.Fatalf("tool_attempt events %v, want %v", kinds, want)
@@ -226,7 +218,7 @@ func TestRepeatOfACallWhoseHostDiedRunsIt(t *testing.T) {
 func TestAToolhostSaysItHoldsACallUntilItAnswers(t *testing.T) {
 	m := bustest.Start(t)
 	effectHost(t, m, "host-a")
-	waitServed(t, m, "effect")
+	bustest.WaitTools(t, m.Conn, m.Names, "effect")
 	args, _ := json.Marshal(map[string]any{"note": "slow", "seconds": 1.5})
 	for _, asks := range []bool{true, false} {
 		data, err := protocol.Marshal(&protocol.ToolRequest{SessionID: "s-progress", StepID: "s1", Tool: "effect", Args: args,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/toolhost"
@@ -87,8 +89,10 @@ func TestTwoToolhostsShareTheQueueGroup(t *testing.T) {
 	// Both hosts answer on the same subjects; keep calling until each has served some, which
 	// random queue-group delivery makes certain within a few rounds.
 	served := map[string]int{}
-	deadline := time.Now().Add(60 * time.Second)
-	for len(served) < 2 && time.Now().Before(deadline) {
+	_ = poll.Wait(60*time.Second, func() error {
+		if len(served) == 2 {
+			return nil
+		}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		for i := 0; i < 8; i++ {
@@ -106,7 +110,8 @@ func TestTwoToolhostsShareTheQueueGroup(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-	}
+		return fmt.Errorf("served by %v", served)
+	})
 	if served["host-a"] == 0 || served["host-b"] == 0 {
 		t.Fatalf("want both toolhosts to serve calls, got %v", served)
 	}
@@ -308,7 +313,7 @@ func TestFullToolhostRefusesFastAndCallersRetry(t *testing.T) {
 		done <- toolhost.Run(ctx, toolhost.Deps{Conn: conn, Names: m.Names, Config: testConfig(t), HostID: "busy", Concurrency: 1, Queue: -1})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	waitServed(t, m, "sleeper")
+	bustest.WaitTools(t, m.Conn, m.Names, "sleeper")
 
 	data, err := protocol.Marshal(&protocol.ToolRequest{Tool: "sleeper", Args: json.RawMessage(`{}`)})
 	if err != nil {
@@ -341,21 +346,5 @@ func TestFullToolhostRefusesFastAndCallersRetry(t *testing.T) {
 	}
 	if _, err := firstReply.NextMsg(10 * time.Second); err != nil {
 		t.Fatalf("first call: %v", err)
-	}
-}
-
-// waitServed waits until some toolhost answers tool's endpoint.
-func waitServed(t *testing.T, m *bustest.Mesh, tool string) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		kv, err := m.Conn.JS.KeyValue(context.Background(), m.Names.Bucket(protocol.BucketTools))
-		if err == nil {
-			if _, err := kv.Get(context.Background(), tool); err == nil {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tool %s never published", tool)
-		}
 	}
 }

@@ -131,7 +131,7 @@ func TestACallTheServerDoesNotAnswerTimesOut(t *testing.T) {
 	}
 	// A caller that stops waiting (its session cancelled) cancels the call the same way.
 	ctx, cancel := context.WithCancelCause(context.Background())
-	// The caller gives up while the call runs on the server (fault injection, not a wait).
+	// fault injection: the caller gives up while the call runs on the server; not a wait.
 	time.AfterFunc(200*time.Millisecond, func() { cancel(fmt.Errorf("session cancelled")) })
 	if res := m.Call(ctx, slow, json.RawMessage(`{"duration":120,"steps":120}`)); res.Kind != protocol.ToolErrTimeout || !strings.Contains(res.Error, "session cancelled") {
 		t.Errorf("abandoned call: %+v", res)
@@ -147,8 +147,8 @@ func TestAServerKilledMidCallFailsTheCallAndIsRestarted(t *testing.T) {
 	pid := m.Pid()
 	got := make(chan protocol.ToolResult, 1)
 	go func() { got <- call(t, m, slow, `{"duration":60,"steps":60}`) }()
-	// Kill the server once the call has most likely reached it (fault injection, not a wait: the
-	// test holds whether the kill lands before or during the call).
+	// fault injection: kill the server once the call has most likely reached it; not a wait,
+	// the test holds whether the kill lands before or during the call.
 	time.Sleep(300 * time.Millisecond)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

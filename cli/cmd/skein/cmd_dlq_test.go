@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"io"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -23,7 +23,7 @@ func TestDLQCommandListsDeadLetters(t *testing.T) {
 	if out, err := runCLI(t, m, "dlq"); err != nil || !strings.Contains(out, "no dead letters") {
 		t.Fatalf("empty dlq: %v %q", err, out)
 	}
-	stop, err := bus.StartDLQ(m.Conn, m.Names, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stop, err := bus.StartDLQ(m.Conn, m.Names, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,32 +48,32 @@ func TestDLQCommandListsDeadLetters(t *testing.T) {
 			_ = msg.Nak()
 		}
 	}
-	for {
-		out, err := runCLI(t, m, "dlq")
-		if err == nil && strings.Contains(out, m.Names.Work("a")) {
-			if !strings.Contains(out, "consumer poison") || !strings.Contains(out, "6 bytes") {
-				t.Fatalf("dead letter line lacks its origin: %q", out)
-			}
-			// --json: the same facts, the reason included (docs/json.md).
-			js, err := runCLI(t, m, "dlq", "--json")
-			if err != nil {
-				t.Fatal(err)
-			}
-			letters := jsonArray(t, "dlq", []byte(js))
-			if len(letters) != 1 {
-				t.Fatalf("dlq --json: %s", js)
-			}
-			l := jsonObject(t, "dlq letter", letters[0], []string{"time", "subject", "stream", "sequence", "consumer", "deliveries", "reason", "bytes"}, nil)
-			if string(l["consumer"]) != `"poison"` || string(l["bytes"]) != "6" || len(l["reason"]) <= 2 || !strings.Contains(out, "reason: "+strings.Trim(string(l["reason"]), `"`)) {
-				t.Fatalf("dlq --json letter %s; want consumer, size and the reason the text shows:\n%s", letters[0], out)
-			}
-			return
+	var out string
+	poll.Eventually(t, 20*time.Second, "the dead letter to be listed", func() error {
+		var err error
+		if out, err = runCLI(t, m, "dlq"); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("dead letter never listed: %v %q", err, out)
-		case <-time.After(100 * time.Millisecond):
+		if !strings.Contains(out, m.Names.Work("a")) {
+			return fmt.Errorf("listed %q", out)
 		}
+		return nil
+	})
+	if !strings.Contains(out, "consumer poison") || !strings.Contains(out, "6 bytes") {
+		t.Fatalf("dead letter line lacks its origin: %q", out)
+	}
+	// --json: the same facts, the reason included (docs/json.md).
+	js, err := runCLI(t, m, "dlq", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	letters := jsonArray(t, "dlq", []byte(js))
+	if len(letters) != 1 {
+		t.Fatalf("dlq --json: %s", js)
+	}
+	l := jsonObject(t, "dlq letter", letters[0], []string{"time", "subject", "stream", "sequence", "consumer", "deliveries", "reason", "bytes"}, nil)
+	if string(l["consumer"]) != `"poison"` || string(l["bytes"]) != "6" || len(l["reason"]) <= 2 || !strings.Contains(out, "reason: "+strings.Trim(string(l["reason"]), `"`)) {
+		t.Fatalf("dlq --json letter %s; want consumer, size and the reason the text shows:\n%s", letters[0], out)
 	}
 }
 

@@ -13,8 +13,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/skein-mesh/skein/gateway"
-	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -31,57 +29,15 @@ func TestConsoleByKeyboardOnAPhone(t *testing.T) {
 		t.Skip("runs the whole mesh and a browser")
 	}
 	browser := chromium(t)
-	dir := t.TempDir()
-	script := filepath.Join(dir, "script.yaml")
-	// The task thinks for far longer than the test lasts: only the cancel ends it.
-	if err := os.WriteFile(script, []byte("rules:\n  - delay_s: 600\n    reply: {text: \"too late\"}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cfg := config.Default()
-	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
 	cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
-	home, addr := filepath.Join(dir, "home"), freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	m, err := startEmbedded(ctx, cfg, nil, home, "127.0.0.1:0", meshLogger(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.stop)
-	c, err := m.conn(string(auth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := protocol.NewNames(cfg.Mesh.Namespace)
-	tok, _, err := gateway.HTTPToken(home, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitHTTP(ctx, t, "http://"+addr+"/console/")
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(500, 812), chromedp.Flag("disable-dev-shm-usage", true))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	if err := chromedp.Do(bctx); err != nil { // starts the browser: no timeout on this one
-		t.Fatalf("start %s: %v", browser, err)
-	}
-	fail := func(what string, err error) {
-		t.Helper()
-		page, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
-		loc, _ := chromedp.Run(bctx, chromedp.Location())
-		t.Fatalf("%s: %v\naddress %s\npage text:\n%s", what, err, loc, page)
-	}
-	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, scancel := context.WithTimeout(bctx, 60*time.Second)
-		defer scancel()
-		if err := chromedp.Do(sctx, actions...); err != nil {
-			fail(what, err)
-		}
-	}
+	// The task thinks for far longer than the test lasts: only the cancel ends it.
+	cm := startConsoleMesh(ctx, t, cfg, "rules:\n  - delay_s: 600\n    reply: {text: \"too late\"}\n")
+	c, names, addr, tok := cm.c, cm.names, cm.addr, cm.token
+	b := openBrowser(ctx, t, browser, 500, 812)
+	bctx, fail, run := b.ctx, b.fail, b.run
 	eval := func(js string) string {
 		t.Helper()
 		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](js))

@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/skein-mesh/skein/gateway"
-	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -30,52 +26,14 @@ func TestConsoleShowsTheAnswerGrow(t *testing.T) {
 		t.Skip("runs the whole mesh and a browser")
 	}
 	browser := chromium(t)
-	dir := t.TempDir()
-	script := filepath.Join(dir, "script.yaml")
-	body := "rules:\n  - delay_s: 1\n    chunk_ms: 150\n    reply: {text: \"" + consoleStreamAnswer + "\"}\n"
-	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cfg := config.Default()
-	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
 	cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
-	home, addr := filepath.Join(dir, "home"), freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	m, err := startEmbedded(ctx, cfg, nil, home, "127.0.0.1:0", meshLogger(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.stop)
-	c, err := m.conn(string(auth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := protocol.NewNames(cfg.Mesh.Namespace)
-	tok, _, err := gateway.HTTPToken(home, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitHTTP(ctx, t, "http://"+addr+"/console/")
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1366, 800), chromedp.Flag("disable-dev-shm-usage", true))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	if err := chromedp.Do(bctx); err != nil { // starts the browser: no timeout on this one
-		t.Fatalf("start %s: %v", browser, err)
-	}
-	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, scancel := context.WithTimeout(bctx, 60*time.Second)
-		defer scancel()
-		if err := chromedp.Do(sctx, actions...); err != nil {
-			page, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
-			t.Fatalf("%s: %v\npage text:\n%s", what, err, page)
-		}
-	}
+	cm := startConsoleMesh(ctx, t, cfg, "rules:\n  - delay_s: 1\n    chunk_ms: 150\n    reply: {text: \""+consoleStreamAnswer+"\"}\n")
+	c, names, addr, tok := cm.c, cm.names, cm.addr, cm.token
+	b := openBrowser(ctx, t, browser, 1366, 800)
+	bctx, run := b.ctx, b.run
 	run("load the console", chromedp.Navigate(consoleURL(addr, tok)), chromedp.WaitVisible(chromedp.CSS(`#s-rows`)))
 
 	var rep protocol.SubmitReply

@@ -19,13 +19,14 @@ import (
 	"github.com/skein-mesh/skein/memoryd"
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
 	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 // consoleScript: the task adds with the sum tool; the miner turns the session into a guideline.
@@ -91,6 +92,86 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// consoleMesh is a whole embedded mesh (`skein up` in process) running the scripted model,
+// whose console a browser test drives.
+type consoleMesh struct {
+	c     *bus.Conn // an admin's connection
+	names protocol.Names
+	addr  string // the console's HTTP address
+	token string // the HTTP API's token
+}
+
+// startConsoleMesh starts cfg's mesh with script as the scripted model's rules and the console
+// on a free address, until the test ends, and returns once the console answers.
+func startConsoleMesh(ctx context.Context, t *testing.T, cfg *config.Config, script string) *consoleMesh {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "script.yaml")
+	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", path
+	home, addr := filepath.Join(dir, "home"), freeAddr(t)
+	m, err := startEmbedded(ctx, cfg, nil, home, "127.0.0.1:0", meshLogger(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.stop)
+	c, err := m.conn(string(auth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := gateway.HTTPToken(home, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHTTP(t, "http://"+addr+"/console/")
+	return &consoleMesh{c: c, names: protocol.NewNames(cfg.Mesh.Namespace), addr: addr, token: tok}
+}
+
+// page is a tab of headless Chromium.
+type page struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// openBrowser starts the headless Chromium at path with a window of width by height pixels,
+// until ctx ends or the test does.
+func openBrowser(ctx context.Context, t *testing.T, path string, width, height int) *page {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(width, height),
+		chromedp.Flag("disable-dev-shm-usage", true)) // containers often have a tiny /dev/shm
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(bcancel)
+	// The first Run starts the browser: it must not carry a timeout (see chromedp.Run).
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", path, err)
+	}
+	return &page{t: t, ctx: bctx}
+}
+
+// fail ends the test with what the page showed, so a failure in CI can be read without the
+// browser.
+func (p *page) fail(what string, err error) {
+	p.t.Helper()
+	body, _ := chromedp.Run(p.ctx, chromedp.Text(chromedp.CSS("body")))
+	loc, _ := chromedp.Run(p.ctx, chromedp.Location())
+	p.t.Fatalf("%s: %v\naddress %s\npage text:\n%s", what, err, loc, body)
+}
+
+// run does actions within a minute, or fails the test with what the page showed.
+func (p *page) run(what string, actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		p.fail(what, err)
+	}
+}
+
 // TestConsoleEndToEnd drives the console in headless Chromium against a whole embedded mesh
 // (scripted model, sum tool, MiniLM memory, miner): the sessions page lists a finished session,
 // its page shows the tree and the timeline with the retrieved guideline and why, and the
@@ -103,28 +184,13 @@ func TestConsoleEndToEnd(t *testing.T) {
 	needMiniLM(t)
 	root := devtest.RepoRoot(t)
 	buildSum(t, root)
-	dir := t.TempDir()
-	script := filepath.Join(dir, "script.yaml")
-	if err := os.WriteFile(script, []byte(consoleScript), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cfg := config.Default()
-	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
 	cfg.Tools.ManifestDirs, cfg.Tools.Enabled = []string{filepath.Join(root, "examples", "tools")}, []string{"sum"}
 	cfg.Tools.Agents = []string{cfg.Agent.Name} // the agent may delegate to a child session of itself
-	home, addr := filepath.Join(dir, "home"), freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	m, err := startEmbedded(ctx, cfg, nil, home, "127.0.0.1:0", meshLogger(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.stop)
-	c, err := m.conn(string(auth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := protocol.NewNames(cfg.Mesh.Namespace)
+	cm := startConsoleMesh(ctx, t, cfg, consoleScript)
+	c, names, addr, tok := cm.c, cm.names, cm.addr, cm.token
 	agent := cfg.Agent.Name
 
 	// Memory before the run: a guideline for the sum tool the task names, and an unrelated one.
@@ -156,34 +222,9 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tok, _, err := gateway.HTTPToken(home, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitHTTP(ctx, t, "http://"+addr+"/console/")
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1366, 800),
-		chromedp.Flag("disable-dev-shm-usage", true)) // containers often have a tiny /dev/shm
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
+	b := openBrowser(ctx, t, browser, 1366, 800)
+	bctx, fail, step := b.ctx, b.fail, b.run
 	shots := screenshotDir(t)
-	// fail reports what the page showed, so a failure in CI can be read without the browser.
-	fail := func(what string, err error) {
-		t.Helper()
-		body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
-		t.Fatalf("%s: %v\npage text:\n%s", what, err, body)
-	}
-	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, scancel := context.WithTimeout(bctx, 60*time.Second)
-		defer scancel()
-		if err := chromedp.Do(sctx, actions...); err != nil {
-			fail(what, err)
-		}
-	}
 	text := func(sel string) string {
 		t.Helper()
 		sctx, scancel := context.WithTimeout(bctx, 30*time.Second)
@@ -222,10 +263,6 @@ func TestConsoleEndToEnd(t *testing.T) {
 		}`, chromedp.WithPollingArgs(sel), chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))
 	}
 
-	// The first Run starts the browser: it must not carry a timeout (see chromedp.Run).
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start %s: %v", browser, err)
-	}
 	row := fmt.Sprintf(`tr[data-session=%q]`, session)
 	step("load the sessions page", chromedp.Navigate(consoleURL(addr, tok)), chromedp.WaitVisible(css(row)))
 	if rowText := text(row); !strings.Contains(rowText, "success") || !strings.Contains(rowText, agent) {
@@ -351,40 +388,17 @@ func TestConsoleEndToEnd(t *testing.T) {
 		chromedp.WaitVisible(css(fmt.Sprintf(`tr[data-session=%q]`, parent))))
 }
 
-// runToMined submits task and follows it until the miner's usage event (the session's last).
-func runToMined(ctx context.Context, t *testing.T, c *bus.Conn, names protocol.Names, task string) string {
+func waitHTTP(t *testing.T, url string) {
 	t.Helper()
-	var rep protocol.SubmitReply
-	if err := bus.Request(ctx, c.NC, names.Submit(), &protocol.SubmitRequest{Task: task, Caller: "test"}, &rep, 5*time.Second); err != nil || rep.Error != "" {
-		t.Fatalf("submit: %v %s", err, rep.Error)
-	}
-	var outcome protocol.Outcome
-	err := trace.Follow(ctx, c.JS, names, rep.SessionID, func(ev protocol.Event) bool {
-		if ev.Type.Terminal() {
-			outcome = ev.Outcome
-		}
-		return !(ev.Type == protocol.EvUsage && ev.Role == protocol.RoleMiner)
-	})
-	if err != nil || outcome != protocol.OutcomeSuccess {
-		t.Fatalf("session %s: outcome %q, %v", rep.SessionID, outcome, err)
-	}
-	return rep.SessionID
-}
-
-func waitHTTP(ctx context.Context, t *testing.T, url string) {
-	t.Helper()
-	for {
+	poll.Eventually(t, bustest.ReadyTimeout, "the console at "+url, func() error {
 		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("console at %s did not answer: %v", url, err)
-		case <-time.After(100 * time.Millisecond):
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
 		}
-	}
+		return nil
+	})
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,24 +23,6 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
-
-// lockedBuffer is a log the test reads while the mesh writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // diskScript: one call of the sum tool after a second's thought, so sessions are in flight on
 // every part of the mesh when the disk fills, then an answer.
@@ -78,7 +59,7 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 	cfg.Tools.ManifestDirs, cfg.Tools.Enabled = []string{filepath.Join(root, "examples", "tools")}, []string{"sum"}
 	cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
 	cfg.Mesh.StorageReserve = 8 << 20
-	var logs lockedBuffer
+	var logs devtest.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	addr := freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -129,6 +110,7 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 	arrivals.Add(1)
 	go func() {
 		defer arrivals.Done()
+		// pacing: a submit every 100 ms is the arrival schedule of the load, not a wait.
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ; i++ {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -71,14 +73,15 @@ func buildSum(t *testing.T, root string) {
 	}
 }
 
-// runSession submits a task and follows it until the miner's usage event (the session's last).
-func runSession(ctx context.Context, c *bus.Conn, names protocol.Names, task string) error {
+// runSession submits a task and follows it until the miner's usage event (the session's last),
+// returning its id, and an error unless it succeeded.
+func runSession(ctx context.Context, c *bus.Conn, names protocol.Names, task string) (string, error) {
 	var rep protocol.SubmitReply
 	if err := bus.Request(ctx, c.NC, names.Submit(), &protocol.SubmitRequest{Task: task, Caller: "test"}, &rep, 5*time.Second); err != nil {
-		return err
+		return "", err
 	}
 	if rep.Error != "" {
-		return fmt.Errorf("submit: %s", rep.Error)
+		return "", fmt.Errorf("submit: %s", rep.Error)
 	}
 	var outcome protocol.Outcome
 	err := trace.Follow(ctx, c.JS, names, rep.SessionID, func(ev protocol.Event) bool {
@@ -88,12 +91,22 @@ func runSession(ctx context.Context, c *bus.Conn, names protocol.Names, task str
 		return !(ev.Type == protocol.EvUsage && ev.Role == protocol.RoleMiner)
 	})
 	if err != nil {
-		return fmt.Errorf("session %s: %w", rep.SessionID, err)
+		return rep.SessionID, fmt.Errorf("session %s: %w", rep.SessionID, err)
 	}
 	if outcome != protocol.OutcomeSuccess {
-		return fmt.Errorf("session %s ended %q", rep.SessionID, outcome)
+		return rep.SessionID, fmt.Errorf("session %s ended %q", rep.SessionID, outcome)
 	}
-	return nil
+	return rep.SessionID, nil
+}
+
+// runToMined is runSession for the test's goroutine: it fails t when the session fails.
+func runToMined(ctx context.Context, t *testing.T, c *bus.Conn, names protocol.Names, task string) string {
+	t.Helper()
+	id, err := runSession(ctx, c, names, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // consumers counts the consumers of every stream of the mesh.
@@ -125,13 +138,17 @@ func TestSessionsReleaseWhatTheyUse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// A first session warms everything up (lazy loads, pools), so the baseline is steady state.
-	if err := runSession(ctx, c, names, "add 2 3 5"); err != nil {
+	if _, err := runSession(ctx, c, names, "add 2 3 5"); err != nil {
 		t.Fatal(err)
 	}
+	// settle waits for check to hold, and lets the checks after it report when it never does.
 	settle := func(check func() bool) {
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && !check(); {
-			time.Sleep(100 * time.Millisecond)
-		}
+		_ = poll.Wait(15*time.Second, func() error {
+			if check() {
+				return nil
+			}
+			return errors.New("not settled")
+		})
 	}
 	base := consumers(ctx, t, c, names)
 	baseG := runtime.NumGoroutine()
@@ -146,7 +163,8 @@ func TestSessionsReleaseWhatTheyUse(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs <- runSession(ctx, c, names, fmt.Sprintf("add numbers, run %d", i))
+			_, err := runSession(ctx, c, names, fmt.Sprintf("add numbers, run %d", i))
+			errs <- err
 		}()
 	}
 	wg.Wait()
