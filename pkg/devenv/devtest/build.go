@@ -51,7 +51,13 @@ func Build(t testing.TB, pkg string) string {
 
 func build(root, pkg string) (string, error) {
 	if built.dir == "" {
-		dir, err := os.MkdirTemp("", "skein-test-bin-")
+		// In the repository's .test-tmp, not the temp folder: each tool call has its own /tmp,
+		// where it would not find the trampoline (skein-tool-sandbox) beside the toolhost.
+		parent := filepath.Join(root, ".test-tmp")
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return "", err
+		}
+		dir, err := os.MkdirTemp(parent, "bin-")
 		if err != nil {
 			return "", err
 		}
@@ -74,8 +80,8 @@ func build(root, pkg string) (string, error) {
 	return bin, nil
 }
 
-// RemoveBuilt deletes what Build built (half a gigabyte for every role; it piles up in the temp
-// folder otherwise).
+// RemoveBuilt deletes what Build built (half a gigabyte for every role; it piles up in
+// .test-tmp otherwise).
 func RemoveBuilt() {
 	built.Lock()
 	defer built.Unlock()
