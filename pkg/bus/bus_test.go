@@ -77,7 +77,7 @@ func TestRequestRetriesUntilResponderAppearsAndRefusesUnknownVersion(t *testing.
 	defer cancel()
 	subj := m.Names.Submit()
 	// The responder appears once the first try was answered "no responders".
-	refused := bustest.Received(m.Conn.NC)
+	refused := bustest.Received(t, m.Conn.NC)
 	go func() {
 		_ = poll.Wait(10*time.Second, refused)
 		_, _ = m.Conn.NC.Subscribe(subj, func(msg *nats.Msg) {

@@ -57,7 +57,7 @@ func stored(t *testing.T, c *bus.Conn, n protocol.Names, session string) []proto
 // election) are stored once it answers again, and Flush returns only then.
 func TestEventsOutlastAStreamWithoutLeader(t *testing.T) {
 	c, n := bare(t)
-	refused := bustest.Received(c.NC)
+	refused := bustest.Received(t, c.NC)
 	p := trace.NewPublisher(c.JS, n, "test")
 	for _, ev := range session("s-election") {
 		if err := p.Emit(ev); err != nil {
