@@ -12,6 +12,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/embedded"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -51,12 +52,7 @@ func TestAnswerAfterTheServingNodeDied(t *testing.T) {
 	t.Cleanup(a.Shutdown)
 	b := start("nats://" + a.ClusterAddr().String())
 	t.Cleanup(b.Shutdown)
-	for deadline := time.Now().Add(10 * time.Second); a.NumRoutes() == 0 || b.NumRoutes() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the nodes did not form a cluster")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.True(t, 10*time.Second, "the nodes to form a cluster", func() bool { return a.NumRoutes() > 0 && b.NumRoutes() > 0 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/bus/embedded"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -75,8 +76,10 @@ func TestRequestRetriesUntilResponderAppearsAndRefusesUnknownVersion(t *testing.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	subj := m.Names.Submit()
+	// The responder appears once the first try was answered "no responders".
+	refused := bustest.Received(t, m.Conn.NC)
 	go func() {
-		time.Sleep(200 * time.Millisecond)
+		_ = poll.Wait(10*time.Second, refused)
 		_, _ = m.Conn.NC.Subscribe(subj, func(msg *nats.Msg) {
 			var req protocol.SubmitRequest
 			if err := protocol.Unmarshal(msg.Data, &req); err != nil {

@@ -2,7 +2,6 @@ package bus_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -18,7 +17,7 @@ func TestExhaustedWorkLandsInTheDLQ(t *testing.T) {
 	m := bustest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stop, err := bus.StartDLQ(m.Conn, m.Names, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stop, err := bus.StartDLQ(m.Conn, m.Names, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,23 +43,9 @@ func TestExhaustedWorkLandsInTheDLQ(t *testing.T) {
 			_ = msg.Nak()
 		}
 	}
-	dlq, err := m.Conn.JS.Stream(ctx, m.Names.Stream(protocol.StreamDLQ))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		msg, err := dlq.GetLastMsgForSubject(ctx, m.Names.DLQ(protocol.StreamWork))
-		if err == nil {
-			if string(msg.Data) != "poison" || msg.Header.Get(bus.HeaderDLQSubject) != m.Names.Work("a") ||
-				msg.Header.Get(bus.HeaderDLQConsumer) != "poison-test" {
-				t.Fatalf("dead letter = %q %v", msg.Data, msg.Header)
-			}
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the exhausted message never reached the DLQ")
-		case <-time.After(100 * time.Millisecond):
-		}
+	got := bustest.DeadLetters(t, m.Conn, m.Names, 1)
+	if msg := got[0]; msg.Subject != m.Names.DLQ(protocol.StreamWork) || string(msg.Data) != "poison" ||
+		msg.Header.Get(bus.HeaderDLQSubject) != m.Names.Work("a") || msg.Header.Get(bus.HeaderDLQConsumer) != "poison-test" {
+		t.Fatalf("dead letter on %s = %q %v", msg.Subject, msg.Data, msg.Header)
 	}
 }

@@ -76,11 +76,7 @@ func TestAConnectionTheServerClosesIsReportedLost(t *testing.T) {
 	if err := c.NC.Publish("x."+strings.Repeat("a", 5000), nil); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-c.Lost():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server closed the connection but Lost never fired")
-	}
+	poll.Receive(t, 10*time.Second, "Lost to fire after the server closed the connection", c.Lost())
 	if err := c.LostErr(); err == nil || !strings.Contains(err.Error(), "maximum control line") {
 		t.Fatalf("LostErr = %v, want the server's reason", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/embedded"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -194,11 +196,12 @@ func TestInProcessConnectionsWriteObjectsOverTheSocket(t *testing.T) {
 	}
 
 	c.Close()
-	for deadline := time.Now().Add(10 * time.Second); srv.Server.NumClients() != 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d clients left after Close, want both connections closed", srv.Server.NumClients())
+	poll.Eventually(t, 10*time.Second, "both connections closed after Close", func() error {
+		if n := srv.Server.NumClients(); n != 0 {
+			return fmt.Errorf("%d clients left", n)
 		}
-	}
+		return nil
+	})
 
 	sock, err := bus.Connect(ctx, srv.URL(), "socket", 5*time.Second, bus.WithCreds(auth.File(creds, auth.Admin)), bus.WithTLS(pki))
 	if err != nil {

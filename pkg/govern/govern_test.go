@@ -9,6 +9,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/govern"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -152,11 +153,7 @@ func TestWatcherCancelsTrackedWork(t *testing.T) {
 	if err := m.Conn.NC.Publish(m.Names.CancelNotice("s1"), data); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("tracked work not cancelled")
-	}
+	poll.Receive(t, 5*time.Second, "the tracked work to be cancelled", ctx.Done())
 	ce, ok := govern.AsCancelled(ctx)
 	if !ok || ce.By != "ada" || ce.Reason != "enough" {
 		t.Fatalf("cause %v", context.Cause(ctx))

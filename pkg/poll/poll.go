@@ -63,3 +63,19 @@ func Quiet(t testing.TB, window time.Duration, what string, check func() error) 
 		time.Sleep(Interval)
 	}
 }
+
+// Receive waits up to timeout for a value from ch and returns it, failing t if none comes: a
+// wait for one event the test can see (a signal, a result, a context ending).
+func Receive[T any](t testing.TB, timeout time.Duration, what string, ch <-chan T) T {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("waited %v for %s", timeout, what)
+		var zero T
+		return zero
+	}
+}

@@ -73,3 +73,19 @@ func TestQuietFailsWhenTheConditionBreaks(t *testing.T) {
 		t.Fatal("Quiet failed although the condition held")
 	}
 }
+
+func TestReceiveReturnsTheValueOrFails(t *testing.T) {
+	ch := make(chan int, 1)
+	ch <- 7
+	if v := Receive(t, time.Second, "seven", ch); v != 7 {
+		t.Fatalf("received %d, want 7", v)
+	}
+	done := make(chan struct{})
+	if !failsWith(t, func(tb testing.TB) { Receive(tb, 2*Interval, "a signal never sent", done) }) {
+		t.Fatal("Receive passed although nothing was sent")
+	}
+	close(done)
+	if failsWith(t, func(tb testing.TB) { Receive(tb, time.Second, "a closed channel", done) }) {
+		t.Fatal("Receive failed on a closed channel")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -28,13 +29,8 @@ func TestARoleWhoseConnectionIsLostExits(t *testing.T) {
 	if err := conn.NC.Publish("x."+strings.Repeat("a", 5000), nil); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case c := <-code:
-		if c != protocol.ExitUnavailable {
-			t.Fatalf("exit status %d, want %d", c, protocol.ExitUnavailable)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the role kept running after its connection was closed for good")
+	if c := poll.Receive(t, 15*time.Second, "the role to exit after its connection was closed for good", code); c != protocol.ExitUnavailable {
+		t.Fatalf("exit status %d, want %d", c, protocol.ExitUnavailable)
 	}
 	select {
 	case <-stopped:

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
@@ -56,8 +57,9 @@ func TestCallWithoutToolhost(t *testing.T) {
 	}
 
 	// A toolhost appearing while the caller waits is found: no-responders are retried.
+	refused := bustest.Received(t, m.Conn.NC) // the first request's "no responders"
 	go func() {
-		time.Sleep(200 * time.Millisecond)
+		_ = poll.Wait(10*time.Second, refused)
 		reply, _ := protocol.Marshal(&protocol.ToolReply{ToolResult: protocol.ToolResult{OK: true, Result: []byte(`1`)}, Host: "late"})
 		_, _ = m.Conn.NC.Subscribe(m.Names.Tool("late"), func(msg *nats.Msg) { _ = msg.Respond(reply) })
 	}()
@@ -126,6 +128,7 @@ func TestACallIsAskedAgainOnlyWhenItsToolhostFallsSilent(t *testing.T) {
 
 	// A host that keeps saying it holds the call for three silences, then answers.
 	asked = fakeHost(t, m, "slow", func(n int, msg *nats.Msg) {
+		// the duration is the point: the call runs for three silences, saying so all along.
 		for end := time.Now().Add(3 * protocol.CallSilence); time.Now().Before(end); time.Sleep(protocol.CallProgressEvery) {
 			beat(m, msg)
 		}

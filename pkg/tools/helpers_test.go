@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
 
@@ -50,38 +51,31 @@ func fixture(t *testing.T, name string) *tools.Tool {
 // readPID waits for a tool to have written a pid file.
 func readPID(t *testing.T, path string) int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, err := os.ReadFile(path)
-		if err == nil {
-			pid, err := strconv.Atoi(string(bytes.TrimSpace(b)))
-			if err != nil {
-				t.Fatalf("pid file %s: %v", path, err)
-			}
-			return pid
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tool never wrote its pid file %s", path)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var b []byte
+	poll.Eventually(t, 10*time.Second, "the tool's pid file "+path, func() (err error) {
+		b, err = os.ReadFile(path)
+		return err
+	})
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(b)))
+	if err != nil {
+		t.Fatalf("pid file %s: %v", path, err)
 	}
+	return pid
 }
 
 // assertGone waits for pid to have stopped running: gone, or a zombie waiting for a parent
 // that does not reap (PID 1 in some containers does not).
 func assertGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := syscall.Kill(pid, 0)
-		if errors.Is(err, syscall.ESRCH) || isZombie(pid) {
-			return
+	err := poll.Wait(10*time.Second, func() error {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) || isZombie(pid) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("process %d is still running after the call ended", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return errors.New("still running")
+	})
+	if err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("process %d is still running after the call ended", pid)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/harden"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/redact"
 	"github.com/skein-mesh/skein/pkg/tools"
@@ -357,17 +358,12 @@ func TestForkBombIsBoundedByTheProcessLimit(t *testing.T) {
 	if res.OK || (res.Kind != protocol.ToolErrTimeout && !strings.Contains(res.Error+res.Stderr, "fork")) {
 		t.Fatalf("fork bomb: %+v", res)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		left := sandboxProcs(t)
-		if left <= before {
-			break
+	poll.Eventually(t, 10*time.Second, "no sandboxed process left after the fork bomb's call", func() error {
+		if left := sandboxProcs(t); left > before {
+			return fmt.Errorf("%d left (%d before)", left, before)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sandboxed processes left after the fork bomb's call (%d before)", left, before)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // sandboxProcs counts live (not zombie) processes that carry a tool call's marker.

@@ -8,7 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/bus/embedded"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -32,8 +34,7 @@ func bare(t *testing.T, opts ...bus.Option) (*bus.Conn, protocol.Names) {
 	return c, protocol.NewNames("")
 }
 
-func provisionAfter(t *testing.T, c *bus.Conn, n protocol.Names, d time.Duration) {
-	time.Sleep(d)
+func provision(t *testing.T, c *bus.Conn, n protocol.Names) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := bus.Provision(ctx, c.JS, n, bus.DefaultLimits()); err != nil {
@@ -56,6 +57,7 @@ func stored(t *testing.T, c *bus.Conn, n protocol.Names, session string) []proto
 // election) are stored once it answers again, and Flush returns only then.
 func TestEventsOutlastAStreamWithoutLeader(t *testing.T) {
 	c, n := bare(t)
+	refused := bustest.Received(t, c.NC)
 	p := trace.NewPublisher(c.JS, n, "test")
 	for _, ev := range session("s-election") {
 		if err := p.Emit(ev); err != nil {
@@ -63,7 +65,12 @@ func TestEventsOutlastAStreamWithoutLeader(t *testing.T) {
 		}
 	}
 	provisioned := make(chan struct{})
-	go func() { defer close(provisioned); provisionAfter(t, c, n, 1500*time.Millisecond) }()
+	go func() {
+		defer close(provisioned)
+		// The stream comes back once a publish was refused ("no responders") and is being retried.
+		_ = poll.Wait(10*time.Second, refused)
+		provision(t, c, n)
+	}()
 	// Flush returns once the trace stream exists, before the buckets: the connection, which
 	// closes when the test ends, must outlive the rest of the provisioning.
 	defer func() { <-provisioned }()
@@ -98,11 +105,11 @@ func TestALostAckIsSentAgainOnce(t *testing.T) {
 	if id == "" {
 		t.Fatal("a trace event carries no Msg-Id, so a resend could store it twice")
 	}
-	time.Sleep(500 * time.Millisecond) // past the ack timeout
+	poll.Receive(t, 10*time.Second, "the first publish's ack to time out", c.JS.PublishAsyncComplete())
 	if err := hole.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
-	provisionAfter(t, c, n, 0)
+	provision(t, c, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := p.Flush(ctx); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -108,30 +108,36 @@ func TestReadFollowAndListSeeEventsInOrder(t *testing.T) {
 	}
 }
 
+// mirrorConsumer waits for the mirror's durable consumer to exist and returns its info.
+func mirrorConsumer(t *testing.T, m *bustest.Mesh) *jetstream.ConsumerInfo {
+	t.Helper()
+	var info *jetstream.ConsumerInfo
+	poll.Eventually(t, 10*time.Second, "the mirror's consumer", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := m.Conn.JS.Consumer(ctx, m.Names.Stream(protocol.StreamTrace), protocol.ConsumerMirror)
+		if err != nil {
+			return err
+		}
+		info, err = c.Info(ctx)
+		return err
+	})
+	return info
+}
+
 func TestMirrorWritesJSONLAndLogAndSignalsTheEnd(t *testing.T) {
 	m := bustest.Start(t)
 	home := t.TempDir()
-	mirror := &trace.Mirror{Conn: m.Conn, Names: m.Names, Home: home, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	mirror := &trace.Mirror{Conn: m.Conn, Names: m.Names, Home: home, Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mirror.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	finished := mirror.Done("s-9")
 	// The mirror starts at new events: publish once its durable consumer exists.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := m.Conn.JS.Consumer(ctx, m.Names.Stream(protocol.StreamTrace), protocol.ConsumerMirror); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("mirror consumer never appeared")
-		}
-	}
+	mirrorConsumer(t, m)
 	publish(t, m, session("s-9"))
-	select {
-	case <-finished:
-	case <-time.After(10 * time.Second):
-		t.Fatal("mirror never signalled the session's usage event")
-	}
+	poll.Receive(t, 10*time.Second, "the mirror to signal the session's usage event", finished)
 
 	f, err := os.Open(trace.JSONLPath(home, "s-9"))
 	if err != nil {
@@ -185,17 +191,7 @@ func TestMirrorRunsOnTheWorkerAndDeadLettersGarbage(t *testing.T) {
 	go func() { done <- mirror.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	finished := mirror.Done("s-7")
-	var info *jetstream.ConsumerInfo
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := m.Conn.JS.Consumer(ctx, m.Names.Stream(protocol.StreamTrace), protocol.ConsumerMirror); err == nil {
-			if info, err = c.Info(ctx); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("mirror consumer never appeared")
-		}
-	}
+	info := mirrorConsumer(t, m)
 	want, err := bus.Consumers(m.Names, bus.KindMirror, "", 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -209,22 +205,9 @@ func TestMirrorRunsOnTheWorkerAndDeadLettersGarbage(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, m, session("s-7"))
-	select {
-	case <-finished:
-	case <-time.After(10 * time.Second):
-		t.Fatal("mirror never signalled the session's usage event")
-	}
-	dlq, err := m.Conn.JS.Stream(ctx, m.Names.Stream(protocol.StreamDLQ))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got *jetstream.RawStreamMsg
-	for deadline := time.Now().Add(10 * time.Second); got == nil; time.Sleep(20 * time.Millisecond) {
-		got, _ = dlq.GetLastMsgForSubject(ctx, ">")
-		if got == nil && time.Now().After(deadline) {
-			t.Fatal("the undecodable trace event never reached the DLQ")
-		}
-	}
+	poll.Receive(t, 10*time.Second, "the mirror to signal the session's usage event", finished)
+	letters := bustest.DeadLetters(t, m.Conn, m.Names, 1)
+	got := letters[len(letters)-1]
 	if r := got.Header.Get(bus.HeaderDLQReason); !strings.Contains(r, "undecodable") || string(got.Data) != "not an event" ||
 		got.Header.Get(bus.HeaderDLQSubject) != m.Names.Trace("s-7") {
 		t.Fatalf("dead letter %q reason %q headers %v", got.Data, r, got.Header)

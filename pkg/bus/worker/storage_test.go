@@ -80,7 +80,7 @@ func TestAMessageWhoseDeadLetterCannotBeWrittenStaysPending(t *testing.T) {
 	if _, err := m.Conn.JS.CreateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	got := dlq(t, m, 1)
+	got := bustest.DeadLetters(t, m.Conn, m.Names, 1)
 	if r := got[0].Header.Get(bus.HeaderDLQReason); !contains(r, "the model is down") && !contains(r, "more than the 2 allowed") {
 		t.Errorf("dead letter reason %q", r)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/bus/worker"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -59,38 +60,6 @@ func step(t *testing.T, id string) []byte {
 	return b
 }
 
-// dlq waits for n dead letters and returns their reasons.
-func dlq(t *testing.T, m *bustest.Mesh, n int) []jetstream.RawStreamMsg {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := m.Conn.JS.Stream(ctx, m.Names.Stream(protocol.StreamDLQ))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		info, err := s.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.State.Msgs >= uint64(n) {
-			var out []jetstream.RawStreamMsg
-			for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-				msg, err := s.GetMsg(ctx, seq)
-				if err == nil {
-					out = append(out, *msg)
-				}
-			}
-			return out
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d dead letters, want %d", info.State.Msgs, n)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 func TestGarbageAndPermanentFailuresReachTheDLQWithAReason(t *testing.T) {
 	m := bustest.Start(t)
 	run(t, m, spec(t, m, 5), worker.Options{}, func(ctx context.Context, msg jetstream.Msg) error {
@@ -102,7 +71,7 @@ func TestGarbageAndPermanentFailuresReachTheDLQWithAReason(t *testing.T) {
 	})
 	publish(t, m, []byte("not msgpack at all"))
 	publish(t, m, step(t, "bad-one"))
-	got := dlq(t, m, 2)
+	got := bustest.DeadLetters(t, m.Conn, m.Names, 2)
 	if len(got) != 2 {
 		t.Fatalf("%d dead letters", len(got))
 	}
@@ -134,7 +103,7 @@ func TestTransientFailuresAreRetriedThenDeadLettered(t *testing.T) {
 		return errors.New("memoryd is down")
 	})
 	publish(t, m, step(t, "flaky"))
-	got := dlq(t, m, 1)
+	got := bustest.DeadLetters(t, m.Conn, m.Names, 1)
 	if r := got[0].Header.Get(bus.HeaderDLQReason); !contains(r, "all 3 deliveries") || !contains(r, "memoryd is down") {
 		t.Errorf("reason %q", r)
 	}
@@ -162,7 +131,9 @@ func TestSlowMessagesAreHandledOnceWithinTheBound(t *testing.T) {
 		if err := worker.Decode(msg, &st); err != nil {
 			return err
 		}
-		time.Sleep(1500 * time.Millisecond) // longer than the 1 s ack wait
+		// the duration is the point: the handler outlasts the 1 s ack wait, so only heartbeats
+		// keep the message from being redelivered.
+		time.Sleep(1500 * time.Millisecond)
 		mu.Lock()
 		seen[st.SessionID]++
 		first := seen[st.SessionID] == 1
@@ -176,14 +147,11 @@ func TestSlowMessagesAreHandledOnceWithinTheBound(t *testing.T) {
 		publish(t, m, step(t, string(rune('a'+i))))
 	}
 	wg.Wait()
-	time.Sleep(1500 * time.Millisecond) // room for a wrong redelivery to show up
-	mu.Lock()
-	defer mu.Unlock()
-	for id, c := range seen {
-		if c != 1 {
-			t.Errorf("message %s handled %d times", id, c)
-		}
-	}
+	poll.Quiet(t, 1500*time.Millisecond, "no message redelivered past the ack wait", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return handledOnce(seen)
+	})
 	if p := peak.Load(); p > workers || p < 2 {
 		t.Errorf("peak concurrency %d, want exactly %d", p, workers)
 	}
@@ -205,7 +173,9 @@ func TestBurstLargerThanThePoolIsHandledOnceEach(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(n)
 	run(t, m, s, worker.Options{Workers: workers}, func(ctx context.Context, msg jetstream.Msg) error {
-		time.Sleep(700 * time.Millisecond) // 4 rounds of 2: the last waits 2.1 s, twice the ack wait
+		// the duration is the point: 4 rounds of 2, so the last message would wait 2.1 s (twice
+		// the ack wait) in a buffer if the worker pulled ahead of its free workers.
+		time.Sleep(700 * time.Millisecond)
 		mu.Lock()
 		seen[msg.Subject()]++
 		first := seen[msg.Subject()] == 1
@@ -228,27 +198,24 @@ func TestBurstLargerThanThePoolIsHandledOnceEach(t *testing.T) {
 	}
 	allSeen := make(chan struct{})
 	go func() { wg.Wait(); close(allSeen) }()
+	// Each poll samples how many messages the consumer has out, until all are handled.
 	peak := 0
-	for done := false; !done; {
-		select {
-		case <-allSeen:
-			done = true
-		case <-ctx.Done():
-			t.Fatal("the burst was not handled")
-		case <-time.After(50 * time.Millisecond):
-		}
+	poll.True(t, 30*time.Second, "the whole burst handled", func() bool {
 		if info, err := cons.Info(ctx); err == nil {
 			peak = max(peak, info.NumAckPending)
 		}
-	}
-	time.Sleep(1500 * time.Millisecond) // room for a wrong redelivery to show up
-	mu.Lock()
-	defer mu.Unlock()
-	for subj, c := range seen {
-		if c != 1 {
-			t.Errorf("%s handled %d times", subj, c)
+		select {
+		case <-allSeen:
+			return true
+		default:
+			return false
 		}
-	}
+	})
+	poll.Quiet(t, 1500*time.Millisecond, "no message redelivered past the ack wait", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return handledOnce(seen)
+	})
 	// The server may hand out the next messages before it has processed the acks of the last
 	// ones (acks are not waited for), so the count may briefly show up to a pool's worth more;
 	// a worker pulling ahead shows the whole burst.
@@ -258,6 +225,16 @@ func TestBurstLargerThanThePoolIsHandledOnceEach(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// handledOnce says which message, if any, a handler saw more than once.
+func handledOnce(seen map[string]int) error {
+	for id, c := range seen {
+		if c != 1 {
+			return fmt.Errorf("%s handled %d times", id, c)
+		}
+	}
+	return nil
+}
 
 // A handler that waits for other messages of its own consumer (a step waiting for a child session
 // of the same agent) hands its slot back while it waits: a chain three deep completes on a pool of
@@ -294,11 +271,7 @@ func TestWaitingHandsTheSlotBack(t *testing.T) {
 		return nil
 	})
 	publish(t, m, step(t, "parent"))
-	select {
-	case <-doneCh("parent"):
-	case <-time.After(30 * time.Second):
-		t.Fatal("the chain deadlocked: a waiting handler kept its slot")
-	}
+	poll.Receive(t, 30*time.Second, "the chain to finish (a deadlock means a waiting handler kept its slot)", doneCh("parent"))
 }
 
 // Past MaxWaiting a handler keeps its slot while it waits, so what the worker holds stays bounded.
@@ -319,16 +292,15 @@ func TestWaitingIsBounded(t *testing.T) {
 	for i := range 5 {
 		publish(t, m, step(t, "w"+string(rune('a'+i))))
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for inHand.Load() < 3 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	defer close(release)
+	poll.True(t, 5*time.Second, "Workers + MaxWaiting = 3 messages in hand", func() bool { return inHand.Load() >= 3 })
 	// Two wait without a slot, the third waits holding the only one: nothing more is pulled.
-	time.Sleep(300 * time.Millisecond)
-	if n := inHand.Load(); n != 3 {
-		t.Fatalf("%d messages in hand, want Workers + MaxWaiting = 3", n)
-	}
-	close(release)
+	poll.Quiet(t, 300*time.Millisecond, "no message pulled past Workers + MaxWaiting", func() error {
+		if n := inHand.Load(); n != 3 {
+			return fmt.Errorf("%d messages in hand, want Workers + MaxWaiting = 3", n)
+		}
+		return nil
+	})
 }
 
 // pullLog counts the worker's failed pulls (its "pull" warnings) and keeps the last error.
@@ -366,18 +338,14 @@ func TestFailingPullsBackOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The worker's pull in flight ends within fetchWait (5 s); the failures start after it.
-	deadline := time.Now().Add(8 * time.Second)
-	for logs.n.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if logs.n.Load() == 0 {
-		t.Fatal("no failed pull was logged after the consumer was deleted")
-	}
+	poll.True(t, 8*time.Second, "a failed pull logged after the consumer was deleted", func() bool { return logs.n.Load() > 0 })
 	first := logs.n.Load()
-	time.Sleep(1500 * time.Millisecond)
 	// Pauses of 50 ms doubling to 1 s, each ±50 % at random, fit at most 7 pulls in 1.5 s;
 	// without them the worker pulls as fast as the server answers, thousands of times.
-	if n := logs.n.Load() - first; n > 15 {
-		t.Fatalf("%d failed pulls in 1.5 s (last: %v): the worker retries without pausing", n, logs.last.Load())
-	}
+	poll.Quiet(t, 1500*time.Millisecond, "at most 15 failed pulls in 1.5 s", func() error {
+		if n := logs.n.Load() - first; n > 15 {
+			return fmt.Errorf("%d failed pulls (last: %v): the worker retries without pausing", n, logs.last.Load())
+		}
+		return nil
+	})
 }

@@ -96,22 +96,10 @@ func markers(w wire) []string {
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
-// session returns the request of step n of a tool-using loop: the tools and stable system
-// prefix are cached, plus the newest message, as the executor lays a request out.
+// session returns the request of step n of a tool-using loop, with Sonnet's tools and system
+// prompt.
 func session(task string, steps int) llm.Request {
-	req := llm.Request{Model: model, Tools: tools, CacheTools: true,
-		System:   []llm.SystemBlock{{Text: stableSystem, Cache: true}},
-		Messages: []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: task}}}}}
-	for i := 0; i < steps; i++ {
-		id := "toolu_" + itoa(i)
-		req.Messages = append(req.Messages,
-			llm.Message{Role: llm.RoleAssistant, Content: []llm.Block{{Type: llm.BlockToolUse,
-				ToolUse: &llm.ToolCall{ID: id, Name: "echo", Args: json.RawMessage(`{"text":"step ` + itoa(i) + `"}`)}}}},
-			llm.Message{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockToolResult,
-				ToolResult: &llm.ToolResult{CallID: id, Content: `{"ok":true,"result":"step ` + itoa(i) + ` ` + strings.Repeat("data ", 40) + `"}`}}}})
-	}
-	req.Messages[len(req.Messages)-1].Cache = true
-	return req
+	return llmtest.Session(stableSystem, tools, task, steps)
 }
 
 func TestWireLayoutAndUsage(t *testing.T) {

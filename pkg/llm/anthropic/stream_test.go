@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,45 +13,6 @@ import (
 	"github.com/skein-mesh/skein/pkg/llm/llmtest"
 )
 
-// sink records what a streaming caller is told, and when.
-type sink struct {
-	mu     sync.Mutex
-	deltas []llm.Delta
-	at     []time.Time
-}
-
-func (s *sink) add(d llm.Delta) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.deltas, s.at = append(s.deltas, d), append(s.at, time.Now())
-}
-
-// text is what a reader shows: the text since the last restart.
-func (s *sink) text() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var b strings.Builder
-	for _, d := range s.deltas {
-		if d.Restart {
-			b.Reset()
-		}
-		b.WriteString(d.Text)
-	}
-	return b.String()
-}
-
-func (s *sink) restarts() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, d := range s.deltas {
-		if d.Restart {
-			n++
-		}
-	}
-	return n
-}
-
 const answer = "The total of two, three and five is ten, as the sum tool reported."
 
 // The text reaches the caller while the model still writes, piece by piece, and the pieces
@@ -60,18 +20,18 @@ const answer = "The total of two, three and five is ten, as the sum tool reporte
 func TestStreamedTextArrivesBeforeTheAnswer(t *testing.T) {
 	srv := llmtest.NewAnthropic(t, llmtest.Script{Replies: []llmtest.Reply{{Text: answer, ChunkDelay: 20 * time.Millisecond}}})
 	b := newBackend(t, srv.URL, nil)
-	var s sink
+	var s llmtest.Sink
 	req := session("Add.", 0)
-	req.Stream = s.add
+	req.Stream = s.Add
 	resp, err := b.Complete(context.Background(), req)
 	done := time.Now()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Text != answer || s.text() != answer || len(s.deltas) < 10 {
-		t.Fatalf("answer %q, streamed %q in %d pieces", resp.Text, s.text(), len(s.deltas))
+	if resp.Text != answer || s.Text() != answer || s.Pieces() < 10 {
+		t.Fatalf("answer %q, streamed %q in %d pieces", resp.Text, s.Text(), s.Pieces())
 	}
-	if first := s.at[0]; done.Sub(first) < 100*time.Millisecond {
+	if first := s.First(); done.Sub(first) < 100*time.Millisecond {
 		t.Fatalf("the first piece came %v before the answer: not streamed as it was written", done.Sub(first))
 	}
 	if rec := srv.Requests()[0]; !rec.Streamed || rec.Cut {
@@ -85,9 +45,9 @@ func TestStreamedToolUseArgumentsAssembled(t *testing.T) {
 	srv := llmtest.NewAnthropic(t, llmtest.Script{Replies: []llmtest.Reply{{Text: "Calling echo twice.",
 		ToolCalls: []llmtest.ToolCall{{Name: "echo", Args: args}, {Name: "sum", Args: map[string]any{"xs": []any{2, 3}}}}}}})
 	b := newBackend(t, srv.URL, nil)
-	var s sink
+	var s llmtest.Sink
 	req := session("Echo.", 0)
-	req.Stream = s.add
+	req.Stream = s.Add
 	resp, err := b.Complete(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -97,8 +57,8 @@ func TestStreamedToolUseArgumentsAssembled(t *testing.T) {
 		!sameJSON(resp.ToolCalls[1].Args, []byte(`{"xs":[2,3]}`)) || resp.ToolCalls[0].ID == resp.ToolCalls[1].ID {
 		t.Fatalf("tool calls %+v", resp.ToolCalls)
 	}
-	if s.text() != "Calling echo twice." {
-		t.Fatalf("streamed %q: only the text streams, not the arguments", s.text())
+	if s.Text() != "Calling echo twice." {
+		t.Fatalf("streamed %q: only the text streams, not the arguments", s.Text())
 	}
 }
 
@@ -134,8 +94,8 @@ func TestStreamedUsageEqualsNonStreamed(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fromMessage(msg, nil)
-		var s sink
-		req.Stream = s.add
+		var s llmtest.Sink
+		req.Stream = s.Add
 		got, err := b.Complete(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
@@ -165,27 +125,27 @@ func TestCutStream(t *testing.T) {
 			{ToolCalls: []llmtest.ToolCall{{Name: "echo", Args: map[string]any{"text": "a long enough argument"}}}, CutAfter: 2},
 			{Text: answer}}})
 		b := newBackend(t, srv.URL, nil)
-		var s sink
+		var s llmtest.Sink
 		req := session("Go.", 0)
-		req.Stream = s.add
+		req.Stream = s.Add
 		resp, err := b.Complete(context.Background(), req)
-		if err != nil || resp.Text != answer || s.text() != answer || srv.Calls() != 2 || !srv.Requests()[0].Cut {
-			t.Fatalf("resp %+v err %v streamed %q calls %d", resp, err, s.text(), srv.Calls())
+		if err != nil || resp.Text != answer || s.Text() != answer || srv.Calls() != 2 || !srv.Requests()[0].Cut {
+			t.Fatalf("resp %+v err %v streamed %q calls %d", resp, err, s.Text(), srv.Calls())
 		}
 	})
 	t.Run("after text: an honest error, no retry", func(t *testing.T) {
 		srv := llmtest.NewAnthropic(t, llmtest.Script{Replies: []llmtest.Reply{{Text: answer, CutAfter: 4}, {Text: answer}}})
 		b := newBackend(t, srv.URL, nil)
-		var s sink
+		var s llmtest.Sink
 		req := session("Go.", 0)
-		req.Stream = s.add
+		req.Stream = s.Add
 		resp, err := b.Complete(context.Background(), req)
 		var cut *call.CutError
 		var apiErr *llm.APIError
 		if err == nil || !errors.As(err, &cut) || !errors.As(err, &apiErr) || resp != nil || srv.Calls() != 1 {
 			t.Fatalf("resp %+v err %v calls %d", resp, err, srv.Calls())
 		}
-		if shown := s.text(); cut.Shown != len(shown) || shown == "" || !strings.HasPrefix(answer, shown) ||
+		if shown := s.Text(); cut.Shown != len(shown) || shown == "" || !strings.HasPrefix(answer, shown) ||
 			!strings.Contains(err.Error(), "stream broke after") || !strings.Contains(err.Error(), "not retried") {
 			t.Fatalf("error %q after streaming %q", err, shown)
 		}
@@ -199,9 +159,9 @@ func TestCutStream(t *testing.T) {
 	})
 	t.Run("ends without message_stop", func(t *testing.T) {
 		srv := llmtest.NewAnthropic(t, llmtest.Script{Replies: []llmtest.Reply{{Text: answer, CutAfter: 3, CutClean: true}}})
-		var s sink
+		var s llmtest.Sink
 		req := session("Go.", 0)
-		req.Stream = s.add
+		req.Stream = s.Add
 		_, err := newBackend(t, srv.URL, nil).Complete(context.Background(), req)
 		if err == nil || !strings.Contains(err.Error(), "before message_stop") || srv.Calls() != 1 {
 			t.Fatalf("err %v calls %d", err, srv.Calls())
@@ -213,11 +173,11 @@ func TestCutStream(t *testing.T) {
 // it was shown before the new answer streams.
 func TestMaxTokensRetryRestartsTheStream(t *testing.T) {
 	srv := llmtest.NewAnthropic(t, llmtest.Script{Replies: []llmtest.Reply{{Text: "The first try, cut short", CutAtMaxTokens: true}, {Text: answer}}})
-	var s sink
+	var s llmtest.Sink
 	req := session("Go.", 0)
-	req.Stream = s.add
+	req.Stream = s.Add
 	resp, err := newBackend(t, srv.URL, nil).Complete(context.Background(), req)
-	if err != nil || resp.Text != answer || s.text() != answer || s.restarts() != 1 {
-		t.Fatalf("resp %+v err %v streamed %q restarts %d", resp, err, s.text(), s.restarts())
+	if err != nil || resp.Text != answer || s.Text() != answer || s.Restarts() != 1 {
+		t.Fatalf("resp %+v err %v streamed %q restarts %d", resp, err, s.Text(), s.Restarts())
 	}
 }

@@ -34,18 +34,10 @@ func newBackend(t *testing.T, url string, mod func(*config.LLM), opts ...llm.Opt
 	return b
 }
 
+// session returns the request of step n of a tool-using loop, with this file's tools and system
+// prompt.
 func session(steps int) llm.Request {
-	req := llm.Request{Tools: tools, System: []llm.SystemBlock{{Text: system, Cache: true}},
-		Messages: []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: "Echo three things."}}}}}
-	for i := 0; i < steps; i++ {
-		id := "call_" + string(rune('a'+i))
-		req.Messages = append(req.Messages,
-			llm.Message{Role: llm.RoleAssistant, Content: []llm.Block{{Type: llm.BlockToolUse,
-				ToolUse: &llm.ToolCall{ID: id, Name: "echo", Args: json.RawMessage(`{"text":"x"}`)}}}},
-			llm.Message{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockToolResult,
-				ToolResult: &llm.ToolResult{CallID: id, Content: `{"ok":true,"result":"x"}`}}}})
-	}
-	return req
+	return llmtest.Session(system, tools, "Echo three things.", steps)
 }
 
 type wire struct {

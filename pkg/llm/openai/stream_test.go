@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,45 +16,20 @@ import (
 	"github.com/skein-mesh/skein/pkg/llm/llmtest"
 )
 
-type sink struct {
-	mu     sync.Mutex
-	deltas []llm.Delta
-	at     []time.Time
-}
-
-func (s *sink) add(d llm.Delta) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.deltas, s.at = append(s.deltas, d), append(s.at, time.Now())
-}
-
-func (s *sink) text() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var b strings.Builder
-	for _, d := range s.deltas {
-		if d.Restart {
-			b.Reset()
-		}
-		b.WriteString(d.Text)
-	}
-	return b.String()
-}
-
 const answer = "The total of two, three and five is ten, as the sum tool reported."
 
 func TestStreamedTextArrivesBeforeTheAnswer(t *testing.T) {
 	srv := llmtest.NewOpenAI(t, llmtest.Script{Replies: []llmtest.Reply{{Text: answer, ChunkDelay: 20 * time.Millisecond}}})
-	var s sink
+	var s llmtest.Sink
 	req := session(0)
-	req.Stream = s.add
+	req.Stream = s.Add
 	resp, err := newBackend(t, srv.URL, nil).Complete(context.Background(), req)
 	done := time.Now()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Text != answer || s.text() != answer || len(s.deltas) < 10 || done.Sub(s.at[0]) < 100*time.Millisecond {
-		t.Fatalf("answer %q, streamed %q in %d pieces", resp.Text, s.text(), len(s.deltas))
+	if resp.Text != answer || s.Text() != answer || s.Pieces() < 10 || done.Sub(s.First()) < 100*time.Millisecond {
+		t.Fatalf("answer %q, streamed %q in %d pieces", resp.Text, s.Text(), s.Pieces())
 	}
 	var body struct {
 		Stream        bool `json:"stream"`
@@ -95,13 +69,13 @@ func TestStreamedToolCallsAndUsage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var s sink
-		req.Stream = s.add
+		var s llmtest.Sink
+		req.Stream = s.Add
 		got, err := b.Complete(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Usage != want.Usage || got.Text != want.Text || s.text() != want.Text || got.StopReason != llm.StopToolUse || len(got.ToolCalls) != 2 {
+		if got.Usage != want.Usage || got.Text != want.Text || s.Text() != want.Text || got.StopReason != llm.StopToolUse || len(got.ToolCalls) != 2 {
 			t.Fatalf("step %d: streamed %+v, not streamed %+v", step, got, want)
 		}
 		for i := range got.ToolCalls {
@@ -123,30 +97,30 @@ func TestCutStream(t *testing.T) {
 		srv := llmtest.NewOpenAI(t, llmtest.Script{Replies: []llmtest.Reply{
 			{ToolCalls: []llmtest.ToolCall{{Name: "echo", Args: map[string]any{"text": "a long enough argument"}}}, CutAfter: 2},
 			{Text: answer}}})
-		var s sink
+		var s llmtest.Sink
 		req := session(0)
-		req.Stream = s.add
+		req.Stream = s.Add
 		resp, err := newBackend(t, srv.URL, nil).Complete(context.Background(), req)
-		if err != nil || resp.Text != answer || s.text() != answer || srv.Calls() != 2 {
+		if err != nil || resp.Text != answer || s.Text() != answer || srv.Calls() != 2 {
 			t.Fatalf("resp %+v err %v calls %d", resp, err, srv.Calls())
 		}
 	})
 	t.Run("after text: an honest error, no retry", func(t *testing.T) {
 		srv := llmtest.NewOpenAI(t, llmtest.Script{Replies: []llmtest.Reply{{Text: answer, CutAfter: 4}, {Text: answer}}})
-		var s sink
+		var s llmtest.Sink
 		req := session(0)
-		req.Stream = s.add
+		req.Stream = s.Add
 		_, err := newBackend(t, srv.URL, nil).Complete(context.Background(), req)
 		var cut *call.CutError
-		if !errors.As(err, &cut) || cut.Shown != len(s.text()) || srv.Calls() != 1 || !strings.Contains(err.Error(), "not retried") {
-			t.Fatalf("err %v after %q, calls %d", err, s.text(), srv.Calls())
+		if !errors.As(err, &cut) || cut.Shown != len(s.Text()) || srv.Calls() != 1 || !strings.Contains(err.Error(), "not retried") {
+			t.Fatalf("err %v after %q, calls %d", err, s.Text(), srv.Calls())
 		}
 	})
 	t.Run("ends without a finish reason", func(t *testing.T) {
 		srv := llmtest.NewOpenAI(t, llmtest.Script{Replies: []llmtest.Reply{{Text: answer, CutAfter: 3, CutClean: true}}})
-		var s sink
+		var s llmtest.Sink
 		req := session(0)
-		req.Stream = s.add
+		req.Stream = s.Add
 		_, err := newBackend(t, srv.URL, nil).Complete(context.Background(), req)
 		if err == nil || !strings.Contains(err.Error(), "before a finish reason") || srv.Calls() != 1 {
 			t.Fatalf("err %v calls %d", err, srv.Calls())

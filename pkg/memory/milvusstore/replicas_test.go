@@ -14,6 +14,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore"
 	"github.com/skein-mesh/skein/pkg/memory/storetest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -36,35 +37,25 @@ func replicas(t *testing.T, v env, model string, dim int) (*milvusstore.Store, *
 // same ids, once each, at the records' revisions.
 func indexAgrees(t *testing.T, want []memory.Entry, stores ...*milvusstore.Store) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var problem error
+	poll.Eventually(t, 30*time.Second, "every replica's index to agree with the records", func() error {
 		for i, s := range stores {
 			got, err := s.List(context.Background(), memory.Filter{Status: memory.StatusAny})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(got) != len(want) {
-				problem = fmt.Errorf("replica %d lists %d entries, the records hold %d", i, len(got), len(want))
-				break
+				return fmt.Errorf("replica %d lists %d entries, the records hold %d", i, len(got), len(want))
 			}
 			for j := range got {
 				if got[j].ID != want[j].ID || got[j].Revision != want[j].Revision || got[j].Hits != want[j].Hits ||
 					got[j].Tier != want[j].Tier || !slices.Equal(got[j].Sessions, want[j].Sessions) {
-					problem = fmt.Errorf("replica %d indexes %s at revision %d (%d hits, %s), the record is at %d (%d hits, %s)",
+					return fmt.Errorf("replica %d indexes %s at revision %d (%d hits, %s), the record is at %d (%d hits, %s)",
 						i, got[j].ID, got[j].Revision, got[j].Hits, got[j].Tier, want[j].Revision, want[j].Hits, want[j].Tier)
-					break
 				}
 			}
 		}
-		if problem == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(problem)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestReplicasIncrementConcurrently: two replicas add to one counter with compare-and-set until

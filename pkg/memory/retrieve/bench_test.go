@@ -11,6 +11,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/memory/kvstore"
 	"github.com/skein-mesh/skein/pkg/memory/retrieve"
 	"github.com/skein-mesh/skein/pkg/memory/storetest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -30,9 +31,7 @@ func BenchmarkRetrieveKV(b *testing.B) {
 			}
 			defer st.Close()
 			storetest.Fill(b, st, storetest.RandomEntries(n, emb.Dim(), 1), 8)
-			for st.Len() < n {
-				time.Sleep(10 * time.Millisecond)
-			}
+			poll.True(b, time.Minute, fmt.Sprintf("the store to hold %d entries", n), func() bool { return st.Len() >= n })
 			r := retrieve.New(st, emb, retrieve.Options{})
 			req := protocol.RetrieveRequest{Agent: "agent0", Task: "run the go tests and report failures", Tools: []string{"go_test", "git"}}
 			b.ResetTimer()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/embed/embedtest"
 	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -116,22 +117,9 @@ func texts(es []memory.Entry) []string {
 	return out
 }
 
-// eventually retries check until it passes or the deadline ends; stores backed by a replicated
-// log (or an eventually consistent server) may take a moment to show a write in Search.
-func eventually(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// consistentWithin bounds waits for a write to show: stores backed by a replicated log (or an
+// eventually consistent server) may take a moment to show a write in Search.
+const consistentWithin = 20 * time.Second
 
 // Run runs the contract on stores from open.
 func Run(t *testing.T, open Opener) {
@@ -199,7 +187,7 @@ func testRoundTrip(t *testing.T, s memory.Store) {
 		}
 	}
 	lifeCycle("Get", back)
-	eventually(t, "search hit with every field", func() error {
+	poll.Eventually(t, consistentWithin, "search hit with every field", func() error {
 		hits, err := s.Search(ctxT(t), e.Embedding, 1, memory.Filter{Agent: e.Agent})
 		if err != nil {
 			return err
@@ -306,7 +294,7 @@ func testDelete(t *testing.T, s memory.Store) {
 	if err := s.Delete(ctxT(t), e.ID); err != nil {
 		t.Fatalf("second Delete (eviction is idempotent): %v", err)
 	}
-	eventually(t, "deleted entry still searchable", func() error {
+	poll.Eventually(t, consistentWithin, "deleted entry still searchable", func() error {
 		hits, err := s.Search(ctxT(t), Axis(5, 6, 0), 10, memory.Filter{})
 		if err != nil {
 			return err
@@ -331,7 +319,7 @@ func testRanking(t *testing.T, s memory.Store) {
 		mustPut(t, s, NewEntry("coder", fmt.Sprintf("w%g", w), Axis(0, 1, w)))
 	}
 	mustPut(t, s, NewEntry("coder", "opposite", Unit([]float32{-1, 0, 0, 0, 0, 0, 0, 0.1})))
-	eventually(t, "ranking", func() error {
+	poll.Eventually(t, consistentWithin, "ranking", func() error {
 		hits, err := s.Search(ctxT(t), q, 5, memory.Filter{})
 		if err != nil {
 			return err
@@ -431,7 +419,7 @@ func putFixtures(t *testing.T, s memory.Store) {
 func testFilters(t *testing.T, s memory.Store) {
 	putFixtures(t, s)
 	for _, c := range filterCases {
-		eventually(t, "search filter "+c.name, func() error {
+		poll.Eventually(t, consistentWithin, "search filter "+c.name, func() error {
 			hits, err := s.Search(ctxT(t), Axis(0, 1, 0), 100, c.f)
 			if err != nil {
 				return err
@@ -454,7 +442,7 @@ func testFilters(t *testing.T, s memory.Store) {
 func testList(t *testing.T, s memory.Store) {
 	putFixtures(t, s)
 	for _, c := range filterCases {
-		eventually(t, "list filter "+c.name, func() error {
+		poll.Eventually(t, consistentWithin, "list filter "+c.name, func() error {
 			es, err := s.List(ctxT(t), c.f)
 			if err != nil {
 				return err
@@ -478,7 +466,7 @@ func testUpdateVector(t *testing.T, s memory.Store) {
 	a.Embedding = Axis(2, 3, 0)
 	a.Tier = protocol.TierStrategic
 	mustPut(t, s, a)
-	eventually(t, "updated vector", func() error {
+	poll.Eventually(t, consistentWithin, "updated vector", func() error {
 		hits, err := s.Search(ctxT(t), Axis(0, 1, 0), 1, memory.Filter{})
 		if err != nil {
 			return err
@@ -555,7 +543,7 @@ func RunReopen(t *testing.T, backing Backing) {
 		if err != nil || got.Revision != e.Revision {
 			t.Fatalf("after reopen: %+v, %v", got, err)
 		}
-		eventually(t, "search after reopen", func() error {
+		poll.Eventually(t, consistentWithin, "search after reopen", func() error {
 			hits, err := s2.Search(ctxT(t), Axis(0, 1, 0), 1, memory.Filter{})
 			if err != nil {
 				return err
@@ -601,7 +589,7 @@ func RunReopen(t *testing.T, backing Backing) {
 		}
 		defer b.Close()
 		e := mustPut(t, a, NewEntry("coder", "written on a", Axis(3, 4, 0)))
-		eventually(t, "write on a searchable on b", func() error {
+		poll.Eventually(t, consistentWithin, "write on a searchable on b", func() error {
 			hits, err := b.Search(ctxT(t), Axis(3, 4, 0), 1, memory.Filter{})
 			if err != nil {
 				return err
@@ -620,7 +608,7 @@ func RunReopen(t *testing.T, backing Backing) {
 		if _, err := b.Put(ctxT(t), cur); err != nil {
 			t.Fatalf("update on b: %v", err)
 		}
-		eventually(t, "update on b visible on a", func() error {
+		poll.Eventually(t, consistentWithin, "update on b visible on a", func() error {
 			hits, err := a.Search(ctxT(t), Axis(3, 4, 0), 1, memory.Filter{Tier: protocol.TierStrategic})
 			if err != nil {
 				return err
@@ -633,7 +621,7 @@ func RunReopen(t *testing.T, backing Backing) {
 		if err := b.Delete(ctxT(t), e.ID); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "delete on b visible on a", func() error {
+		poll.Eventually(t, consistentWithin, "delete on b visible on a", func() error {
 			hits, err := a.Search(ctxT(t), Axis(3, 4, 0), 1, memory.Filter{Status: memory.StatusAny})
 			if err != nil {
 				return err
@@ -691,7 +679,7 @@ func RunMigrate(t *testing.T, backing MigrateBacking) {
 		t.Fatalf("after Migrate model %q, want %q", s2.Model(), cur.Model())
 	}
 	q, _ := cur.Embed(ctxT(t), []string{"go vet before committing"})
-	eventually(t, "search with the new model", func() error {
+	poll.Eventually(t, consistentWithin, "search with the new model", func() error {
 		hits, err := s2.Search(ctxT(t), q[0], 1, memory.Filter{})
 		if err != nil {
 			return err
@@ -751,7 +739,7 @@ func testKinds(t *testing.T, s memory.Store) {
 	for kind, w := range want {
 		w = slices.Clone(w)
 		slices.Sort(w)
-		eventually(t, "kind "+kind, func() error {
+		poll.Eventually(t, consistentWithin, "kind "+kind, func() error {
 			hits, err := s.Search(ctxT(t), Axis(0, 1, 0), 10, memory.Filter{Agent: "coder", Kind: kind})
 			if err != nil {
 				return err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/devenv"
+	"github.com/skein-mesh/skein/pkg/poll"
 )
 
 // EnvServer overrides the milvus-lite executable.
@@ -111,41 +112,48 @@ func start(exe, dir string) (*Server, error) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	s := &Server{Addr: addr, cmd: cmd, out: out}
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
+	var quit bool
+	var exitErr error
+	err = poll.Wait(90*time.Second, func() error {
 		select {
-		case err := <-exited:
-			return nil, fmt.Errorf("milvus-lite exited (%v): %s", err, out.String())
+		case exitErr = <-exited:
+			quit = true
+			return nil // nothing more to wait for
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			c.Close()
-			go func() { <-exited }()
-			return s, nil
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
+		c.Close()
+		return nil
+	})
+	switch {
+	case quit:
+		return nil, fmt.Errorf("milvus-lite exited (%v): %s", exitErr, out.String())
+	case err != nil:
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return nil, fmt.Errorf("milvus-lite did not listen on %s within 90s (%v): %s", addr, err, out.String())
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	return nil, fmt.Errorf("milvus-lite did not listen on %s within 90s: %s", addr, out.String())
+	go func() { <-exited }()
+	return s, nil
 }
 
 // Stop ends the server's process group.
 func (s *Server) Stop() {
 	if s.cmd.Process != nil {
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() {
-			for range 50 {
-				if syscall.Kill(s.cmd.Process.Pid, 0) != nil {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			close(done)
-		}()
-		<-done
+		_ = poll.Wait(5*time.Second, func() error { return gone(s.cmd.Process.Pid) })
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 	}
+}
+
+// gone is a check (for poll) that no process answers to pid (negative: a process group).
+func gone(pid int) error {
+	if syscall.Kill(pid, 0) != nil {
+		return nil
+	}
+	return fmt.Errorf("process %d still running", pid)
 }
 
 // PGID is the server's process group.

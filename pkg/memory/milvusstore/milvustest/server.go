@@ -20,6 +20,7 @@ import (
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
 
 	"github.com/skein-mesh/skein/pkg/devenv"
+	"github.com/skein-mesh/skein/pkg/poll"
 )
 
 // The real server: Milvus 2.3.5 standalone from the PyPI package `milvus` (C++ engine, embedded
@@ -298,19 +299,11 @@ func writeState(dir string, st state) error {
 // then SIGKILL after a few seconds.
 func stopGroup(pid int) {
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	for range 100 {
-		if syscall.Kill(-pid, 0) != nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if poll.Wait(10*time.Second, func() error { return gone(-pid) }) == nil {
+		return
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	for range 50 {
-		if syscall.Kill(-pid, 0) != nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	_ = poll.Wait(5*time.Second, func() error { return gone(-pid) })
 }
 
 func startReal(exe, dir string) (state, error) {
@@ -336,29 +329,35 @@ func startReal(exe, dir string) (state, error) {
 	pid := cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	deadline := time.Now().Add(startTimeout)
-	var lastErr error
-	for time.Now().Before(deadline) {
+	var quit bool
+	var exitErr error
+	var addr string
+	err = poll.Wait(startTimeout, func() error {
 		select {
-		case err := <-exited:
-			stopGroup(pid)
-			return state{}, fmt.Errorf("milvus-server exited (%v); is another Milvus holding the etcd ports 2379/2380? log: %s", err,
-				tailFile(filepath.Join(dir, "server.log"), 2000)+tailFile(filepath.Join(data, "logs", "milvus-stderr.log"), 2000))
-		case <-time.After(500 * time.Millisecond):
+		case exitErr = <-exited:
+			quit = true
+			return nil // nothing more to wait for
+		default:
 		}
 		// The launcher moves the proxy port up when it is taken; the config it writes is the truth.
 		p := proxyPort(filepath.Join(data, "configs", "milvus.yaml"))
 		if p == 0 {
-			continue
+			return errors.New("no proxy port in its config yet")
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-		if lastErr = healthy(addr, 3*time.Second); lastErr == nil {
-			return state{PID: pid, Addr: addr, Started: time.Now()}, nil
-		}
+		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		return healthy(addr, 3*time.Second)
+	})
+	switch {
+	case quit:
+		stopGroup(pid)
+		return state{}, fmt.Errorf("milvus-server exited (%v); is another Milvus holding the etcd ports 2379/2380? log: %s", exitErr,
+			tailFile(filepath.Join(dir, "server.log"), 2000)+tailFile(filepath.Join(data, "logs", "milvus-stderr.log"), 2000))
+	case err != nil:
+		stopGroup(pid)
+		return state{}, fmt.Errorf("milvus-server did not become healthy within %s (last: %v): %s", startTimeout, err,
+			tailFile(filepath.Join(data, "logs", "milvus-stderr.log"), 2000))
 	}
-	stopGroup(pid)
-	return state{}, fmt.Errorf("milvus-server did not become healthy within %s (last: %v): %s", startTimeout, lastErr,
-		tailFile(filepath.Join(data, "logs", "milvus-stderr.log"), 2000))
+	return state{PID: pid, Addr: addr, Started: time.Now()}, nil
 }
 
 // proxyPort reads proxy.port from the config milvus-server wrote (0 until it exists).
