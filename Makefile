@@ -60,7 +60,7 @@ tidy-check:
 		(cd $$m && GOWORK=off $(GO) mod tidy -diff) || { echo "tidy-check: $$m/go.mod or go.sum is not tidy; run make tidy" >&2; exit 1; }; \
 	done
 
-test: setup vet tidy-check
+test: setup vet lint tidy-check
 	@echo "== fuzz: TOON decoder, $(TOON_FUZZTIME) inputs"
 	@$(MAKE) --no-print-directory toon-fuzz TOON_FUZZTIME=$(TOON_FUZZTIME)
 	@set -o pipefail; for m in $(MODULES); do \

@@ -54,7 +54,7 @@ func TestImportValidatesEveryField(t *testing.T) {
 	}
 	// A good entry gets in, with secrets masked and the text normalised.
 	e := with(func(e *memory.Entry) {
-		e.Text = "Pass the key sk-ant-api03-IMPORTEDKEY12345 to csv_​read only through its auth argument."
+		e.Text = "Pass the key sk-ant-api03-IMPORTEDKEY12345 to csv_\u200bread only through its auth argument."
 	})
 	rep, err := c.Import(ctx, protocol.MemoryImportRequest{Entries: []memory.Entry{e}})
 	if err != nil || rep.Imported != 1 {

@@ -38,6 +38,7 @@ func newLandlockRuleset() (*landlockRuleset, error) {
 		case unix.ENOSYS:
 			return nil, fmt.Errorf("the kernel has no Landlock (Linux 5.13+, CONFIG_SECURITY_LANDLOCK)")
 		case unix.EOPNOTSUPP:
+			//lint:ignore ST1005 Landlock is a name
 			return nil, fmt.Errorf("Landlock is not enabled (add landlock to the kernel's lsm= boot parameter)")
 		}
 		return nil, fmt.Errorf("landlock_create_ruleset: %w", e)

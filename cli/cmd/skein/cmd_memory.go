@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/skein-mesh/skein/memoryd"
@@ -26,15 +25,6 @@ import (
 
 func init() {
 	extraCommands = append(extraCommands, newInspectMemoryCmd, newMemoryCmd, newIngestTracesCmd, newReplayCmd)
-}
-
-// noEntry is the exit for an entry memoryd did not give: it answered its health check just
-// before, so a failure that is not the connection's is the entry's absence.
-func noEntry(err error) error {
-	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
-		return err
-	}
-	return fail(protocol.ExitNotFound, "%v", err)
 }
 
 func memClient(env meshEnv) memoryd.Client {

@@ -396,6 +396,7 @@ func flattenAnthropic(req aRequest) ([]flatBlock, string, error) {
 		}
 	}
 	if bps > llm.MaxCacheBreakpoints {
+		//lint:ignore ST1005 the API's own message, word for word
 		return nil, "", fmt.Errorf("A maximum of %d blocks with cache_control may be provided. Found %d.", llm.MaxCacheBreakpoints, bps)
 	}
 	return out, lastText, nil

@@ -253,10 +253,12 @@ func flattenOpenAI(req oRequest) ([]flatBlock, string, error) {
 	for _, m := range req.Messages {
 		if m.Role == "tool" {
 			if !contains(pending, m.ToolCallID) {
+				//lint:ignore ST1005 the API's own message, word for word
 				return nil, "", fmt.Errorf("Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.")
 			}
 			pending = remove(pending, m.ToolCallID)
 		} else if len(pending) > 0 {
+			//lint:ignore ST1005 the API's own message, word for word
 			return nil, "", fmt.Errorf("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: %s", strings.Join(pending, ", "))
 		}
 		text := contentText(m.Content)

@@ -461,7 +461,7 @@ func testList(t *testing.T, s memory.Store) {
 			}
 			for _, e := range es {
 				if e.Revision == 0 {
-					return fmt.Errorf("List returned %s without a revision", e.ID)
+					return fmt.Errorf("the store's List returned %s without a revision", e.ID)
 				}
 			}
 			if got := texts(es); !slices.Equal(got, c.want) && !(len(got) == 0 && len(c.want) == 0) {
