@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/llm/llmtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // The cacher agent: its agent.yaml sets a budget, and its model is a fake Anthropic API that
@@ -63,19 +64,15 @@ func TestAgentBudgetCountsCacheTokens(t *testing.T) {
 	for _, role := range []string{"toolhost", "executor", "planner", "gateway"} {
 		start(t, env, role, role, "--nats", url, "--config", cfg)
 	}
-	waitAgent(t, c, "cacher")
-	waitPullers(t, c, "cacher", 1)
+	bustest.WaitAgent(t, c, meshNames, "cacher")
+	bustest.WaitPullers(t, c, meshNames, "cacher", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	submit := func(id string, b *protocol.Budget) []protocol.Event {
 		t.Helper()
-		var rep protocol.SubmitReply
-		req := protocol.SubmitRequest{SessionID: id, Task: "echo until told to stop", Agent: "cacher", Caller: "e2e", Budget: b}
-		if err := bus.Request(ctx, c.NC, protocol.NewNames("").Submit(), &req, &rep, 5*time.Second); err != nil || rep.Error != "" {
-			t.Fatalf("submit: %v %s", err, rep.Error)
-		}
-		evs, err := waitSession(ctx, c, id)
+		sessiontest.Submit(t, c, meshNames, protocol.SubmitRequest{SessionID: id, Task: "echo until told to stop", Agent: "cacher", Caller: "e2e", Budget: b})
+		evs, err := sessiontest.Follow(ctx, c, meshNames, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,17 +80,9 @@ func TestAgentBudgetCountsCacheTokens(t *testing.T) {
 	}
 	record := func(id string) protocol.Budget {
 		t.Helper()
-		kv, err := bus.KV(ctx, c.JS, protocol.NewNames(""), protocol.BucketSessions)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := kv.Get(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s protocol.Session
-		if err := protocol.Unmarshal(e.Value(), &s); err != nil || s.Budget == nil {
-			t.Fatalf("session %s has no budget (%v)", id, err)
+		s := sessiontest.Record(t, c, meshNames, id)
+		if s.Budget == nil {
+			t.Fatalf("session %s has no budget", id)
 		}
 		return *s.Budget
 	}

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // TestCancelLatencyUnderLoad measures how long a cancel takes, from the request to the session's
@@ -27,23 +29,28 @@ func TestCancelLatencyUnderLoad(t *testing.T) {
 	const loaders, rounds = 3, 20
 	var load []string
 	for range loaders {
-		load = append(load, m.submit(ctx, t, "loop forever", &protocol.Budget{MaxTurns: 100000}))
+		load = append(load, m.submit(t, "loop forever", &protocol.Budget{MaxTurns: 100000}))
 	}
 	defer func() {
 		for _, id := range load {
 			m.skeinCancel(t, id)
 		}
 	}()
-	time.Sleep(2 * time.Second) // the loops are running
+	// The load is on once every loop has made a model call.
+	for _, id := range load {
+		poll.True(t, sessiontest.EndTimeout, "load session "+id+" to loop", func() bool {
+			return hasEvent(sessiontest.Events(t, m.c, meshNames, id), protocol.EvModelCall) != nil
+		})
+	}
 	var took []time.Duration
 	for i := range rounds {
 		pidfile := filepath.Join(m.pids, "direct.pid")
 		_ = os.Remove(pidfile)
-		id := m.submit(ctx, t, fmt.Sprintf("hang direct %d", i), nil)
-		pids := readPIDs(ctx, t, pidfile)
+		id := m.submit(t, fmt.Sprintf("hang direct %d", i), nil)
+		pids := readPIDs(t, pidfile)
 		began := time.Now()
 		m.skeinCancelQuiet(t, id)
-		evs, err := waitSession(ctx, m.c, id)
+		evs, err := sessiontest.Follow(ctx, m.c, meshNames, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +62,7 @@ func TestCancelLatencyUnderLoad(t *testing.T) {
 	}
 	// The load kept running throughout: its sessions are still looping.
 	for _, id := range load {
-		evs, _ := readEvents(ctx, m, id)
+		evs := sessiontest.Events(t, m.c, meshNames, id)
 		if hasEvent(evs, protocol.EvUsage) != nil {
 			t.Fatalf("load session %s ended during the measurement", id)
 		}

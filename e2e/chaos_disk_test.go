@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -66,8 +65,8 @@ func TestChaosDiskFull(t *testing.T) {
 	tools := filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")
 	cfg := writeProject(t, strings.NewReplacer("$FAULT_TOOLS", tools, "$RESERVE", fmt.Sprint(reserveMiB<<20)).Replace(diskAgent),
 		strings.ReplaceAll(chaosScript, "$TOOL_S", fmt.Sprint(toolWait)))
-	effects := effectLog(t) // writable by every uid the sandbox runs tools as
-	env := []string{"SKEIN_HOME=" + home, "EFFECT_LOG=" + effects}
+	effectsLog := effectLog(t) // writable by every uid the sandbox runs tools as
+	env := []string{"SKEIN_HOME=" + home, "EFFECT_LOG=" + effectsLog}
 	natsAddr, httpAddr := freePort(t), freePort(t)
 	url := "nats://" + natsAddr
 	up := start(t, env, "skein-up", "skein", "up", "--listen", natsAddr, "--http", httpAddr, "--config", cfg)
@@ -84,8 +83,8 @@ func TestChaosDiskFull(t *testing.T) {
 	args := []string{"--nats", url, "--config", cfg}
 	start(t, env, "executor-2", "executor", args...)
 	start(t, env, "toolhost-2", "toolhost", args...)
-	waitAgent(t, c, "assistant")
-	waitPullers(t, c, "assistant", 2)
+	bustest.WaitAgent(t, c, meshNames, "assistant")
+	bustest.WaitPullers(t, c, meshNames, "assistant", 2)
 	waitMemoryd(t, c)
 	token, err := os.ReadFile(filepath.Join(home, "http.token"))
 	if err != nil {
@@ -162,12 +161,14 @@ func TestChaosDiskFull(t *testing.T) {
 				select {
 				case <-giveUp:
 					return
+				// pacing: a client sends a 503'd task again a second later (the report says so).
 				case <-time.After(time.Second):
 				}
 			}
 		}()
 	}
 	arrive := func(from int, stop <-chan struct{}) int {
+		// pacing: the arrival schedule, one session every 1/rate seconds.
 		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 		defer tick.Stop()
 		for i := from; ; i++ {
@@ -206,6 +207,8 @@ func TestChaosDiskFull(t *testing.T) {
 		select {
 		case <-stopFull:
 			done = true
+		// fault injection: what JetStream frees is taken again within 200 ms, as another
+		// writer on the disk would.
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -254,18 +257,7 @@ func TestChaosDiskFull(t *testing.T) {
 			t.Errorf("session %s still running %s after the last arrival", a.id, drain)
 			continue
 		}
-		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-		evs, err := waitSession(wctx, c, a.id)
-		wcancel()
-		if err != nil {
-			t.Errorf("session %s: %v", a.id, err)
-		}
-		var end *protocol.Event
-		for i := range evs {
-			if evs[i].Type.Terminal() {
-				end = &evs[i]
-			}
-		}
+		_, end := finished(ctx, t, c, a.id)
 		switch {
 		case end == nil:
 			lost++
@@ -293,36 +285,8 @@ func TestChaosDiskFull(t *testing.T) {
 			}
 		}
 	}
-	attempts, effected := map[string]int{}, map[string]int{}
-	if f, err := os.Open(effects); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var l struct{ Env, Kind string }
-			if json.Unmarshal(sc.Bytes(), &l) != nil {
-				continue
-			}
-			switch l.Kind {
-			case "attempt":
-				attempts[l.Env]++
-			case "effect":
-				effected[l.Env]++
-			}
-		}
-		f.Close()
-	}
-	dups, reruns := 0, 0
-	for _, n := range effected {
-		dups += n - 1
-	}
-	for _, n := range attempts {
-		reruns += n - 1
-	}
-	dead := uint64(0)
-	if st, err := c.JS.Stream(ctx, protocol.NewNames("").Stream(protocol.StreamDLQ)); err == nil {
-		if info, err := st.Info(ctx); err == nil {
-			dead = info.State.Msgs
-		}
-	}
+	dups, reruns := effects(t, effectsLog)
+	dead := deadLetters(ctx, c)
 	upLog, _ := os.ReadFile(up.log)
 	nospace := strings.Count(string(upLog), "no space left on device")
 

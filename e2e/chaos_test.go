@@ -3,10 +3,8 @@
 package e2e
 
 import (
-	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -21,9 +19,12 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // The chaos suite (`make chaos`, not part of `make test`): a 3-node NATS cluster built from the
@@ -226,7 +227,7 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(c.Close)
 	limits := bus.DefaultLimits()
 	limits.Replicas = 3
-	waitFor(ctx, t, "the cluster to provision R3 streams", func() bool {
+	poll.True(t, 2*time.Minute, "the cluster to provision R3 streams", func() bool {
 		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer pcancel()
 		_, err := bus.ProvisionWith(pctx, c.JS, names, limits, bus.ProvisionOptions{})
@@ -236,8 +237,8 @@ func TestChaos(t *testing.T) {
 	tools := filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")
 	cfg := writeProject(t, strings.NewReplacer("$FAULT_TOOLS", tools, "$NATS_URLS", `"`+url+`"`).Replace(chaosAgent),
 		strings.ReplaceAll(chaosScript, "$TOOL_S", fmt.Sprint(toolWait)))
-	effects := effectLog(t)
-	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effects}
+	effectsLog := effectLog(t)
+	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effectsLog}
 	args := []string{"--nats", url, "--config", cfg}
 	roles := map[string]*proc{}
 	var roleLogs []string // every start's, restarts included
@@ -252,8 +253,8 @@ func TestChaos(t *testing.T) {
 	} {
 		run(r.name, r.bin)
 	}
-	waitAgent(t, c, "assistant")
-	waitPullers(t, c, "assistant", 2)
+	bustest.WaitAgent(t, c, meshNames, "assistant")
+	bustest.WaitPullers(t, c, meshNames, "assistant", 2)
 	waitMemoryd(t, c)
 
 	var mu sync.Mutex
@@ -267,11 +268,14 @@ func TestChaos(t *testing.T) {
 		go func() {
 			defer submits.Done()
 			s := &sample{id: fmt.Sprintf("chaos-%s-%d", phase, i), phase: phase, submitted: time.Now()}
+			req := protocol.SubmitRequest{Task: fmt.Sprintf("effect please (%s %d)", phase, i), SessionID: s.id, Caller: "e2e"}
 			var err error
 			for try := 0; try < 30; try++ {
-				if _, err = submit(ctx, c, fmt.Sprintf("effect please (%s %d)", phase, i), s.id); err == nil {
+				if _, err = sessiontest.Send(ctx, c, meshNames, req); err == nil {
 					break
 				}
+				// pacing: the client sends a refused task again a second later, as
+				// chaos_disk_test.go's clients do; its load during the fault is part of the run.
 				time.Sleep(time.Second)
 			}
 			if err != nil {
@@ -285,6 +289,7 @@ func TestChaos(t *testing.T) {
 	}
 	// arrive submits sessions at the steady rate until stop is closed.
 	arrive := func(phase string, stop <-chan struct{}) {
+		// pacing: the arrival schedule, one session every 1/rate seconds.
 		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 		defer tick.Stop()
 		for i := 0; ; i++ {
@@ -354,6 +359,8 @@ func TestChaos(t *testing.T) {
 	stop := make(chan struct{})
 	arrived := make(chan struct{})
 	go func() { arrive("faults", stop); close(arrived) }()
+	// fault injection: the schedule of the faults, each killed gap/2 into its slot and started
+	// again 3 s later, is what the run measures recovery from.
 	for _, f := range faults {
 		time.Sleep(gap / 2)
 		f.killed = time.Now()
@@ -380,22 +387,11 @@ func TestChaos(t *testing.T) {
 			t.Errorf("session %s still running %s after the last arrival", s.id, drain)
 			continue
 		}
-		// The session record says done before the planner's last events are stored: follow the
-		// trace to its usage event.
-		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-		evs, err := waitSession(wctx, c, s.id)
-		wcancel()
-		if err != nil {
-			t.Errorf("session %s: %v", s.id, err)
-		}
-		var end *protocol.Event
+		evs, end := finished(ctx, t, c, s.id)
 		s.sources = map[string]bool{}
 		s.events = evs
-		for i := range evs {
-			s.sources[evs[i].Source] = true
-			if evs[i].Type.Terminal() {
-				end = &evs[i]
-			}
+		for _, ev := range evs {
+			s.sources[ev.Source] = true
 		}
 		switch {
 		case end == nil:
@@ -412,43 +408,10 @@ func TestChaos(t *testing.T) {
 		s.finished = end.Time
 		lat[s.phase] = append(lat[s.phase], end.Time.Sub(s.submitted))
 	}
-	// The tool appends an attempt line per run and the effect only once per call id (it is
-	// idempotent by its id, as a tool with real effects should be): runs are counted apart from
-	// effects, so a call the mesh ran twice shows as a re-run even when its effect did not repeat.
-	attempts, effected := map[string]int{}, map[string]int{}
-	f, err := os.Open(effects)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var l struct{ Env, Kind string }
-		if json.Unmarshal(sc.Bytes(), &l) != nil {
-			continue
-		}
-		switch l.Kind {
-		case "attempt":
-			attempts[l.Env]++
-		case "effect":
-			effected[l.Env]++
-		}
-	}
-	f.Close()
-	dups, reruns := 0, 0
-	for _, n := range effected {
-		dups += n - 1
-	}
-	for _, n := range attempts {
-		reruns += n - 1
-	}
+	dups, reruns := effects(t, effectsLog)
 	// What the mesh dead-lettered, and how often a stream or consumer lost its quorum (a node's
 	// death, or raft heartbeats starved on a loaded machine), from the nodes' logs.
-	dead := uint64(0)
-	if st, err := c.JS.Stream(ctx, names.Stream(protocol.StreamDLQ)); err == nil {
-		if info, err := st.Info(ctx); err == nil {
-			dead = info.State.Msgs
-		}
-	}
+	dead := deadLetters(ctx, c)
 	stalls, refused := 0, 0
 	for _, n := range nodes {
 		for _, l := range n.logs {
@@ -563,41 +526,4 @@ func ids(ss []*sample) []string {
 		out[i] = s.id
 	}
 	return out
-}
-
-// waitDone waits until every session's record says done, for at most limit, and returns the
-// sessions still not done then.
-func waitDone(ctx context.Context, t *testing.T, c *bus.Conn, ids []string, limit time.Duration) []string {
-	t.Helper()
-	kv, err := bus.KV(ctx, c.JS, protocol.NewNames(""), protocol.BucketSessions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(limit)
-	left := ids
-	for {
-		var still []string
-		for _, id := range left {
-			e, err := kv.Get(ctx, id)
-			var s protocol.Session
-			if err != nil || protocol.Unmarshal(e.Value(), &s) != nil || s.Status != protocol.StatusDone {
-				still = append(still, id)
-			}
-		}
-		left = still
-		if len(left) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			return left
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-func pct(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[min(max(i-1, 0), len(s)-1)].Round(10 * time.Millisecond)
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -594,18 +596,16 @@ func freePort(t *testing.T) string {
 // waitForLine waits until a process's log holds want.
 func waitForLine(t *testing.T, p *proc, want string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	poll.Eventually(t, time.Minute, fmt.Sprintf("%s to print %q", p.name, want), func() error {
+		exited := p.exited() // before the read: what it printed before exiting is in the log
 		if b, _ := os.ReadFile(p.log); strings.Contains(string(b), want) {
-			return
+			return nil
 		}
-		select {
-		case <-p.done:
+		if exited {
 			t.Fatalf("%s exited before printing %q", p.name, want)
-		case <-time.After(100 * time.Millisecond):
 		}
-	}
-	t.Fatalf("%s did not print %q", p.name, want)
+		return fmt.Errorf("not in %s", p.log)
+	})
 }
 
 // `skein up` runs the mesh for other processes: a run joins it with --nats, an extra executor
@@ -683,15 +683,8 @@ func TestCLIUpAndJoin(t *testing.T) {
 		t.Errorf("run for an agent nobody serves: want exit %d (refused) saying how to start an executor; %s", protocol.ExitDataErr, r)
 	}
 	exec1 := start(t, env, "executor-helper", "executor", "--nats", url, "--config", helper)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
-		r = skein(t, dir, env, "", "run", "--nats", url, "--config", "helper.yaml", "--json", "Greet Ada")
-		if r.code != protocol.ExitDataErr || ctx.Err() != nil {
-			break // registered (or out of time)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitForLine(t, exec1, "executor ready") // it registers its agent before it says so
+	r = skein(t, dir, env, "", "run", "--nats", url, "--config", "helper.yaml", "--json", "Greet Ada")
 	if r.code != 0 {
 		t.Fatalf("run for the joined executor's agent: %s", r)
 	}

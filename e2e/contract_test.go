@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/protocol/contract"
 )
@@ -90,17 +92,9 @@ func (r *recorder) check(t *testing.T, doc *contract.Document) map[string]int {
 	defer r.mu.Unlock()
 	seen := map[string]int{}
 	for _, m := range r.msgs {
-		subject := m.Subject
-		req, isReply := r.replyTo[m.Subject]
-		if isReply {
-			subject = req
-		}
-		channel, names := doc.Messages(subject)
-		if channel == "" || len(m.Data) == 0 {
-			continue // JetStream API, deliveries to consumers, acks, heartbeats, bodiless refusals
-		}
-		if isReply && serviceKind(doc, channel) != "service" {
-			continue // the stream's publish acknowledgement, not a message of the channel
+		channel, names := r.channel(doc, m)
+		if channel == "" {
+			continue
 		}
 		js := m.Data
 		if !strings.HasPrefix(m.Header.Get(protocol.HeaderContentType), protocol.ContentTypeJSON) {
@@ -125,6 +119,43 @@ func (r *recorder) check(t *testing.T, doc *contract.Document) map[string]int {
 		seen[channel]++
 	}
 	return seen
+}
+
+// channel is the documented channel a recorded message belongs to and the messages it may be,
+// "" for what no channel documents. r.mu is held.
+func (r *recorder) channel(doc *contract.Document, m *nats.Msg) (string, []string) {
+	subject := m.Subject
+	req, isReply := r.replyTo[m.Subject]
+	if isReply {
+		subject = req
+	}
+	channel, names := doc.Messages(subject)
+	if channel == "" || len(m.Data) == 0 {
+		return "", nil // JetStream API, deliveries to consumers, acks, heartbeats, bodiless refusals
+	}
+	if isReply && serviceKind(doc, channel) != "service" {
+		return "", nil // the stream's publish acknowledgement, not a message of the channel
+	}
+	return channel, names
+}
+
+// missing is which of channels no recorded message belongs to yet.
+func (r *recorder) missing(doc *contract.Document, channels []string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	for _, m := range r.msgs {
+		if ch, _ := r.channel(doc, m); ch != "" {
+			seen[ch] = true
+		}
+	}
+	var out []string
+	for _, ch := range channels {
+		if !seen[ch] {
+			out = append(out, ch)
+		}
+	}
+	return out
 }
 
 // The Python client against a real mesh (`skein up`): its CLI prints the bytes `skein run --json`
@@ -217,13 +248,18 @@ func TestPythonClientAndContractOnARealMesh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the last messages in flight to the recorder
-	seen := rec.check(t, doc)
-	for _, ch := range []string{"submit", "cancel", "task", "work", "result", "trace", "delta", "usage", "tool", "memory.retrieve", "memory.list", "kv.sessions"} {
-		if seen[ch] == 0 {
-			t.Errorf("no message on channel %s was recorded (saw %v)", ch, seen)
+	// The last messages may still be on their way to the recorder: wait until every channel the
+	// run used has one, then read them all.
+	used := []string{"submit", "cancel", "task", "work", "result", "trace", "delta", "usage", "tool", "memory.retrieve", "memory.list", "kv.sessions"}
+	if err := poll.Wait(30*time.Second, func() error {
+		if missing := rec.missing(doc, used); len(missing) > 0 {
+			return fmt.Errorf("nothing recorded on %v", missing)
 		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
+	seen := rec.check(t, doc)
 	t.Logf("messages read with docs/asyncapi.json alone, per channel: %v", seen)
 }
 

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/auth"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // TestRoleBinariesJoinWithCreds: every role binary joins a mesh with the file --creds names and
@@ -58,14 +60,11 @@ func TestRoleBinariesJoinWithCreds(t *testing.T) {
 	for _, role := range roles {
 		start(t, env, role, role, append(args, "--creds", filepath.Join(held, role+".nk"))...)
 	}
-	waitAgent(t, c, "assistant")
+	bustest.WaitAgent(t, c, meshNames, "assistant")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	id, err := submit(ctx, c, "compute the total", "creds-flag-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs, err := waitSession(ctx, c, id)
+	id := sessiontest.Submit(t, c, meshNames, protocol.SubmitRequest{Task: "compute the total", SessionID: "creds-flag-1", Caller: "e2e"})
+	evs, err := sessiontest.Follow(ctx, c, meshNames, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -28,8 +30,8 @@ func TestGarbageOnEveryWorkSubjectReachesTheDLQ(t *testing.T) {
 	start(t, env, "executor", "executor", args...)
 	start(t, env, "planner", "planner", args...)
 	start(t, env, "gateway", "gateway", args...)
-	waitAgent(t, c, "assistant")
-	waitPullers(t, c, "assistant", 1)
+	bustest.WaitAgent(t, c, meshNames, "assistant")
+	bustest.WaitPullers(t, c, meshNames, "assistant", 1)
 
 	names := protocol.NewNames("")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -45,7 +47,7 @@ func TestGarbageOnEveryWorkSubjectReachesTheDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
-	waitFor(ctx, t, "three dead letters", func() bool {
+	poll.True(t, time.Minute, "three dead letters", func() bool {
 		info, err := dlq.Info(ctx)
 		if err != nil || info.State.Msgs < 3 {
 			return false

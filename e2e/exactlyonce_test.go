@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -46,9 +49,9 @@ func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
 	start(t, env, "executor-survivor", "executor", args...)
 	start(t, env, "planner", "planner", args...)
 	start(t, env, "gateway", "gateway", args...)
-	waitAgent(t, c, "assistant")
-	waitPullers(t, c, "assistant", 2)
-	waitTools(t, c, "effect")
+	bustest.WaitAgent(t, c, meshNames, "assistant")
+	bustest.WaitPullers(t, c, meshNames, "assistant", 2)
+	bustest.WaitTools(t, c, meshNames, "effect")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -56,14 +59,12 @@ func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
 	ids := make([]string, n)
 	for i := range n {
 		ids[i] = fmt.Sprintf("once-%d", i)
-		if _, err := submit(ctx, c, fmt.Sprintf("effect please (%d)", i), ids[i]); err != nil {
-			t.Fatal(err)
-		}
+		sessiontest.Submit(t, c, meshNames, protocol.SubmitRequest{Task: fmt.Sprintf("effect please (%d)", i), SessionID: ids[i], Caller: "e2e"})
 	}
 	// Crash the victim while a tool call of one of its steps is running.
 	victimPID := fmt.Sprintf("/%d", victim.cmd.Process.Pid)
 	names := protocol.NewNames("")
-	waitFor(ctx, t, "a tool call of the victim executor to start", func() bool {
+	poll.True(t, sessiontest.EndTimeout, "a tool call of the victim executor to start", func() bool {
 		for _, id := range ids {
 			evs, _ := trace.Read(ctx, c.JS, names, id)
 			victims := false
@@ -88,7 +89,7 @@ func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			evs[i], errs[i] = waitSession(ctx, c, id)
+			evs[i], errs[i] = sessiontest.Follow(ctx, c, meshNames, id)
 		}()
 	}
 	wg.Wait()

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -53,9 +56,9 @@ func TestCrashesLoseNoAcceptedTask(t *testing.T) {
 	start(t, env, "executor-survivor", "executor", args...)
 	planner := start(t, env, "planner-1", "planner", args...)
 	start(t, env, "gateway", "gateway", args...)
-	waitAgent(t, c, "assistant")
-	waitPullers(t, c, "assistant", 2)
-	waitTools(t, c, "slow")
+	bustest.WaitAgent(t, c, meshNames, "assistant")
+	bustest.WaitPullers(t, c, meshNames, "assistant", 2)
+	bustest.WaitTools(t, c, meshNames, "slow")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -63,16 +66,14 @@ func TestCrashesLoseNoAcceptedTask(t *testing.T) {
 	ids := make([]string, n)
 	for i := range n {
 		ids[i] = fmt.Sprintf("fault-%d", i)
-		if _, err := submit(ctx, c, fmt.Sprintf("wait please (%d)", i), ids[i]); err != nil {
-			t.Fatal(err)
-		}
+		sessiontest.Submit(t, c, meshNames, protocol.SubmitRequest{Task: fmt.Sprintf("wait please (%d)", i), SessionID: ids[i], Caller: "e2e"})
 	}
 	// Wait until the victim is running a step, then crash it and the planner.
 	victimPID := fmt.Sprintf("/%d", victim.cmd.Process.Pid)
 	byVictim := func(ev protocol.Event) bool {
 		return ev.Type == protocol.EvStepStarted && strings.HasSuffix(ev.Source, victimPID)
 	}
-	waitFor(ctx, t, "the victim executor to start a step", func() bool {
+	poll.True(t, sessiontest.EndTimeout, "the victim executor to start a step", func() bool {
 		for _, id := range ids {
 			evs, _ := trace.Read(ctx, c.JS, protocol.NewNames(""), id)
 			for _, ev := range evs {
@@ -95,7 +96,7 @@ func TestCrashesLoseNoAcceptedTask(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			evs, err := waitSession(ctx, c, id)
+			evs, err := sessiontest.Follow(ctx, c, meshNames, id)
 			errs[i] = err
 			victimStarted := false
 			for _, ev := range evs {
@@ -127,15 +128,4 @@ func TestCrashesLoseNoAcceptedTask(t *testing.T) {
 		t.Fatal("no step the victim had started was finished by the survivor: the crash tested nothing")
 	}
 	t.Logf("%d step(s) redelivered from the killed executor", rescued)
-}
-
-func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }

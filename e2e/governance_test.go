@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // The governance mesh: agent assistant (which may delegate to agent helper) and agent helper
@@ -149,48 +151,39 @@ func startGovMesh(t *testing.T) *govMesh {
 	start(t, env, "executor-helper", "executor", "--nats", url, "--config", hcfg)
 	start(t, env, "planner", "planner", "--nats", url, "--config", acfg)
 	start(t, env, "gateway", "gateway", "--nats", url, "--config", acfg)
-	waitAgent(t, c, "assistant")
-	waitAgent(t, c, "helper")
-	waitPullers(t, c, "assistant", 1)
-	waitPullers(t, c, "helper", 1)
-	waitTools(t, c, "hang", "slow", "echo")
+	bustest.WaitAgent(t, c, meshNames, "assistant")
+	bustest.WaitAgent(t, c, meshNames, "helper")
+	bustest.WaitPullers(t, c, meshNames, "assistant", 1)
+	bustest.WaitPullers(t, c, meshNames, "helper", 1)
+	bustest.WaitTools(t, c, meshNames, "hang", "slow", "echo")
 	return &govMesh{url: url, assistantCfg: acfg, pids: pids, c: c}
 }
 
-func (m *govMesh) submit(ctx context.Context, t *testing.T, task string, budget *protocol.Budget) string {
+func (m *govMesh) submit(t *testing.T, task string, budget *protocol.Budget) string {
 	t.Helper()
-	var rep protocol.SubmitReply
-	req := protocol.SubmitRequest{Task: task, Agent: "assistant", Caller: "e2e", Budget: budget}
-	if err := bus.Request(ctx, m.c.NC, protocol.NewNames("").Submit(), &req, &rep, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if rep.Error != "" {
-		t.Fatalf("submit %q: %s", task, rep.Error)
-	}
-	return rep.SessionID
+	return sessiontest.Submit(t, m.c, meshNames, protocol.SubmitRequest{Task: task, Agent: "assistant", Caller: "e2e", Budget: budget})
 }
 
 // readPIDs waits for a hang tool's pid file: the tool and its grandchild are running.
-func readPIDs(ctx context.Context, t *testing.T, path string) []int {
+func readPIDs(t *testing.T, path string) []int {
 	t.Helper()
-	for {
-		if data, err := os.ReadFile(path); err == nil {
-			var out []int
-			for _, f := range strings.Fields(string(data)) {
-				n, err := strconv.Atoi(f)
-				if err != nil {
-					t.Fatalf("pid file %s: %q", path, data)
-				}
-				out = append(out, n)
+	var out []int
+	poll.Eventually(t, sessiontest.EndTimeout, "the hang tool to start", func() error {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, f := range strings.Fields(string(data)) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("pid file %s: %q", path, data)
 			}
-			return out
+			out = append(out, n)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("tool never started: no %s", path)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return nil
+	})
+	return out
 }
 
 // alive reports whether pid runs (a zombie waiting for its reaper counts as gone).
@@ -206,18 +199,29 @@ func alive(pid int) bool {
 	return true
 }
 
+// waitGone checks that every one of pids ends within the time a cancel has to end a session's
+// tool processes, and kills those that do not.
 func waitGone(t *testing.T, pids []int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for _, pid := range pids {
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				t.Errorf("process %d still runs %s after the cancel", pid, within)
-				break
+	running := func() []int {
+		var out []int
+		for _, pid := range pids {
+			if alive(pid) {
+				out = append(out, pid)
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
+		return out
+	}
+	if err := poll.Wait(within, func() error {
+		if left := running(); len(left) > 0 {
+			return fmt.Errorf("processes %v", left)
+		}
+		return nil
+	}); err != nil {
+		for _, pid := range running() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		t.Errorf("%v still run %s after the cancel", err, within)
 	}
 }
 
@@ -269,10 +273,6 @@ func (m *govMesh) skeinCancelQuiet(t *testing.T, session string) {
 	}
 }
 
-func readEvents(ctx context.Context, m *govMesh, id string) ([]protocol.Event, error) {
-	return trace.Read(ctx, m.c.JS, protocol.NewNames(""), id)
-}
-
 // skeinCancel runs `skein cancel --json` and decodes its reply.
 func (m *govMesh) skeinCancel(t *testing.T, session string) cancelCLIReply {
 	t.Helper()
@@ -305,14 +305,14 @@ func TestGovernance(t *testing.T) {
 	t.Run("cancel during a long tool", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		id := m.submit(ctx, t, "hang direct", nil)
-		pids := readPIDs(ctx, t, filepath.Join(m.pids, "direct.pid"))
+		id := m.submit(t, "hang direct", nil)
+		pids := readPIDs(t, filepath.Join(m.pids, "direct.pid"))
 		began := time.Now()
 		rep := m.skeinCancel(t, id)
 		if rep.Status != protocol.CancelStatusCancelling || rep.NoOp {
 			t.Fatalf("cancel reply %+v", rep)
 		}
-		evs, err := waitSession(ctx, m.c, id)
+		evs, err := sessiontest.Follow(ctx, m.c, meshNames, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,15 +344,15 @@ func TestGovernance(t *testing.T) {
 	t.Run("cancel during a model call", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		id := m.submit(ctx, t, "think slowly", nil)
-		waitFor(ctx, t, "the model call to start", func() bool {
-			evs, _ := trace.Read(ctx, m.c.JS, protocol.NewNames(""), id)
-			return hasEvent(evs, protocol.EvStepStarted) != nil
+		id := m.submit(t, "think slowly", nil)
+		// The executor offers the step its tools (the tools event) and then calls the model: once
+		// the event is in the trace, the 60 s call is running.
+		poll.True(t, sessiontest.EndTimeout, "the model call to start", func() bool {
+			return hasEvent(sessiontest.Events(t, m.c, meshNames, id), protocol.EvTools) != nil
 		})
-		time.Sleep(300 * time.Millisecond) // the step has started its 60 s model call
 		began := time.Now()
 		m.skeinCancel(t, id)
-		evs, err := waitSession(ctx, m.c, id)
+		evs, err := sessiontest.Follow(ctx, m.c, meshNames, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,8 +369,8 @@ func TestGovernance(t *testing.T) {
 	t.Run("cancel a parent with a running child", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		id := m.submit(ctx, t, "hang parent", nil)
-		pids := readPIDs(ctx, t, filepath.Join(m.pids, "child.pid"))
+		id := m.submit(t, "hang parent", nil)
+		pids := readPIDs(t, filepath.Join(m.pids, "child.pid"))
 		began := time.Now()
 		rep := m.skeinCancel(t, id)
 		if len(rep.Children) != 1 {
@@ -378,7 +378,7 @@ func TestGovernance(t *testing.T) {
 		}
 		child := rep.Children[0]
 		for _, s := range []string{id, child} {
-			evs, err := waitSession(ctx, m.c, s)
+			evs, err := sessiontest.Follow(ctx, m.c, meshNames, s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -429,11 +429,11 @@ func TestGovernance(t *testing.T) {
 		ids := make([]string, len(cases))
 		for i, c := range cases {
 			b := c.budget
-			ids[i] = m.submit(ctx, t, c.task, &b)
+			ids[i] = m.submit(t, c.task, &b)
 		}
 		for i, c := range cases {
 			t.Run(c.limit, func(t *testing.T) {
-				evs, err := waitSession(ctx, m.c, ids[i])
+				evs, err := sessiontest.Follow(ctx, m.c, meshNames, ids[i])
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -487,7 +487,7 @@ func TestGovernance(t *testing.T) {
 			return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
 		}
 		// A free run measures the root's first call and the child's.
-		free, err := waitSession(ctx, m.c, m.submit(ctx, t, "delegate a greeting", nil))
+		free, err := sessiontest.Follow(ctx, m.c, meshNames, m.submit(t, "delegate a greeting", nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -504,8 +504,8 @@ func TestGovernance(t *testing.T) {
 			t.Fatalf("free run: root's first call %d tokens, child %d", root, child)
 		}
 		// Room for the root's first call, not for the child's on top.
-		id := m.submit(ctx, t, "delegate a greeting", &protocol.Budget{MaxInputTokens: root + 1})
-		evs, err := waitSession(ctx, m.c, id)
+		id := m.submit(t, "delegate a greeting", &protocol.Budget{MaxInputTokens: root + 1})
+		evs, err := sessiontest.Follow(ctx, m.c, meshNames, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -527,10 +527,7 @@ func TestGovernance(t *testing.T) {
 				childID = ev.Attrs["child_session"]
 			}
 		}
-		cevs, err := readEvents(ctx, m, childID)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cevs := sessiontest.Events(t, m.c, meshNames, childID)
 		if cterm, _ := ending(t, childID, cevs); cterm.Outcome != protocol.OutcomeSuccess {
 			t.Fatalf("child %s ended %s; want success (it ran before the limit was reached)", childID, cterm.Outcome)
 		}
@@ -544,8 +541,8 @@ func TestGovernance(t *testing.T) {
 	t.Run("trace tree with a child", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		id := m.submit(ctx, t, "delegate a greeting", nil)
-		if _, err := waitSession(ctx, m.c, id); err != nil {
+		id := m.submit(t, "delegate a greeting", nil)
+		if _, err := sessiontest.Follow(ctx, m.c, meshNames, id); err != nil {
 			t.Fatal(err)
 		}
 		out, err := exec.Command(filepath.Join(binaries(t), "skein"), "trace", "tree", "--nats", m.url, "--config", m.assistantCfg, "--json", id).Output()
@@ -617,12 +614,7 @@ func TestGovernance(t *testing.T) {
 				t.Fatalf("turn %q: session %s answer %q; want %s %q", w[0], id, text, w[1], w[2])
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		evs, err := readEvents(ctx, m, "conv-1-3")
-		if err != nil {
-			t.Fatal(err)
-		}
+		evs := sessiontest.Events(t, m.c, meshNames, "conv-1-3")
 		var calls []protocol.Event
 		for _, ev := range evs {
 			if ev.Type == protocol.EvModelCall {
@@ -666,7 +658,7 @@ func TestGovernance(t *testing.T) {
 		if _, err := fmt.Fprintln(stdin, "hang chat"); err != nil {
 			t.Fatal(err)
 		}
-		pids := readPIDs(ctx, t, filepath.Join(m.pids, "chat.pid"))
+		pids := readPIDs(t, filepath.Join(m.pids, "chat.pid"))
 		if _, err := fmt.Fprintln(stdin, "/cancel\nwhat is two plus two"); err != nil {
 			t.Fatal(err)
 		}
@@ -750,12 +742,7 @@ func TestGovernance(t *testing.T) {
 		if res.Outcome != string(protocol.OutcomeNotAccomplished) || res.FinalText != "Could not deploy." || !strings.Contains(res.Reason, "without reporting through finish") {
 			t.Fatalf("result %+v; want not_accomplished with the answer and why", res)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		evs, err := readEvents(ctx, m, res.SessionID)
-		if err != nil {
-			t.Fatal(err)
-		}
+		evs := sessiontest.Events(t, m.c, meshNames, res.SessionID)
 		asked := false
 		for _, ev := range evs {
 			asked = asked || ev.Type == protocol.EvDecision && strings.Contains(ev.Text, "report through finish")
@@ -775,7 +762,7 @@ func TestGovernance(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		pids := readPIDs(ctx, t, filepath.Join(m.pids, "cli.pid"))
+		pids := readPIDs(t, filepath.Join(m.pids, "cli.pid"))
 		began := time.Now()
 		_ = cmd.Process.Signal(syscall.SIGINT)
 		err := cmd.Wait()

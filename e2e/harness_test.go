@@ -13,15 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/embedded"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
-	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 // programs are what binaries builds: every role, the CLI and the tools' trampoline.
@@ -110,17 +106,26 @@ func startIn(t *testing.T, dir string, env []string, name, bin string, args ...s
 
 // stop asks the process to shut down and kills it if it does not.
 func (p *proc) stop() {
-	select {
-	case <-p.done:
+	if p.exited() {
 		return
-	default:
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
+	// the duration is the point: the grace a role has to shut down on SIGTERM before the kill.
 	case <-time.After(10 * time.Second):
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
+	}
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -178,31 +183,8 @@ func connect(t *testing.T, url string) *bus.Conn {
 	return c
 }
 
-// submit sends a task through the gateway subject and returns its session id.
-func submit(ctx context.Context, c *bus.Conn, task, session string) (string, error) {
-	names := protocol.NewNames("")
-	var rep protocol.SubmitReply
-	if err := bus.Request(ctx, c.NC, names.Submit(), &protocol.SubmitRequest{Task: task, SessionID: session, Caller: "e2e"}, &rep, 5*time.Second); err != nil {
-		return "", err
-	}
-	if rep.Error != "" {
-		return "", fmt.Errorf("submit refused: %s", rep.Error)
-	}
-	return rep.SessionID, nil
-}
-
-// waitSession follows a session's trace until its usage event and returns every event.
-func waitSession(ctx context.Context, c *bus.Conn, session string) ([]protocol.Event, error) {
-	var events []protocol.Event
-	err := trace.Follow(ctx, c.JS, protocol.NewNames(""), session, func(ev protocol.Event) bool {
-		events = append(events, ev)
-		return ev.Type != protocol.EvUsage
-	})
-	if err != nil {
-		return events, fmt.Errorf("session %s: %w (saw %d events)", session, err, len(events))
-	}
-	return events, nil
-}
+// meshNames are the names every e2e mesh runs under: the default, no prefix.
+var meshNames = protocol.NewNames("")
 
 // writeProject writes agent.yaml and script.yaml into a temp folder and returns the config path.
 func writeProject(t *testing.T, agentYAML, script string) string {
@@ -219,42 +201,6 @@ func writeProject(t *testing.T, agentYAML, script string) string {
 	return p
 }
 
-// waitAgent waits until an executor has registered agent in the agents KV, so the gateway
-// accepts its tasks; processes start in any order.
-// openKV opens a bucket of the mesh once it exists: a mesh takes connections before its buckets
-// do (`skein up` listens first, then its roles make what they use).
-func openKV(t *testing.T, ctx context.Context, c *bus.Conn, bucket string) jetstream.KeyValue {
-	t.Helper()
-	var kv jetstream.KeyValue
-	poll.Eventually(t, time.Minute, "bucket "+bucket, func() error {
-		var err error
-		kv, err = bus.KV(ctx, c.JS, protocol.NewNames(""), bucket)
-		return err
-	})
-	return kv
-}
-
-func waitAgent(t *testing.T, c *bus.Conn, agent string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	w, err := openKV(t, ctx, c, protocol.BucketAgents).Watch(ctx, agent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case e := <-w.Updates():
-			if e != nil {
-				return
-			}
-		case <-ctx.Done():
-			t.Fatalf("no executor registered agent %q within a minute", agent)
-		}
-	}
-}
-
 // effectLog is the side-effect log the effect tool appends to: made here, writable by all,
 // since each call runs as a uid of its own when the tests run as root.
 func effectLog(t *testing.T) string {
@@ -267,65 +213,6 @@ func effectLog(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// waitTools waits until a toolhost has published every one of names to the tools catalog, so
-// that an executor offers them: a toolhost probes its sandbox before it publishes, and the
-// agent and its pullers may be there first.
-func waitTools(t *testing.T, c *bus.Conn, names ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	kv := openKV(t, ctx, c, protocol.BucketTools)
-	for _, name := range names {
-		w, err := kv.Watch(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for found := false; !found; {
-			select {
-			case e := <-w.Updates():
-				found = e != nil
-			case <-ctx.Done():
-				t.Fatalf("no toolhost published tool %q within a minute", name)
-			}
-		}
-		_ = w.Stop()
-	}
-}
-
-// waitPullers waits until n processes are pulling from the agent's shared executor consumer.
-func waitPullers(t *testing.T, c *bus.Conn, agent string, n int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	names := protocol.NewNames("")
-	// What the last look found, for the failure message.
-	last := "no answer"
-	for {
-		cons, err := c.JS.Consumer(ctx, names.Stream(protocol.StreamWork), names.ExecutorConsumer(agent))
-		if err == nil {
-			var info *jetstream.ConsumerInfo
-			if info, err = cons.Info(ctx); err == nil {
-				if info.NumWaiting >= n {
-					return
-				}
-				leader := ""
-				if info.Cluster != nil {
-					leader = info.Cluster.Leader
-				}
-				last = fmt.Sprintf("%d pull requests waiting, %d pending, leader %q", info.NumWaiting, info.NumPending, leader)
-			}
-		}
-		if err != nil && ctx.Err() == nil {
-			last = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("fewer than %d executors pulling work for %q within a minute (last look: %s)", n, agent, last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // waitMemoryd waits until memoryd answers its health check.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/protocol/contract"
@@ -36,7 +37,7 @@ func TestLongIDsAtEveryDoorLeaveEveryRoleServing(t *testing.T) {
 	}
 	httpAddr := freePort(t)
 	m := startUp(t, writeProject(t, soakAgent, soakScript), "--http", httpAddr)
-	waitAgent(t, m.c, "assistant")
+	bustest.WaitAgent(t, m.c, meshNames, "assistant")
 	waitMemoryd(t, m.c)
 	creds := auth.Dir(m.home)
 	as := func(id auth.Identity) *bus.Conn {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -35,7 +38,7 @@ memory:
 	env := []string{"SKEIN_HOME=" + t.TempDir()}
 	start(t, env, "executor", "executor", "--nats", url, "--config", cfg)
 	start(t, env, "gateway", "gateway", "--nats", url, "--config", cfg)
-	waitAgent(t, c, "idler")
+	bustest.WaitAgent(t, c, meshNames, "idler")
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -76,7 +79,7 @@ memory:
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(ctx, t, "the session to be submitted", func() bool {
+	poll.True(t, time.Minute, "the session to be submitted", func() bool {
 		_, err := kv.Get(ctx, "idle-1")
 		return err == nil
 	})
@@ -84,11 +87,14 @@ memory:
 	await("cancelling session")
 	go func() { done <- cmd.Wait() }()
 	// The cancel cannot end a session no planner holds: the first Ctrl-C leaves run waiting.
-	select {
-	case err := <-done:
-		t.Fatalf("skein run left after the first Ctrl-C: %v", err)
-	case <-time.After(time.Second):
-	}
+	poll.Quiet(t, time.Second, "skein run waiting after the first Ctrl-C", func() error {
+		select {
+		case err := <-done:
+			return fmt.Errorf("it left: %v", err)
+		default:
+			return nil
+		}
+	})
 	began := time.Now()
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	select {

@@ -14,12 +14,14 @@ import (
 	"github.com/milvus-io/milvus-sdk-go/v2/entity"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore"
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore/milvustest"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -112,7 +114,7 @@ func learningLoop(t *testing.T, edit func(string) string) {
 	for _, role := range []string{"toolhost", "executor", "memoryd", "miner", "planner", "gateway"} {
 		start(t, env, role, role, args...)
 	}
-	waitAgent(t, c, "greeter")
+	bustest.WaitAgent(t, c, meshNames, "greeter")
 	waitMemoryd(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -170,9 +172,7 @@ func learningLoop(t *testing.T, edit func(string) string) {
 // runAndWaitMined submits the demo task and follows its trace until the miner's usage event.
 func runAndWaitMined(ctx context.Context, t *testing.T, c *bus.Conn, session string) []protocol.Event {
 	t.Helper()
-	if _, err := submit(ctx, c, "Greet Ada", session); err != nil {
-		t.Fatal(err)
-	}
+	sessiontest.Submit(t, c, meshNames, protocol.SubmitRequest{Task: "Greet Ada", SessionID: session, Caller: "e2e"})
 	var evs []protocol.Event
 	err := trace.Follow(ctx, c.JS, protocol.NewNames(""), session, func(ev protocol.Event) bool {
 		evs = append(evs, ev)

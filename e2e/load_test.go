@@ -27,6 +27,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -69,7 +70,7 @@ func (r sessionResult) latency() time.Duration { return r.end.Sub(r.start) }
 // the session as `skein run` sees it (the miner works on afterwards).
 func runSession(ctx context.Context, c *bus.Conn, task string) sessionResult {
 	r := sessionResult{start: time.Now()}
-	id, err := submit(ctx, c, task, "")
+	id, err := sessiontest.Send(ctx, c, meshNames, protocol.SubmitRequest{Task: task, Caller: "e2e"})
 	if err != nil {
 		r.err, r.end = err, time.Now()
 		return r
@@ -182,7 +183,19 @@ func (s meshStats) String() string {
 
 func (m *upMesh) stats(ctx context.Context, t *testing.T) meshStats {
 	t.Helper()
-	s := meshStats{consumers: map[string]int{}}
+	s := meshStats{}
+	s.consumers, s.backlog = m.queues(ctx, t)
+	s.goroutines = goroutines(t, m.pprof)
+	s.heapMB = liveHeapMB(t, m.pprof)
+	s.rssKB, s.cpu = procUsage(m.p.cmd.Process.Pid)
+	return s
+}
+
+// queues counts the consumers of each of the mesh's streams and the messages they have not yet
+// handled (pending and unacked): cheap enough to poll, unlike the rest of stats.
+func (m *upMesh) queues(ctx context.Context, t *testing.T) (map[string]int, int) {
+	t.Helper()
+	consumers, backlog := map[string]int{}, 0
 	for _, name := range []string{protocol.StreamTasks, protocol.StreamWork, protocol.StreamResults, protocol.StreamTrace, protocol.StreamUsage, protocol.StreamDLQ} {
 		st, err := m.c.JS.Stream(ctx, m.names.Stream(name))
 		if err != nil {
@@ -192,15 +205,12 @@ func (m *upMesh) stats(ctx context.Context, t *testing.T) meshStats {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.consumers[name] = info.State.Consumers
+		consumers[name] = info.State.Consumers
 		for ci := range st.ListConsumers(ctx).Info() {
-			s.backlog += int(ci.NumPending) + ci.NumAckPending
+			backlog += int(ci.NumPending) + ci.NumAckPending
 		}
 	}
-	s.goroutines = goroutines(t, m.pprof)
-	s.heapMB = liveHeapMB(t, m.pprof)
-	s.rssKB, s.cpu = procUsage(m.p.cmd.Process.Pid)
-	return s
+	return consumers, backlog
 }
 
 // liveHeapMB reads the in-use heap from a --pprof endpoint, after a GC.

@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -119,7 +121,7 @@ func TestMCPServersAsToolsThroughTheMesh(t *testing.T) {
 	start(t, env, "executor", "executor", args...)
 	start(t, env, "planner", "planner", args...)
 	start(t, env, "gateway", "gateway", args...)
-	waitAgent(t, c, "assistant")
+	bustest.WaitAgent(t, c, meshNames, "assistant")
 	// The toolhost publishes a server's tools once the server has started and listed them.
 	poll.True(t, 2*time.Minute, "every server's tools in the catalogue", func() bool {
 		specs, _ := tools.Catalog(context.Background(), c.JS, protocol.NewNames(""), nil)
@@ -137,10 +139,8 @@ func TestMCPServersAsToolsThroughTheMesh(t *testing.T) {
 	defer cancel()
 	run := func(task, session string) []protocol.Event {
 		t.Helper()
-		if _, err := submit(ctx, c, task, session); err != nil {
-			t.Fatal(err)
-		}
-		evs, err := waitSession(ctx, c, session)
+		sessiontest.Submit(t, c, meshNames, protocol.SubmitRequest{Task: task, SessionID: session, Caller: "e2e"})
+		evs, err := sessiontest.Follow(ctx, c, meshNames, session)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,9 +182,7 @@ func TestMCPServersAsToolsThroughTheMesh(t *testing.T) {
 
 	// The crashy server is killed as soon as the call runs, and again whenever it is back, until
 	// the call has failed: the call cannot finish on a server started after it began.
-	if _, err := submit(ctx, c, "run the long job", "mcp-crash"); err != nil {
-		t.Fatal(err)
-	}
+	sessiontest.Submit(t, c, meshNames, protocol.SubmitRequest{Task: "run the long job", SessionID: "mcp-crash", Caller: "e2e"})
 	var killed []int
 	var mu sync.Mutex
 	failed := make(chan struct{})
@@ -201,6 +199,7 @@ func TestMCPServersAsToolsThroughTheMesh(t *testing.T) {
 							return
 						case <-ctx.Done():
 							return
+						// fault injection: the server is killed again within 20 ms of each start.
 						case <-time.After(20 * time.Millisecond):
 						}
 						for _, pid := range pidsWith(marker) {
@@ -219,7 +218,7 @@ func TestMCPServersAsToolsThroughTheMesh(t *testing.T) {
 			return true
 		})
 	}()
-	evs, err := waitSession(ctx, c, "mcp-crash")
+	evs, err := sessiontest.Follow(ctx, c, meshNames, "mcp-crash")
 	if err != nil {
 		t.Fatal(err)
 	}

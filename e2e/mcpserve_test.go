@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 const mcpServedAgent = `
@@ -86,7 +87,7 @@ func TestMCPServeWithThePythonSDK(t *testing.T) {
 	start(t, env, "executor", "executor", args...)
 	start(t, env, "planner", "planner", args...)
 	start(t, env, "gateway", "gateway", args...)
-	waitAgent(t, c, "greeter")
+	bustest.WaitAgent(t, c, meshNames, "greeter")
 	skein := filepath.Join(binaries(t), "skein")
 	client := filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "mcp_client.py")
 
@@ -130,7 +131,7 @@ func TestMCPServeWithThePythonSDK(t *testing.T) {
 			}
 		}
 		// The session ran through the gateway as an MCP client's.
-		evs := sessionEvents(t, c, h.Structured.SessionID)
+		evs := sessiontest.Events(t, c, meshNames, h.Structured.SessionID)
 		if len(evs) == 0 || evs[0].Type != protocol.EvSessionStarted || evs[0].Attrs["caller"] != "mcp" {
 			t.Errorf("%s: the session's first event: %+v", name, evs)
 		}
@@ -139,7 +140,7 @@ func TestMCPServeWithThePythonSDK(t *testing.T) {
 		}
 		// The cancelled request cancelled its session, which was waiting on a model call of 600 s.
 		poll.True(t, time.Minute, name+": the cancelled request's session ends cancelled", func() bool {
-			evs := sessionEvents(t, c, rep.CancelledSession)
+			evs := sessiontest.Events(t, c, meshNames, rep.CancelledSession)
 			return len(evs) > 0 && outcomeOf(evs) == protocol.OutcomeCancelled
 		})
 	}
@@ -158,13 +159,4 @@ func TestMCPServeWithThePythonSDK(t *testing.T) {
 		resp.Body.Close()
 	}
 	check("http", runClient("http", "http", "http://"+addr+"/mcp"))
-}
-
-// sessionEvents reads a session's trace as it is now.
-func sessionEvents(t *testing.T, c *bus.Conn, session string) []protocol.Event {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	evs, _ := waitSession(ctx, c, session)
-	return evs
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
 
@@ -128,11 +129,7 @@ func TestToolCallOverhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stdin.Close(); _ = echo.Wait() })
-	for deadline := time.Now().Add(20 * time.Second); !bytes.Contains(out.Bytes(), []byte("ready")); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("echo responder did not start")
-		}
-	}
+	poll.True(t, 20*time.Second, "the echo responder to start", func() bool { return bytes.Contains(out.Bytes(), []byte("ready")) })
 	payload := bytes.Repeat([]byte("x"), 200) // about a tool request's size
 	var bare []time.Duration
 	for round := 0; round < 5; round++ {

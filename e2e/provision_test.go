@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -47,13 +49,13 @@ func TestOperatorsEditSurvivesARoleRestart(t *testing.T) {
 	edit(90 * time.Minute)
 	env := []string{"SKEIN_HOME=" + t.TempDir()}
 	p := start(t, env, "planner", "planner", "--nats", url, "--config", cfg)
-	waitFor(ctx, t, "the planner's consumer", func() bool {
+	poll.True(t, bustest.ReadyTimeout, "the planner's consumer", func() bool {
 		_, err := c.JS.Consumer(ctx, names.Stream(protocol.StreamTasks), protocol.ConsumerPlanner)
 		return err == nil
 	})
 	p.stop()
-	start(t, env, "planner-again", "planner", "--nats", url, "--config", cfg)
-	time.Sleep(time.Second)
+	again := start(t, env, "planner-again", "planner", "--nats", url, "--config", cfg)
+	waitForLine(t, again, "planner ready") // it has provisioned the mesh before it says so
 	if got := age(); got != 90*time.Minute {
 		t.Fatalf("a role's start changed the operator's max_age of WORK to %v", got)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 )
 
@@ -94,7 +95,7 @@ memory:
 			extra = append(extra, start(t, cliEnv(t, t.TempDir()), fmt.Sprintf("executor-%d", len(extra)+2), "executor",
 				"--nats", m.url, "--config", cfg))
 		}
-		waitPullers(t, m.c, "assistant", n)
+		bustest.WaitPullers(t, m.c, meshNames, "assistant", n)
 		up0, ex0 := cpuOf()
 		rate, rs := measure(n)
 		up1, ex1 := cpuOf()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 )
@@ -46,7 +47,7 @@ func TestHTTPAPIMatchesItsOpenAPIDocument(t *testing.T) {
 	root := devtest.RepoRoot(t)
 	httpAddr := freePort(t)
 	m := startUp(t, writeProject(t, soakAgent, soakScript), "--http", httpAddr)
-	waitAgent(t, m.c, "assistant")
+	bustest.WaitAgent(t, m.c, meshNames, "assistant")
 	waitMemoryd(t, m.c)
 	token, err := os.ReadFile(filepath.Join(m.home, "http.token"))
 	if err != nil {

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 const spineAgent = `
@@ -59,9 +61,9 @@ func TestSpineAcrossProcesses(t *testing.T) {
 	start(t, env, "executor-2", "executor", args...)
 	start(t, env, "planner", "planner", args...)
 	start(t, env, "gateway", "gateway", args...)
-	waitAgent(t, c, "assistant")
-	waitPullers(t, c, "assistant", 2)
-	waitTools(t, c, "sum", "echo", "wordcount")
+	bustest.WaitAgent(t, c, meshNames, "assistant")
+	bustest.WaitPullers(t, c, meshNames, "assistant", 2)
+	bustest.WaitTools(t, c, meshNames, "sum", "echo", "wordcount")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -79,11 +81,11 @@ func TestSpineAcrossProcesses(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("spine-%02d", i)
-			if _, err := submit(ctx, c, fmt.Sprintf("compute task %d", i), id); err != nil {
+			if _, err := sessiontest.Send(ctx, c, meshNames, protocol.SubmitRequest{Task: fmt.Sprintf("compute task %d", i), SessionID: id, Caller: "e2e"}); err != nil {
 				results[i] = outcome{session: id, err: err}
 				return
 			}
-			evs, err := waitSession(ctx, c, id)
+			evs, err := sessiontest.Follow(ctx, c, meshNames, id)
 			results[i] = outcome{session: id, events: evs, err: err}
 		}()
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -21,8 +20,6 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // The scripted model keeps the notes (the secret word, when the turns it is shown hold it) and
 // answers the question from whatever its prompt holds: the conversation's summary, or a
@@ -48,7 +45,7 @@ func TestCompactedFactsReachALaterSession(t *testing.T) {
 	ready, done := make(chan struct{}), make(chan error, 1)
 	go func() {
 		done <- memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: config.Default(),
-			Embedder: embedtest.Hash{}, Ready: ready, Logger: quiet()})
+			Embedder: embedtest.Hash{}, Ready: ready, Logger: slog.New(slog.DiscardHandler)})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -70,7 +67,7 @@ func TestCompactedFactsReachALaterSession(t *testing.T) {
 	cfg.Agent.Name = "assistant"
 	cfg.Miner.Enabled = false
 	cfg.LLM.ContextWindow, cfg.LLM.MaxTokens = 1200, 200
-	x, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: quiet(),
+	x, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
 		ID: "ex-facts", Backend: scripted.FromScript(s)})
 	if err != nil {
 		t.Fatal(err)

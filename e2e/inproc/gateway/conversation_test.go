@@ -11,13 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/skein-mesh/skein/executor"
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/trace"
 	"github.com/skein-mesh/skein/planner"
 )
@@ -99,42 +99,14 @@ func (c *chat) send(t *testing.T, session, text, turn string) protocol.SubmitRep
 // answer waits for a turn to end and returns its answer and its usage events.
 func (c *chat) answer(t *testing.T, session string) (string, []protocol.Event) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	evs := sessiontest.WaitEnd(t, c.mesh.Conn, c.mesh.Names, session)
 	var final string
-	var usage []protocol.Event
-	err := trace.Follow(ctx, c.mesh.Conn.JS, c.mesh.Names, session, func(ev protocol.Event) bool {
+	for _, ev := range evs {
 		if ev.Type.Terminal() {
 			final = ev.Text
 		}
-		if ev.Type == protocol.EvUsage {
-			usage = append(usage, ev)
-			return false
-		}
-		return true
-	})
-	if err != nil {
-		t.Fatalf("turn %s did not end: %v", session, err)
 	}
-	return final, usage
-}
-
-func (c *chat) session(t *testing.T, id string) protocol.Session {
-	t.Helper()
-	ctx := testCtx(t)
-	kv, err := c.mesh.Conn.JS.KeyValue(ctx, c.mesh.Names.Bucket(protocol.BucketSessions))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := kv.Get(ctx, id)
-	if err != nil {
-		t.Fatalf("session %s: %v", id, err)
-	}
-	var s protocol.Session
-	if err := protocol.Unmarshal(e.Value(), &s); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return final, sessiontest.Of(evs, protocol.EvUsage, "")
 }
 
 // "yes" and then "yes" again are two turns, each answered; the second message's submit tried
@@ -160,7 +132,7 @@ func TestRepeatedMessageIsANewTurn(t *testing.T) {
 	if len(usage) != 1 || usage[0].Report == nil || usage[0].Report.Calls != 1 {
 		t.Fatalf("second turn's usage events %+v, want one, of one model call", usage)
 	}
-	if root := c.session(t, "yes-chat"); root.TurnCount != 2 || root.LastTurn != "yes-chat-2" {
+	if root := sessiontest.Record(t, c.mesh.Conn, c.mesh.Names, "yes-chat"); root.TurnCount != 2 || root.LastTurn != "yes-chat-2" {
 		t.Fatalf("the conversation counts %d turns (latest %s), want 2", root.TurnCount, root.LastTurn)
 	}
 }
@@ -182,10 +154,10 @@ func TestForkSeesTheTranscriptUpToItsTurn(t *testing.T) {
 	if text, _ := c.answer(t, "branch"); text != "You said one and two." {
 		t.Fatalf("the fork answered %q, want only turns 1 and 2", text)
 	}
-	if rec := c.session(t, "branch"); rec.ForkedFrom != "orig-2" || rec.Previous != "orig-2" || rec.Conversation != "" {
+	if rec := sessiontest.Record(t, c.mesh.Conn, c.mesh.Names, "branch"); rec.ForkedFrom != "orig-2" || rec.Previous != "orig-2" || rec.Conversation != "" {
 		t.Fatalf("fork record %+v", rec)
 	}
-	if root := c.session(t, "orig"); root.TurnCount != 4 || root.LastTurn != "orig-4" {
+	if root := sessiontest.Record(t, c.mesh.Conn, c.mesh.Names, "orig"); root.TurnCount != 4 || root.LastTurn != "orig-4" {
 		t.Fatalf("the original conversation changed: %d turns, latest %s", root.TurnCount, root.LastTurn)
 	}
 	next := c.send(t, "orig", "what have I said?", "o5")

@@ -19,6 +19,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/memory/retrieve"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
@@ -122,10 +123,7 @@ func TestMineSessionCarriesRealErrorAndIsIdempotent(t *testing.T) {
 	}
 	// Re-mining published nothing twice: one mined and one miner usage event in the trace, one
 	// mining total in USAGE.
-	evs, err := trace.Read(ctx, e.m.Conn.JS, e.m.Names, "sess-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := sessiontest.Events(t, e.m.Conn, e.m.Names, "sess-1")
 	closing := 0
 	for _, ev := range evs {
 		if ev.Role == protocol.RoleMiner && (ev.Type == protocol.EvMined || ev.Type == protocol.EvUsage) {
@@ -294,10 +292,7 @@ func TestCompressionRegeneratesThenCutsAndCountsTokens(t *testing.T) {
 	if res.Usage.InputTokens != 200 {
 		t.Fatalf("usage %+v", res.Usage)
 	}
-	evs, err := trace.Read(ctx, e.m.Conn.JS, e.m.Names, "m1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := sessiontest.Events(t, e.m.Conn, e.m.Names, "m1")
 	n := 0
 	for _, ev := range evs {
 		if ev.Type == protocol.EvModelCall && ev.Role == protocol.RoleMiner && ev.Usage != nil && ev.Model == "chatty-1" {

@@ -6,22 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/govern"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/planner"
 )
 
 func (r *rig) submitBudget(t *testing.T, session, task string, b protocol.Budget) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var reply protocol.SubmitReply
-	err := bus.Request(ctx, r.m.Conn.NC, r.m.Names.Submit(),
-		&protocol.SubmitRequest{SessionID: session, Agent: agent, Task: task, Budget: &b}, &reply, 2*time.Second)
-	if err != nil || reply.Error != "" {
-		t.Fatalf("submit: %v %s", err, reply.Error)
-	}
+	sessiontest.Submit(t, r.m.Conn, r.m.Names, protocol.SubmitRequest{SessionID: session, Agent: agent, Task: task, Budget: &b})
 }
 
 // The planning call is charged to the session's ledger entry like the executors' calls: one
@@ -31,17 +24,17 @@ func TestPlanningCallIsChargedToTheSessionsLedger(t *testing.T) {
 	const sid = "s-plan-charged"
 	r.submitBudget(t, sid, fruitTask, protocol.Budget{MaxTurns: 50})
 	r.serve(t)
-	evs := r.awaitEnd(t, sid)
-	if end := only(t, evs, protocol.EvFinal, protocol.RolePlanner); end.Outcome != protocol.OutcomeSuccess {
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
+	if end := sessiontest.Only(t, evs, protocol.EvFinal, protocol.RolePlanner); end.Outcome != protocol.OutcomeSuccess {
 		t.Fatalf("outcome %s (%s)", end.Outcome, end.Reason)
 	}
 	var calls int
 	var input int64
-	for _, ev := range eventsOf(evs, protocol.EvModelCall, "") {
+	for _, ev := range sessiontest.Of(evs, protocol.EvModelCall, "") {
 		calls++
 		input += ev.Usage.InputTokens + ev.Usage.CacheCreationInputTokens + ev.Usage.CacheReadInputTokens
 	}
-	if calls != 4 || len(eventsOf(evs, protocol.EvModelCall, protocol.RolePlanner)) != 1 {
+	if calls != 4 || len(sessiontest.Of(evs, protocol.EvModelCall, protocol.RolePlanner)) != 1 {
 		t.Fatalf("%d model calls; want the planning call and one per step", calls)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -66,15 +59,15 @@ func TestSpentBudgetIsNotPlanned(t *testing.T) {
 	const sid = "s-plan-spent"
 	r.submitBudget(t, sid, fruitTask, protocol.Budget{DeadlineS: 0.001})
 	r.serve(t)
-	evs := r.awaitEnd(t, sid)
-	if n := len(eventsOf(evs, protocol.EvModelCall, protocol.RolePlanner)); n != 0 {
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
+	if n := len(sessiontest.Of(evs, protocol.EvModelCall, protocol.RolePlanner)); n != 0 {
 		t.Fatalf("%d planning calls for a session past its deadline", n)
 	}
-	dec := only(t, evs, protocol.EvDecision, protocol.RolePlanner)
+	dec := sessiontest.Only(t, evs, protocol.EvDecision, protocol.RolePlanner)
 	if !strings.Contains(dec.Text, "not planning: budget deadline_s reached") {
 		t.Fatalf("decision %q; want it to name the limit", dec.Text)
 	}
-	if end := only(t, evs, protocol.EvIncomplete, protocol.RolePlanner); end.Outcome != protocol.OutcomeBudgetExceeded {
+	if end := sessiontest.Only(t, evs, protocol.EvIncomplete, protocol.RolePlanner); end.Outcome != protocol.OutcomeBudgetExceeded {
 		t.Fatalf("outcome %s (%s); want budget_exceeded", end.Outcome, end.Reason)
 	}
 }

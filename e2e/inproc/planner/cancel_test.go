@@ -2,12 +2,14 @@ package planner_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/planner"
 )
 
@@ -28,38 +30,47 @@ func TestCancelledSessionStartsNoQueuedStep(t *testing.T) {
 	if err := bus.Request(ctx, r.m.Conn.NC, r.m.Names.Cancel(), &protocol.CancelRequest{SessionID: sid, By: "tester", Reason: "stop"}, &rep, 5*time.Second); err != nil || rep.Error != "" {
 		t.Fatalf("cancel: %v %s", err, rep.Error)
 	}
-	evs := r.awaitEnd(t, sid)
-	end := only(t, evs, protocol.EvIncomplete, protocol.RolePlanner)
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
+	end := sessiontest.Only(t, evs, protocol.EvIncomplete, protocol.RolePlanner)
 	if end.Outcome != protocol.OutcomeCancelled || end.Reason != "cancelled by tester: stop" {
 		t.Fatalf("end %s %q; want cancelled by tester", end.Outcome, end.Reason)
 	}
 	r.serve(t)
-	// The executor takes the two queued steps and drops them: the session is over.
-	time.Sleep(time.Second)
-	all, err := trace.Read(ctx, r.m.Conn.JS, r.m.Names, sid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range all {
-		if ev.Type == protocol.EvStepStarted {
-			t.Fatalf("a step of the cancelled session started: %+v", ev)
+	// The executor takes the two queued steps and drops them: the session is over. Once it has
+	// handled both, the dependent step must not be published nor any step start for a second.
+	poll.Eventually(t, 30*time.Second, "the executor to take the queued steps", func() error {
+		cons, err := r.m.Conn.JS.Consumer(ctx, r.m.Names.Stream(protocol.StreamWork), r.m.Names.ExecutorConsumer(agent))
+		if err != nil {
+			return err
 		}
-	}
-	for {
-		select {
-		case msg := <-r.wire:
-			if msg.Subject == r.m.Names.Work(agent) {
-				var st protocol.Step
-				if protocol.Unmarshal(msg.Data, &st) == nil && st.StepID == "s3" {
-					t.Fatal("the dependent step was published after the cancel")
-				}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumPending > 0 || info.NumAckPending > 0 {
+			return fmt.Errorf("%d steps waiting, %d unacknowledged", info.NumPending, info.NumAckPending)
+		}
+		return nil
+	})
+	poll.Quiet(t, time.Second, "the cancelled session running nothing", func() error {
+		for _, ev := range sessiontest.Events(t, r.m.Conn, r.m.Names, sid) {
+			if ev.Type == protocol.EvStepStarted {
+				return fmt.Errorf("a step of the cancelled session started: %+v", ev)
 			}
-			continue
-		default:
 		}
-		break
-	}
-	if s := r.session(t, sid); s.Status != protocol.StatusDone || s.Outcome != protocol.OutcomeCancelled {
+		for {
+			select {
+			case msg := <-r.wire:
+				var st protocol.Step
+				if msg.Subject == r.m.Names.Work(agent) && protocol.Unmarshal(msg.Data, &st) == nil && st.StepID == "s3" {
+					return fmt.Errorf("the dependent step was published after the cancel")
+				}
+			default:
+				return nil
+			}
+		}
+	})
+	if s := sessiontest.Record(t, r.m.Conn, r.m.Names, sid); s.Status != protocol.StatusDone || s.Outcome != protocol.OutcomeCancelled {
 		t.Fatalf("session record %s %s", s.Status, s.Outcome)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/worker"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/planner"
 )
 
@@ -38,8 +39,8 @@ func TestASessionWhoseStepIsDeadLetteredEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = w.Run(ctx) }()
-	evs := r.awaitEnd(t, "dead-step")
-	failed := only(t, evs, protocol.EvFailed, protocol.RolePlanner)
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, "dead-step")
+	failed := sessiontest.Only(t, evs, protocol.EvFailed, protocol.RolePlanner)
 	if failed.Outcome != protocol.OutcomeFailed || !strings.Contains(failed.Reason, "its step s1 was dead-lettered") ||
 		!strings.Contains(failed.Reason, "the step is poisoned") {
 		t.Fatalf("failed event %+v, want outcome failed with the dead letter's reason", failed)
@@ -81,13 +82,13 @@ func TestASessionWhoseTaskIsDeadLetteredEnds(t *testing.T) {
 	if _, err := r.m.Conn.JS.PublishMsg(ctx, dead); err != nil {
 		t.Fatal(err)
 	}
-	evs := r.awaitEnd(t, "dead-task")
-	failed := only(t, evs, protocol.EvFailed, protocol.RolePlanner)
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, "dead-task")
+	failed := sessiontest.Only(t, evs, protocol.EvFailed, protocol.RolePlanner)
 	if failed.Outcome != protocol.OutcomeFailed || !strings.Contains(failed.Reason, "its task was dead-lettered after 10 deliveries") ||
 		!strings.Contains(failed.Reason, "the planning model is down") {
 		t.Fatalf("failed event %+v, want outcome failed with the dead letter's reason", failed)
 	}
-	if s := r.session(t, "dead-task"); s.Status != protocol.StatusDone && s.Status != protocol.StatusRunning {
+	if s := sessiontest.Record(t, r.m.Conn, r.m.Names, "dead-task"); s.Status != protocol.StatusDone && s.Status != protocol.StatusRunning {
 		t.Errorf("session status %s after its end event", s.Status)
 	}
 }

@@ -2,7 +2,7 @@ package planner_test
 
 import (
 	"context"
-	"io"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,18 +14,15 @@ import (
 
 	"github.com/skein-mesh/skein/executor"
 	"github.com/skein-mesh/skein/gateway"
-	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/planner"
 )
 
 const agent = "tester"
-
-// quiet drops service logs; tests assert on traces and session state.
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // rig is an in-process mesh: real NATS, gateway, planner and executor, all on the scripted model.
 // The executor is registered at start but pulls work only after serve, so a test can look at
@@ -71,16 +68,16 @@ func startRig(t *testing.T, mode, script string, tweaks ...func(*config.Config))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	x, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg,
-		Logger: quiet(), ID: "executor-under-test", Home: t.TempDir()})
+		Logger: slog.New(slog.DiscardHandler), ID: "executor-under-test", Home: t.TempDir()})
 	if err != nil {
 		t.Fatalf("executor: %v", err)
 	}
 	r.exec = x
 	run(t, "gateway", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: cfg, Logger: quiet()})
+		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler)})
 	})
 	run(t, "planner", func(ctx context.Context) error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: quiet(),
+		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
 			Home: t.TempDir(), ID: "planner-under-test"})
 	})
 	return r
@@ -107,14 +104,7 @@ func (r *rig) serve(t *testing.T) {
 
 func (r *rig) submit(t *testing.T, session, task string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var reply protocol.SubmitReply
-	err := bus.Request(ctx, r.m.Conn.NC, r.m.Names.Submit(),
-		&protocol.SubmitRequest{SessionID: session, Agent: agent, Task: task}, &reply, 2*time.Second)
-	if err != nil || reply.Error != "" {
-		t.Fatalf("submit: %v %s", err, reply.Error)
-	}
+	sessiontest.Submit(t, r.m.Conn, r.m.Names, protocol.SubmitRequest{SessionID: session, Agent: agent, Task: task})
 }
 
 // next returns the next WORK step or step result seen on the wire (exactly one is set).
@@ -138,60 +128,6 @@ func (r *rig) next(t *testing.T) (*protocol.Step, *protocol.StepResult) {
 		t.Fatal("nothing published on WORK or RESULTS")
 		return nil, nil
 	}
-}
-
-// awaitEnd follows the session's trace up to the planner's usage event and returns it all.
-func (r *rig) awaitEnd(t *testing.T, session string) []protocol.Event {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var evs []protocol.Event
-	err := trace.Follow(ctx, r.m.Conn.JS, r.m.Names, session, func(ev protocol.Event) bool {
-		evs = append(evs, ev)
-		return ev.Type != protocol.EvUsage
-	})
-	if err != nil {
-		t.Fatalf("session %s did not end: %v (events so far: %d)", session, err, len(evs))
-	}
-	return evs
-}
-
-func (r *rig) session(t *testing.T, id string) protocol.Session {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := bus.KV(ctx, r.m.Conn.JS, r.m.Names, protocol.BucketSessions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entry, err := kv.Get(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s protocol.Session
-	if err := protocol.Unmarshal(entry.Value(), &s); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func eventsOf(evs []protocol.Event, typ protocol.EventType, role string) []protocol.Event {
-	var out []protocol.Event
-	for _, ev := range evs {
-		if ev.Type == typ && (role == "" || ev.Role == role) {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
-func only(t *testing.T, evs []protocol.Event, typ protocol.EventType, role string) protocol.Event {
-	t.Helper()
-	got := eventsOf(evs, typ, role)
-	if len(got) != 1 {
-		t.Fatalf("%d %s events (role %q), want 1", len(got), typ, role)
-	}
-	return got[0]
 }
 
 const fruitTask = "Fruit inventory: how many pieces of fruit are in the basket?"
@@ -240,20 +176,16 @@ func TestForcePlanRunsIndependentStepsFirstAndKeepsTheTask(t *testing.T) {
 			t.Fatalf("step %s = %+v", id, st)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		s := r.session(t, sid)
-		if status(s, "s1") == protocol.StepPublished && status(s, "s2") == protocol.StepPublished {
-			if status(s, "s3") != protocol.StepPending {
-				t.Fatalf("s3 is %s before its dependencies ran", status(s, "s3"))
-			}
-			break
+	poll.Eventually(t, 30*time.Second, "the session plan to show s1 and s2 published", func() error {
+		s := sessiontest.Record(t, r.m.Conn, r.m.Names, sid)
+		if status(s, "s1") != protocol.StepPublished || status(s, "s2") != protocol.StepPublished {
+			return fmt.Errorf("plan %+v", s.Plan)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session plan never showed s1 and s2 published: %+v", s.Plan)
+		if status(s, "s3") != protocol.StepPending {
+			t.Fatalf("s3 is %s before its dependencies ran", status(s, "s3"))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 
 	r.serve(t)
 	var last protocol.Step
@@ -267,7 +199,7 @@ func TestForcePlanRunsIndependentStepsFirstAndKeepsTheTask(t *testing.T) {
 	// The planner records a result before it publishes what depends on it. (The order in which
 	// one watching connection sees the executor's result and the planner's step is the server's
 	// fan-out order, not the planner's, so the session record is what is checked.)
-	s := r.session(t, sid)
+	s := sessiontest.Record(t, r.m.Conn, r.m.Names, sid)
 	done := map[string]string{}
 	for _, p := range s.Plan {
 		if p.Status == protocol.StepDone {
@@ -288,27 +220,27 @@ func TestForcePlanRunsIndependentStepsFirstAndKeepsTheTask(t *testing.T) {
 		t.Fatalf("s3 context = %+v", last.Context)
 	}
 
-	evs := r.awaitEnd(t, sid)
-	final := only(t, evs, protocol.EvFinal, protocol.RolePlanner)
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
+	final := sessiontest.Only(t, evs, protocol.EvFinal, protocol.RolePlanner)
 	if final.Outcome != protocol.OutcomeSuccess || final.Text != "total=7" {
 		t.Fatalf("final = %q (%s), want total=7 (success): a step lost the task?", final.Text, final.Outcome)
 	}
-	plan := only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
+	plan := sessiontest.Only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
 	if len(plan) != 3 || plan[0].StepID != "s1" || plan[1].StepID != "s2" || plan[2].StepID != "s3" ||
 		plan[2].Instruction != "add the counts" || strings.Join(plan[2].DependsOn, ",") != "s1,s2" {
 		t.Fatalf("plan event = %+v", plan)
 	}
-	call := only(t, evs, protocol.EvModelCall, protocol.RolePlanner)
+	call := sessiontest.Only(t, evs, protocol.EvModelCall, protocol.RolePlanner)
 	if call.Usage == nil || call.Usage.InputTokens == 0 || call.Usage.OutputTokens == 0 || call.Model == "" {
 		t.Fatalf("planner model_call = %+v", call)
 	}
 	if _, ok := call.Attrs["cache_ttl"]; !ok {
 		t.Fatalf("planner model_call has no cache_ttl attr: %v", call.Attrs)
 	}
-	if n := len(eventsOf(evs, protocol.EvStepStarted, "")); n != 3 {
+	if n := len(sessiontest.Of(evs, protocol.EvStepStarted, "")); n != 3 {
 		t.Fatalf("%d steps started, want 3", n)
 	}
-	report := only(t, evs, protocol.EvUsage, protocol.RolePlanner).Report
+	report := sessiontest.Only(t, evs, protocol.EvUsage, protocol.RolePlanner).Report
 	pl := report.ByRole[protocol.RolePlanner]
 	if pl.InputTokens != call.Usage.InputTokens || pl.OutputTokens != call.Usage.OutputTokens {
 		t.Fatalf("usage by role planner = %+v, want the planner call's %+v", pl, *call.Usage)
@@ -317,13 +249,12 @@ func TestForcePlanRunsIndependentStepsFirstAndKeepsTheTask(t *testing.T) {
 		t.Fatalf("usage has no executor tokens: %+v", report.ByRole)
 	}
 	// The planner marks the session done just after its last events.
-	deadline = time.Now().Add(30 * time.Second)
-	for s := r.session(t, sid); s.Status != protocol.StatusDone || s.FinalText != "total=7"; s = r.session(t, sid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("session = %s %q, want done with total=7", s.Status, s.FinalText)
+	poll.Eventually(t, 30*time.Second, "the session done with total=7", func() error {
+		if s := sessiontest.Record(t, r.m.Conn, r.m.Names, sid); s.Status != protocol.StatusDone || s.FinalText != "total=7" {
+			return fmt.Errorf("session %s %q", s.Status, s.FinalText)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A plan that breaks the rules never fails the session: it runs as one step carrying the task,
@@ -339,21 +270,21 @@ rules:
 	const sid = "s-bad-plan"
 	r.submit(t, sid, "Summarize the weather report")
 	r.serve(t)
-	evs := r.awaitEnd(t, sid)
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
 
-	dec := only(t, evs, protocol.EvDecision, protocol.RolePlanner)
+	dec := sessiontest.Only(t, evs, protocol.EvDecision, protocol.RolePlanner)
 	if dec.Attrs["decision"] != "plan_fallback" || !strings.Contains(dec.Text, "not an earlier step") {
 		t.Fatalf("decision = %q %v", dec.Text, dec.Attrs)
 	}
-	plan := only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
+	plan := sessiontest.Only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
 	if len(plan) != 1 || plan[0].Instruction != "" || len(plan[0].DependsOn) != 0 {
 		t.Fatalf("fallback plan = %+v", plan)
 	}
-	if final := only(t, evs, protocol.EvFinal, protocol.RolePlanner); final.Text != "sunny" {
+	if final := sessiontest.Only(t, evs, protocol.EvFinal, protocol.RolePlanner); final.Text != "sunny" {
 		t.Fatalf("final = %q", final.Text)
 	}
 	// The rejected plan still cost tokens, and they are counted.
-	if u := only(t, evs, protocol.EvUsage, protocol.RolePlanner).Report.ByRole[protocol.RolePlanner]; u.InputTokens == 0 {
+	if u := sessiontest.Only(t, evs, protocol.EvUsage, protocol.RolePlanner).Report.ByRole[protocol.RolePlanner]; u.InputTokens == 0 {
 		t.Fatalf("planner tokens not counted: %+v", u)
 	}
 }
@@ -370,16 +301,16 @@ rules:
 	const sid = "s-auto-one"
 	r.submit(t, sid, "Say hi")
 	r.serve(t)
-	evs := r.awaitEnd(t, sid)
-	plan := only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
+	plan := sessiontest.Only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
 	if len(plan) != 1 || plan[0].StepID != "s1" || plan[0].Instruction != "" {
 		t.Fatalf("plan = %+v", plan)
 	}
-	if n := len(eventsOf(evs, protocol.EvDecision, protocol.RolePlanner)); n != 0 {
+	if n := len(sessiontest.Of(evs, protocol.EvDecision, protocol.RolePlanner)); n != 0 {
 		t.Fatalf("%d planner decisions for a valid one-item plan", n)
 	}
-	only(t, evs, protocol.EvModelCall, protocol.RolePlanner)
-	if final := only(t, evs, protocol.EvFinal, protocol.RolePlanner); final.Text != "hi" {
+	sessiontest.Only(t, evs, protocol.EvModelCall, protocol.RolePlanner)
+	if final := sessiontest.Only(t, evs, protocol.EvFinal, protocol.RolePlanner); final.Text != "hi" {
 		t.Fatalf("final = %q", final.Text)
 	}
 }
@@ -393,18 +324,18 @@ func TestModeOffMakesNoPlannerCall(t *testing.T) {
 	const sid = "s-mode-off"
 	r.submit(t, sid, fruitTask)
 	r.serve(t)
-	evs := r.awaitEnd(t, sid)
-	if n := len(eventsOf(evs, protocol.EvModelCall, protocol.RolePlanner)); n != 0 {
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
+	if n := len(sessiontest.Of(evs, protocol.EvModelCall, protocol.RolePlanner)); n != 0 {
 		t.Fatalf("%d planner model calls with planner.mode off", n)
 	}
-	plan := only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
+	plan := sessiontest.Only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
 	if len(plan) != 1 || plan[0].Instruction != "" {
 		t.Fatalf("plan = %+v", plan)
 	}
-	if final := only(t, evs, protocol.EvFinal, protocol.RolePlanner); final.Text != "seven" {
+	if final := sessiontest.Only(t, evs, protocol.EvFinal, protocol.RolePlanner); final.Text != "seven" {
 		t.Fatalf("final = %q", final.Text)
 	}
-	if u, ok := only(t, evs, protocol.EvUsage, protocol.RolePlanner).Report.ByRole[protocol.RolePlanner]; ok {
+	if u, ok := sessiontest.Only(t, evs, protocol.EvUsage, protocol.RolePlanner).Report.ByRole[protocol.RolePlanner]; ok {
 		t.Fatalf("planner tokens with planning off: %+v", u)
 	}
 }

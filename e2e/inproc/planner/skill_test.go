@@ -3,6 +3,7 @@ package planner_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/planner"
 )
 
@@ -53,7 +55,7 @@ func TestPlannerUsesAMatureSkill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	run(t, "memoryd", func(ctx context.Context) error {
-		return memoryd.Run(ctx, memoryd.Deps{Conn: r.m.Connect(t, "memoryd"), Names: r.m.Names, Config: r.cfg, Embedder: emb, Logger: quiet()})
+		return memoryd.Run(ctx, memoryd.Deps{Conn: r.m.Connect(t, "memoryd"), Names: r.m.Names, Config: r.cfg, Embedder: emb, Logger: slog.New(slog.DiscardHandler)})
 	})
 	mem := memoryd.Client{NC: r.m.Conn.NC, Names: r.m.Names, PerTry: 10 * time.Second}
 	skill := func(id, name, maturity string, conf float64) memory.Entry {
@@ -78,21 +80,21 @@ func TestPlannerUsesAMatureSkill(t *testing.T) {
 	const sid = "s-skill"
 	r.submit(t, sid, "Make the sales report for June from data/june.csv")
 	r.serve(t)
-	evs := r.awaitEnd(t, sid)
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
 	var used *protocol.Event
-	for _, ev := range eventsOf(evs, protocol.EvDecision, protocol.RolePlanner) {
+	for _, ev := range sessiontest.Of(evs, protocol.EvDecision, protocol.RolePlanner) {
 		if ev.Attrs["decision"] == "skill_template" {
 			used = &ev
 		}
 	}
 	if used == nil || used.Attrs["skill"] != "k-mature" || len(used.Recalled) != 1 || !strings.Contains(used.Text, "monthly-sales-report v2") {
-		t.Fatalf("no decision to plan from the mature skill: %+v", eventsOf(evs, protocol.EvDecision, ""))
+		t.Fatalf("no decision to plan from the mature skill: %+v", sessiontest.Of(evs, protocol.EvDecision, ""))
 	}
-	plan := only(t, evs, protocol.EvPlan, protocol.RolePlanner)
+	plan := sessiontest.Only(t, evs, protocol.EvPlan, protocol.RolePlanner)
 	if len(plan.Plan) != 2 || plan.Plan[0].StepID != "read" || plan.Plan[1].StepID != "report" {
 		t.Fatalf("plan %+v: want the skill's two steps", plan.Plan)
 	}
-	if end := only(t, evs, protocol.EvFinal, protocol.RolePlanner); end.Outcome != protocol.OutcomeSuccess || !strings.Contains(end.Text, "report r-6") {
+	if end := sessiontest.Only(t, evs, protocol.EvFinal, protocol.RolePlanner); end.Outcome != protocol.OutcomeSuccess || !strings.Contains(end.Text, "report r-6") {
 		t.Fatalf("end %+v", end)
 	}
 }

@@ -1,12 +1,15 @@
 package planner_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/planner"
 )
 
@@ -22,21 +25,20 @@ func TestSessionOfAnUnservedAgentEnds(t *testing.T) {
 	if st, _ := r.next(t); st == nil || st.SessionID != "unserved-1" {
 		t.Fatalf("want the session's step on WORK first, got %+v", st)
 	}
-	evs := r.awaitEnd(t, "unserved-1")
-	failed := only(t, evs, protocol.EvFailed, protocol.RolePlanner)
+	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, "unserved-1")
+	failed := sessiontest.Only(t, evs, protocol.EvFailed, protocol.RolePlanner)
 	if failed.Outcome != protocol.OutcomeFailed || !strings.Contains(failed.Reason, `no executor has served agent "tester"`) ||
 		!strings.Contains(failed.Reason, "mesh.queue_timeout") {
 		t.Fatalf("failed event %+v, want outcome failed naming the agent and mesh.queue_timeout", failed)
 	}
 	// The planner marks the session done just after its last events.
-	deadline := time.Now().Add(30 * time.Second)
-	for s := r.session(t, "unserved-1"); s.Status != protocol.StatusDone || s.Outcome != protocol.OutcomeFailed; s = r.session(t, "unserved-1") {
-		if time.Now().After(deadline) {
-			t.Fatalf("session %s / %s, want done / failed", s.Status, s.Outcome)
+	poll.Eventually(t, 30*time.Second, "the session done / failed", func() error {
+		if s := sessiontest.Record(t, r.m.Conn, r.m.Names, "unserved-1"); s.Status != protocol.StatusDone || s.Outcome != protocol.OutcomeFailed {
+			return fmt.Errorf("session %s / %s", s.Status, s.Outcome)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if got := eventsOf(evs, protocol.EvStepStarted, ""); len(got) != 0 {
+		return nil
+	})
+	if got := sessiontest.Of(evs, protocol.EvStepStarted, ""); len(got) != 0 {
 		t.Fatalf("a step started: %+v", got)
 	}
 }

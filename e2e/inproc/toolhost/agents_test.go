@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,15 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/skein-mesh/skein/executor"
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tools"
-	"github.com/skein-mesh/skein/pkg/trace"
 	"github.com/skein-mesh/skein/planner"
 	"github.com/skein-mesh/skein/toolhost"
 )
@@ -45,8 +42,6 @@ const helperScript = `rules:
   - when: {last: "two plus two"}
     reply: {text: "four"}
 `
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func agentConfig(t *testing.T, name, script string, maxDepth int, agents ...string) *config.Config {
 	t.Helper()
@@ -87,7 +82,7 @@ func miniMesh(t *testing.T) *bustest.Mesh {
 		}()
 	}
 
-	h, err := toolhost.New(ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: boss, Logger: quiet(), HostID: "agents-host"})
+	h, err := toolhost.New(ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), HostID: "agents-host"})
 	if err != nil {
 		t.Fatalf("toolhost: %v", err)
 	}
@@ -96,122 +91,38 @@ func miniMesh(t *testing.T) *bustest.Mesh {
 	}
 	goRun(func() error { return h.Serve(ctx) })
 	for _, cfg := range []*config.Config{boss, helper} {
-		ex, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor-"+cfg.Agent.Name), Names: m.Names, Config: cfg, Logger: quiet(), ID: "ex-" + cfg.Agent.Name})
+		ex, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor-"+cfg.Agent.Name), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), ID: "ex-" + cfg.Agent.Name})
 		if err != nil {
 			t.Fatalf("executor %s: %v", cfg.Agent.Name, err)
 		}
 		goRun(func() error { return ex.Serve(ctx) })
 	}
 	goRun(func() error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: boss, Logger: quiet()})
+		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler)})
 	})
 	goRun(func() error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: boss, Logger: quiet(), ID: "planner-test"})
+		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), ID: "planner-test"})
 	})
 	return m
 }
 
+// submit sends req once its agent is registered (the executors register as they start).
 func submit(t *testing.T, m *bustest.Mesh, req protocol.SubmitRequest) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	g, err := gateway.New(ctx, gateway.Deps{Conn: m.Conn, Names: m.Names})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The executors register their agents as they start; wait for both before submitting.
-	for {
-		r, err := g.Submit(ctx, req)
-		if err == nil {
-			return r.SessionID
-		}
-		if !strings.Contains(err.Error(), "unknown agent") || ctx.Err() != nil {
-			t.Fatalf("submit: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// waitDone reads a session's trace up to its planner's usage event.
-func waitDone(t *testing.T, m *bustest.Mesh, session string) []protocol.Event {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var evs []protocol.Event
-	err := trace.Follow(ctx, m.Conn.JS, m.Names, session, func(ev protocol.Event) bool {
-		evs = append(evs, ev)
-		return ev.Type != protocol.EvUsage
-	})
-	if err != nil {
-		t.Fatalf("session %s did not end: %v (events so far: %d)", session, err, len(evs))
-	}
-	return evs
-}
-
-func readTrace(t *testing.T, m *bustest.Mesh, session string) []protocol.Event {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	evs, err := trace.Read(ctx, m.Conn.JS, m.Names, session)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return evs
-}
-
-func only(t *testing.T, evs []protocol.Event, typ protocol.EventType) protocol.Event {
-	t.Helper()
-	var found []protocol.Event
-	for _, ev := range evs {
-		if ev.Type == typ {
-			found = append(found, ev)
-		}
-	}
-	if len(found) != 1 {
-		t.Fatalf("%d %s events, want 1: %+v", len(found), typ, evs)
-	}
-	return found[0]
-}
-
-func childSessions(t *testing.T, m *bustest.Mesh, parent string) []protocol.Session {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := m.Conn.JS.KeyValue(ctx, m.Names.Bucket(protocol.BucketSessions))
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := kv.Keys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		t.Fatal(err)
-	}
-	var out []protocol.Session
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s protocol.Session
-		if err := protocol.Unmarshal(e.Value(), &s); err != nil {
-			t.Fatal(err)
-		}
-		if s.Parent == parent {
-			out = append(out, s)
-		}
-	}
-	return out
+	bustest.WaitAgent(t, m.Conn, m.Names, req.Agent)
+	return sessiontest.Submit(t, m.Conn, m.Names, req)
 }
 
 func TestAgentAsTool(t *testing.T) {
 	m := miniMesh(t)
 	boss := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "Please ask the helper what two plus two is."})
-	evs := waitDone(t, m, boss)
+	evs := sessiontest.WaitEnd(t, m.Conn, m.Names, boss)
 
-	final := only(t, evs, protocol.EvFinal)
+	final := sessiontest.Only(t, evs, protocol.EvFinal, "")
 	if final.Outcome != protocol.OutcomeSuccess || !strings.Contains(final.Text, "four") {
 		t.Fatalf("boss ended %s with %q, want success quoting the helper", final.Outcome, final.Text)
 	}
-	call := only(t, evs, protocol.EvToolCall)
+	call := sessiontest.Only(t, evs, protocol.EvToolCall, "")
 	if call.Tool != "helper" || call.Result == nil || !call.Result.OK {
 		t.Fatalf("helper call = %+v", call)
 	}
@@ -227,15 +138,15 @@ func TestAgentAsTool(t *testing.T) {
 		t.Fatalf("helper result = %+v", res)
 	}
 
-	kids := childSessions(t, m, boss)
+	kids := sessiontest.Children(t, m.Conn, m.Names, boss)
 	if len(kids) != 1 || kids[0].SessionID != res.SessionID || kids[0].Agent != "helper" || kids[0].Depth != 1 {
 		t.Fatalf("children of %s = %+v, want the one helper session at depth 1", boss, kids)
 	}
 
 	// The helper's tokens are the boss's, under role subagent.
-	report := only(t, evs, protocol.EvUsage).Report
-	child := waitDone(t, m, res.SessionID)
-	childReport := only(t, child, protocol.EvUsage).Report
+	report := sessiontest.Only(t, evs, protocol.EvUsage, "").Report
+	child := sessiontest.WaitEnd(t, m.Conn, m.Names, res.SessionID)
+	childReport := sessiontest.Only(t, child, protocol.EvUsage, "").Report
 	if report == nil || childReport == nil {
 		t.Fatal("usage events carry no report")
 	}
@@ -259,10 +170,10 @@ func TestAgentAsTool(t *testing.T) {
 	if !strings.Contains(string(reply.Result), res.SessionID) {
 		t.Fatalf("retried call answered from %s, want %s", reply.Result, res.SessionID)
 	}
-	if kids := childSessions(t, m, boss); len(kids) != 1 {
+	if kids := sessiontest.Children(t, m.Conn, m.Names, boss); len(kids) != 1 {
 		t.Fatalf("after a retried call %s has %d children, want 1", boss, len(kids))
 	}
-	only(t, readTrace(t, m, res.SessionID), protocol.EvSessionStarted)
+	sessiontest.Only(t, sessiontest.Events(t, m.Conn, m.Names, res.SessionID), protocol.EvSessionStarted, "")
 }
 
 func TestAgentToolRefusedPastMaxDepth(t *testing.T) {
@@ -270,18 +181,18 @@ func TestAgentToolRefusedPastMaxDepth(t *testing.T) {
 	// The boss runs as a sub-agent already (depth 1); its helper call would be depth 2, past the
 	// helper's max_depth of 1.
 	boss := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "Please ask the helper what two plus two is.", Depth: 1})
-	evs := waitDone(t, m, boss)
-	call := only(t, evs, protocol.EvToolCall)
+	evs := sessiontest.WaitEnd(t, m.Conn, m.Names, boss)
+	call := sessiontest.Only(t, evs, protocol.EvToolCall, "")
 	if call.Result == nil || call.Result.OK || call.Result.Kind != protocol.ToolErrToolError ||
 		!strings.Contains(call.Result.Error, "allows 1") {
 		t.Fatalf("helper call past max_depth = %+v, want a tool_error naming the limit", call.Result)
 	}
 	// The boss could not get its answer, and says so through finish: not accomplished.
-	final := only(t, evs, protocol.EvIncomplete)
+	final := sessiontest.Only(t, evs, protocol.EvIncomplete, "")
 	if final.Outcome != protocol.OutcomeNotAccomplished || !strings.Contains(final.Text, "could not take it") {
 		t.Fatalf("boss ended %s with %q; its model should have read the refusal and reported it", final.Outcome, final.Text)
 	}
-	if kids := childSessions(t, m, boss); len(kids) != 0 {
+	if kids := sessiontest.Children(t, m.Conn, m.Names, boss); len(kids) != 0 {
 		t.Fatalf("a refused call started %+v", kids)
 	}
 }
@@ -297,7 +208,7 @@ func TestAgentToolChecksArguments(t *testing.T) {
 			t.Errorf("args %s: %+v, %v; want invalid_arguments", args, reply, err)
 		}
 	}
-	if kids := childSessions(t, m, "s-args"); len(kids) != 0 {
+	if kids := sessiontest.Children(t, m.Conn, m.Names, "s-args"); len(kids) != 0 {
 		t.Fatalf("bad arguments started %+v", kids)
 	}
 }

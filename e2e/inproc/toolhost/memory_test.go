@@ -3,6 +3,8 @@ package toolhost_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +18,9 @@ import (
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed/embedtest"
 	"github.com/skein-mesh/skein/pkg/memory"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
 
@@ -29,7 +33,7 @@ func withMemory(t *testing.T, m *bustest.Mesh) memoryd.Client {
 	done := make(chan error, 1)
 	conn := m.Connect(t, "memoryd")
 	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: conn, Names: m.Names, Config: config.Default(), Embedder: embedtest.Hash{}, Ready: ready, Logger: quiet()})
+		done <- memoryd.Run(ctx, memoryd.Deps{Conn: conn, Names: m.Names, Config: config.Default(), Embedder: embedtest.Hash{}, Ready: ready, Logger: slog.New(slog.DiscardHandler)})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -93,18 +97,18 @@ func TestSubagentFindingsReachTheParentsMemory(t *testing.T) {
 	mem := withMemory(t, m)
 
 	first := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "What is the vault code for Peru?"})
-	evs := waitDone(t, m, first)
-	if f := only(t, evs, protocol.EvFinal); f.Text != "4417, says the scout." {
+	evs := sessiontest.WaitEnd(t, m.Conn, m.Names, first)
+	if f := sessiontest.Only(t, evs, protocol.EvFinal, ""); f.Text != "4417, says the scout." {
 		t.Fatalf("first session answered %q", f.Text)
 	}
-	kids := childSessions(t, m, first)
+	kids := sessiontest.Children(t, m.Conn, m.Names, first)
 	if len(kids) != 1 {
 		t.Fatalf("children = %+v", kids)
 	}
 	child := kids[0].SessionID
 	// The scout's own note went to its own memory through remember, and its call is traced.
-	cEvs := waitDone(t, m, child)
-	if call := only(t, cEvs, protocol.EvToolCall); call.Tool != protocol.ToolRemember || call.Result == nil || !call.Result.OK {
+	cEvs := sessiontest.WaitEnd(t, m.Conn, m.Names, child)
+	if call := sessiontest.Only(t, cEvs, protocol.EvToolCall, ""); call.Tool != protocol.ToolRemember || call.Result == nil || !call.Result.OK {
 		t.Fatalf("scout's remember call = %+v", call)
 	}
 	if own := memoryOf(t, mem, "scout"); len(own) != 1 || own[0].Source != protocol.SourceRemembered || own[0].SourceSession != child {
@@ -131,7 +135,7 @@ func TestSubagentFindingsReachTheParentsMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := only(t, evs, protocol.EvToolCall)
+	call := sessiontest.Only(t, evs, protocol.EvToolCall, "")
 	if err := calls.Purge(ctx, call.CallID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatal(err)
 	}
@@ -151,8 +155,8 @@ func TestSubagentFindingsReachTheParentsMemory(t *testing.T) {
 
 	// The next session of the boss finds the finding in its prompt and uses it.
 	second := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "Tell me the vault code for Peru again."})
-	evs2 := waitDone(t, m, second)
-	if f := only(t, evs2, protocol.EvFinal); f.Text != "4417, from what the scout found before." {
+	evs2 := sessiontest.WaitEnd(t, m.Conn, m.Names, second)
+	if f := sessiontest.Only(t, evs2, protocol.EvFinal, ""); f.Text != "4417, from what the scout found before." {
 		t.Fatalf("second session answered %q, want it to use the remembered finding", f.Text)
 	}
 	for _, ev := range evs2 {
@@ -161,7 +165,7 @@ func TestSubagentFindingsReachTheParentsMemory(t *testing.T) {
 		}
 	}
 	var sources []string
-	for _, g := range only(t, evs2, protocol.EvRetrieval).Guidelines {
+	for _, g := range sessiontest.Only(t, evs2, protocol.EvRetrieval, "").Guidelines {
 		sources = append(sources, g.Source+"/"+g.SourceAgent)
 	}
 	if !strings.Contains(strings.Join(sources, ","), "subagent/scout") {
@@ -178,7 +182,7 @@ func TestSubagentWithoutShareLeavesTheParentsMemoryAlone(t *testing.T) {
 	m := agentMesh(t, boss, scout)
 	mem := withMemory(t, m)
 	first := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "What is the vault code for Peru?"})
-	if f := only(t, waitDone(t, m, first), protocol.EvFinal); f.Text != "4417, says the scout." {
+	if f := sessiontest.Only(t, sessiontest.WaitEnd(t, m.Conn, m.Names, first), protocol.EvFinal, ""); f.Text != "4417, says the scout." {
 		t.Fatalf("answered %q", f.Text)
 	}
 	if got := memoryOf(t, mem, "boss"); len(got) != 0 {
@@ -214,17 +218,17 @@ func TestRememberThenRecall(t *testing.T) {
 	withMemory(t, m)
 
 	first := submit(t, m, protocol.SubmitRequest{Agent: "notes", Task: "Note that billing deploys are on Tuesdays."})
-	if f := only(t, waitDone(t, m, first), protocol.EvFinal); f.Text != "Noted." {
+	if f := sessiontest.Only(t, sessiontest.WaitEnd(t, m.Conn, m.Names, first), protocol.EvFinal, ""); f.Text != "Noted." {
 		t.Fatalf("first session answered %q", f.Text)
 	}
 	second := submit(t, m, protocol.SubmitRequest{Agent: "notes", Task: "When do billing deploys go out?"})
-	evs := waitDone(t, m, second)
-	call := only(t, evs, protocol.EvToolCall)
+	evs := sessiontest.WaitEnd(t, m.Conn, m.Names, second)
+	call := sessiontest.Only(t, evs, protocol.EvToolCall, "")
 	if call.Tool != protocol.ToolRecall || call.Result == nil || !call.Result.OK ||
 		!strings.Contains(string(call.Result.Result), `"origin":"noted by this agent in session `+first+`"`) {
 		t.Fatalf("recall call = %+v, want the note with its origin", call.Result)
 	}
-	if f := only(t, evs, protocol.EvFinal); f.Text != "Deploys go out on Tuesdays (recalled)." {
+	if f := sessiontest.Only(t, evs, protocol.EvFinal, ""); f.Text != "Deploys go out on Tuesdays (recalled)." {
 		t.Fatalf("second session answered %q", f.Text)
 	}
 }
@@ -256,18 +260,18 @@ func TestMemoryNamespaceIsShared(t *testing.T) {
 	m := agentMesh(t, writer, reader)
 	mem := withMemory(t, m)
 	w := submit(t, m, protocol.SubmitRequest{Agent: "writer", Task: "Note that staging is read-only on Fridays."})
-	if f := only(t, waitDone(t, m, w), protocol.EvFinal); f.Text != "Noted." {
+	if f := sessiontest.Only(t, sessiontest.WaitEnd(t, m.Conn, m.Names, w), protocol.EvFinal, ""); f.Text != "Noted." {
 		t.Fatalf("writer answered %q", f.Text)
 	}
 	if team, own := memoryOf(t, mem, "team"), memoryOf(t, mem, "writer"); len(team) != 1 || len(own) != 0 {
 		t.Fatalf("team memory %+v, writer's own %+v; want the note in team only", team, own)
 	}
 	r := submit(t, m, protocol.SubmitRequest{Agent: "reader", Task: "Is staging writable today?"})
-	evs := waitDone(t, m, r)
-	if f := only(t, evs, protocol.EvFinal); f.Text != "Read-only on Fridays." {
+	evs := sessiontest.WaitEnd(t, m.Conn, m.Names, r)
+	if f := sessiontest.Only(t, evs, protocol.EvFinal, ""); f.Text != "Read-only on Fridays." {
 		t.Fatalf("reader answered %q; it should have recalled the writer's note", f.Text)
 	}
-	if st := only(t, evs, protocol.EvStepStarted); st.Attrs[protocol.AttrMemory] != "team" {
+	if st := sessiontest.Only(t, evs, protocol.EvStepStarted, ""); st.Attrs[protocol.AttrMemory] != "team" {
 		t.Fatalf("step_started attrs %v, want memory team for the miner", st.Attrs)
 	}
 }
@@ -298,24 +302,21 @@ func TestParentLearnsHowToUseTheChild(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- miner.Run(ctx, miner.Deps{Conn: m.Connect(t, "miner"), Names: m.Names, Config: boss, Logger: quiet(), NoModel: true})
+		done <- miner.Run(ctx, miner.Deps{Conn: m.Connect(t, "miner"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), NoModel: true})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
 	s := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "What is the vault code?"})
-	if f := only(t, waitDone(t, m, s), protocol.EvIncomplete); f.Outcome != protocol.OutcomeNotAccomplished || f.Text != "The scout could not find it." {
+	if f := sessiontest.Only(t, sessiontest.WaitEnd(t, m.Conn, m.Names, s), protocol.EvIncomplete, ""); f.Outcome != protocol.OutcomeNotAccomplished || f.Text != "The scout could not find it." {
 		t.Fatalf("boss ended %s with %q, want not_accomplished with its answer", f.Outcome, f.Text)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		for _, e := range memoryOf(t, mem, "boss") {
+	poll.Eventually(t, 60*time.Second, "a lesson about calling scout in boss's memory", func() error {
+		entries := memoryOf(t, mem, "boss")
+		for _, e := range entries {
 			if e.Polarity == protocol.PolarityAvoid && slices.Contains(e.Tools, "scout") && strings.Contains(e.Text, "names no country") {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("boss's memory %+v holds no lesson about calling scout", memoryOf(t, mem, "boss"))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("boss's memory holds %+v", entries)
+	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +15,9 @@ import (
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tools"
 	"github.com/skein-mesh/skein/planner"
 	"github.com/skein-mesh/skein/toolhost"
@@ -39,13 +43,13 @@ func agentMesh(t *testing.T, agents ...*config.Config) *bustest.Mesh {
 	for _, cfg := range agents {
 		name := cfg.Agent.Name
 		if len(cfg.Tools.Agents) > 0 {
-			h, err := toolhost.New(ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: cfg, Logger: quiet(), HostID: "host-" + name})
+			h, err := toolhost.New(ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), HostID: "host-" + name})
 			if err != nil {
 				t.Fatalf("toolhost of %s: %v", name, err)
 			}
 			goRun(func() error { return h.Serve(ctx) })
 		}
-		ex, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor-"+name), Names: m.Names, Config: cfg, Logger: quiet(),
+		ex, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor-"+name), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
 			ID: "ex-" + name, Concurrency: 1})
 		if err != nil {
 			t.Fatalf("executor %s: %v", name, err)
@@ -53,10 +57,10 @@ func agentMesh(t *testing.T, agents ...*config.Config) *bustest.Mesh {
 		goRun(func() error { return ex.Serve(ctx) })
 	}
 	goRun(func() error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: agents[0], Logger: quiet()})
+		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: agents[0], Logger: slog.New(slog.DiscardHandler)})
 	})
 	goRun(func() error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: agents[0], Logger: quiet(), ID: "planner-test"})
+		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: agents[0], Logger: slog.New(slog.DiscardHandler), ID: "planner-test"})
 	})
 	return m
 }
@@ -84,7 +88,7 @@ func descendants(t *testing.T, m *bustest.Mesh, root string) []protocol.Session 
 	var out []protocol.Session
 	queue := []string{root}
 	for len(queue) > 0 {
-		kids := childSessions(t, m, queue[0])
+		kids := sessiontest.Children(t, m.Conn, m.Names, queue[0])
 		queue = queue[1:]
 		for _, k := range kids {
 			out = append(out, k)
@@ -105,8 +109,8 @@ func TestAgentChainWithinDepthLimit(t *testing.T) {
 	a := agentConfig(t, "a", relayScript("b"), 2, "b")
 	m := agentMesh(t, a, b, c)
 	root := submit(t, m, protocol.SubmitRequest{Agent: "a", Task: "Please relay the question down."})
-	evs := waitDone(t, m, root)
-	final := only(t, evs, protocol.EvFinal)
+	evs := sessiontest.WaitEnd(t, m.Conn, m.Names, root)
+	final := sessiontest.Only(t, evs, protocol.EvFinal, "")
 	if final.Outcome != protocol.OutcomeSuccess || final.Text != "relayed from b" {
 		t.Fatalf("a ended %s with %q, want success relayed from b", final.Outcome, final.Text)
 	}
@@ -115,8 +119,8 @@ func TestAgentChainWithinDepthLimit(t *testing.T) {
 		tree[1].Root != root {
 		t.Fatalf("descendants of %s = %+v, want b at depth 1 and c at depth 2, rooted at a", root, tree)
 	}
-	cEvs := waitDone(t, m, tree[1].SessionID)
-	if f := only(t, cEvs, protocol.EvFinal); f.Text != "c found it" {
+	cEvs := sessiontest.WaitEnd(t, m.Conn, m.Names, tree[1].SessionID)
+	if f := sessiontest.Only(t, cEvs, protocol.EvFinal, ""); f.Text != "c found it" {
 		t.Fatalf("c answered %q", f.Text)
 	}
 }
@@ -129,9 +133,9 @@ func TestAgentCycleEndsAtTheDepthLimit(t *testing.T) {
 	pong := agentConfig(t, "pong", relayScript("ping"), 2, "ping")
 	m := agentMesh(t, ping, pong)
 	root := submit(t, m, protocol.SubmitRequest{Agent: "ping", Task: "Please relay the question down."})
-	evs := waitDone(t, m, root)
+	evs := sessiontest.WaitEnd(t, m.Conn, m.Names, root)
 	// Nobody at the bottom could relay it, and each level says so: not accomplished.
-	final := only(t, evs, protocol.EvIncomplete)
+	final := sessiontest.Only(t, evs, protocol.EvIncomplete, "")
 	if final.Outcome != protocol.OutcomeNotAccomplished || final.Text != "stopped below pong" {
 		t.Fatalf("ping ended %s with %q", final.Outcome, final.Text)
 	}
@@ -140,12 +144,12 @@ func TestAgentCycleEndsAtTheDepthLimit(t *testing.T) {
 		t.Fatalf("descendants of %s = %+v, want pong at depth 1 and ping at depth 2, nothing deeper", root, tree)
 	}
 	// The deepest ping's call to pong (depth 3) was refused, naming the limit.
-	deepest := waitDone(t, m, tree[1].SessionID)
-	call := only(t, deepest, protocol.EvToolCall)
+	deepest := sessiontest.WaitEnd(t, m.Conn, m.Names, tree[1].SessionID)
+	call := sessiontest.Only(t, deepest, protocol.EvToolCall, "")
 	if call.Result == nil || call.Result.OK || !strings.Contains(call.Result.Error, "3 deep") || !strings.Contains(call.Result.Error, "allows 2") {
 		t.Fatalf("call past the depth limit = %+v, want a refusal naming depth 3 and the limit 2", call.Result)
 	}
-	if f := only(t, deepest, protocol.EvIncomplete); f.Text != "stopped below pong" {
+	if f := sessiontest.Only(t, deepest, protocol.EvIncomplete, ""); f.Text != "stopped below pong" {
 		t.Fatalf("deepest ping answered %q, want it to read the refusal", f.Text)
 	}
 }
@@ -153,18 +157,21 @@ func TestAgentCycleEndsAtTheDepthLimit(t *testing.T) {
 // catalogSpec waits until the tools KV offers agent as a tool with want in its description.
 func catalogSpec(t *testing.T, m *bustest.Mesh, agent, want string) protocol.ToolSpec {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
+	var spec protocol.ToolSpec
+	poll.Eventually(t, 20*time.Second, fmt.Sprintf("the catalog to offer %s with %q", agent, want), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		specs, err := tools.Catalog(ctx, m.Conn.JS, m.Names, []string{agent})
-		if err == nil && len(specs) == 1 && strings.Contains(specs[0].Description, want) {
-			return specs[0]
+		if err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("the catalog never offered %s with %q: %+v, %v", agent, want, specs, err)
+		if len(specs) != 1 || !strings.Contains(specs[0].Description, want) {
+			return fmt.Errorf("offered %+v", specs)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		spec = specs[0]
+		return nil
+	})
+	return spec
 }
 
 // An agent declares itself once (description, input schema) and a caller sees that declaration
@@ -199,16 +206,16 @@ func TestAgentDeclarationIsTheToolSpec(t *testing.T) {
 		t.Fatalf("catalog spec of researcher = %+v, want its declared input schema", spec)
 	}
 	root := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "Ask about Peru."})
-	evs := waitDone(t, m, root)
-	if f := only(t, evs, protocol.EvFinal); f.Outcome != protocol.OutcomeSuccess || !strings.Contains(f.Text, "Lima") {
+	evs := sessiontest.WaitEnd(t, m.Conn, m.Names, root)
+	if f := sessiontest.Only(t, evs, protocol.EvFinal, ""); f.Outcome != protocol.OutcomeSuccess || !strings.Contains(f.Text, "Lima") {
 		t.Fatalf("boss ended %s with %q", f.Outcome, f.Text)
 	}
-	kids := childSessions(t, m, root)
+	kids := sessiontest.Children(t, m.Conn, m.Names, root)
 	if len(kids) != 1 {
 		t.Fatalf("children = %+v", kids)
 	}
-	child := waitDone(t, m, kids[0].SessionID)
-	if st := only(t, child, protocol.EvSessionStarted); !strings.Contains(st.Task, `"question":"What is the capital of Peru?"`) {
+	child := sessiontest.WaitEnd(t, m.Conn, m.Names, kids[0].SessionID)
+	if st := sessiontest.Only(t, child, protocol.EvSessionStarted, ""); !strings.Contains(st.Task, `"question":"What is the capital of Peru?"`) {
 		t.Fatalf("child task %q, want the arguments as JSON", st.Task)
 	}
 
@@ -222,7 +229,7 @@ func TestAgentDeclarationIsTheToolSpec(t *testing.T) {
 			t.Errorf("args %s: %+v, %v; want invalid_arguments naming the path", args, reply, err)
 		}
 	}
-	if kids := childSessions(t, m, "s-decl"); len(kids) != 0 {
+	if kids := sessiontest.Children(t, m.Conn, m.Names, "s-decl"); len(kids) != 0 {
 		t.Fatalf("bad arguments started %+v", kids)
 	}
 }
