@@ -359,15 +359,15 @@ func TestChaos(t *testing.T) {
 	stop := make(chan struct{})
 	arrived := make(chan struct{})
 	go func() { arrive("faults", stop); close(arrived) }()
-	// fault injection: the schedule of the faults, each killed gap/2 into its slot and started
-	// again 3 s later, is what the run measures recovery from.
+	// The schedule of the faults, each killed gap/2 into its slot and started again 3 s later,
+	// is what the run measures recovery from.
 	for _, f := range faults {
-		time.Sleep(gap / 2)
+		time.Sleep(gap / 2) // fault injection: half a slot before the kill
 		f.killed = time.Now()
 		f.kill()
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // fault injection: down for 3 s
 		f.restart()
-		time.Sleep(gap/2 - 3*time.Second)
+		time.Sleep(gap/2 - 3*time.Second) // fault injection: the rest of the slot
 	}
 	close(stop)
 	<-arrived
