@@ -10,6 +10,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
@@ -183,20 +184,11 @@ func TestHTTPEventsEndAfterUsage(t *testing.T) {
 	}
 
 	// Play the rest of a session the way planner and executor would, after the client connected.
-	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
 	cost := 0.0
-	for _, ev := range []protocol.Event{
-		{SessionID: "sse-1", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
-		{SessionID: "sse-1", Type: protocol.EvUsage, Outcome: protocol.OutcomeSuccess, Report: &protocol.UsageReport{CostUSD: &cost}},
-		{SessionID: "sse-1", Type: protocol.EvFinal, Text: "after the end"},
-	} {
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	sessiontest.Publish(t, f.mesh.Conn, f.mesh.Names, "sse-1",
+		protocol.Event{Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
+		protocol.Event{Type: protocol.EvUsage, Outcome: protocol.OutcomeSuccess, Report: &protocol.UsageReport{CostUSD: &cost}},
+		protocol.Event{Type: protocol.EvFinal, Text: "after the end"})
 
 	// Reading to EOF proves the server closed the stream after usage.
 	var types []string
