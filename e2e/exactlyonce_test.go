@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -34,21 +33,15 @@ rules:
 // for the same call ids; the toolhost answers from its records (or waits for the run in flight),
 // so every session finishes and no effect happens twice.
 func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process test")
-	}
 	devtest.NeedProgram(t, "python3")
-	url := natsServer(t)
-	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")), effectScript)
-	c := connect(t, url)
 	effects := effectLog(t)
-	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effects}
-	args := []string{"--nats", url, "--config", cfg}
-	start(t, env, "toolhost", "toolhost", args...)
-	victim := start(t, env, "executor-victim", "executor", args...)
-	start(t, env, "executor-survivor", "executor", args...)
-	start(t, env, "planner", "planner", args...)
-	start(t, env, "gateway", "gateway", args...)
+	m := newProcMesh(t, writeProject(t, faultAgent, effectScript), "EFFECT_LOG="+effects)
+	c := m.c
+	m.start(t, "toolhost", "toolhost")
+	victim := m.start(t, "executor-victim", "executor")
+	m.start(t, "executor-survivor", "executor")
+	m.start(t, "planner", "planner")
+	m.start(t, "gateway", "gateway")
 	bustest.WaitAgent(t, c, meshNames, "assistant")
 	bustest.WaitPullers(t, c, meshNames, "assistant", 2)
 	bustest.WaitTools(t, c, meshNames, "effect")

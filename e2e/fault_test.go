@@ -3,30 +3,20 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
-	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
-const faultAgent = `
-agent:
-  name: assistant
-  max_steps: 4
-llm:
-  provider: scripted
-  model: scripted
-  script: script.yaml
-tools:
-  manifest_dirs: [$FAULT_TOOLS]
+const faultAgent = assistantAgent + `tools:
+  manifest_dirs: [$TESTTOOLS]
 memory:
   enabled: false
 `
@@ -43,19 +33,13 @@ rules:
 // TestCrashesLoseNoAcceptedTask kills an executor and the planner with SIGKILL while tasks are in
 // flight, starts a fresh planner, and checks every accepted task still ends in success.
 func TestCrashesLoseNoAcceptedTask(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process test")
-	}
-	url := natsServer(t)
-	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")), faultScript)
-	c := connect(t, url)
-	env := []string{"SKEIN_HOME=" + t.TempDir()}
-	args := []string{"--nats", url, "--config", cfg}
-	start(t, env, "toolhost", "toolhost", args...)
-	victim := start(t, env, "executor-victim", "executor", args...)
-	start(t, env, "executor-survivor", "executor", args...)
-	planner := start(t, env, "planner-1", "planner", args...)
-	start(t, env, "gateway", "gateway", args...)
+	m := newProcMesh(t, writeProject(t, faultAgent, faultScript))
+	c := m.c
+	m.start(t, "toolhost", "toolhost")
+	victim := m.start(t, "executor-victim", "executor")
+	m.start(t, "executor-survivor", "executor")
+	planner := m.start(t, "planner-1", "planner")
+	m.start(t, "gateway", "gateway")
 	bustest.WaitAgent(t, c, meshNames, "assistant")
 	bustest.WaitPullers(t, c, meshNames, "assistant", 2)
 	bustest.WaitTools(t, c, meshNames, "slow")
@@ -86,7 +70,7 @@ func TestCrashesLoseNoAcceptedTask(t *testing.T) {
 	})
 	victim.kill()
 	planner.kill()
-	start(t, env, "planner-2", "planner", args...)
+	m.start(t, "planner-2", "planner")
 
 	var wg sync.WaitGroup
 	errs := make([]error, n)
