@@ -16,6 +16,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/spf13/cobra"
 )
 
 // skeinMain runs the whole command line in this process, as main does, in a fresh folder with
@@ -29,6 +30,25 @@ func skeinMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	root.SetArgs(args)
 	code = execute(context.Background(), root, &errOut)
 	return out.String(), errOut.String(), code
+}
+
+// runSkein runs `skein args...` in this process on the whole command tree, within limit, and
+// returns what it printed and its error. set, when given, changes the command before it runs
+// (its input, a terminal for its output).
+func runSkein(t *testing.T, limit time.Duration, set func(*cobra.Command), args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	if set != nil {
+		set(root)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	err = root.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
 }
 
 func TestVersion(t *testing.T) {

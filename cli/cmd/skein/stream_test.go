@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,19 +108,8 @@ func TestRunStreamsOnATerminal(t *testing.T) {
 	offlineProject(t, streamScript)
 	first, last := "Hello, Ada!", "that is all."
 	term := newTerminal(t, first, last)
-	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().StringArray("config", nil, "")
-	root.PersistentFlags().String("creds", "", "")
-	root.AddCommand(newRunCmd())
-	var errOut bytes.Buffer
-	root.SetOut(term.tty)
-	root.SetErr(&errOut)
-	root.SetArgs([]string{"run", "Greet Ada"})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := root.ExecuteContext(ctx); err != nil {
-		t.Fatalf("skein run: %v\nstdout:\n%s\nstderr:\n%s", err, term.text(), errOut.String())
+	if _, errOut, err := runSkein(t, 2*time.Minute, func(c *cobra.Command) { c.SetOut(term.tty) }, "run", "Greet Ada"); err != nil {
+		t.Fatalf("skein run: %v\nstdout:\n%s\nstderr:\n%s", err, term.text(), errOut)
 	}
 	poll.True(t, 10*time.Second, "the summary line on the terminal", func() bool { return strings.Contains(term.text(), "outcome: success") })
 	out := term.text()
@@ -160,23 +148,14 @@ func TestChatStreamsOnATerminal(t *testing.T) {
 	offlineProject(t, streamScript)
 	first, last := "greeter> Hello, Ada!", "that is all."
 	term := newTerminal(t, first, last)
-	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().StringArray("config", nil, "")
-	root.AddCommand(newChatCmd())
-	var errOut bytes.Buffer
-	root.SetOut(term.tty)
-	root.SetErr(&errOut)
-	root.SetIn(strings.NewReader("Greet Ada\n"))
-	root.SetArgs([]string{"chat"})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := root.ExecuteContext(ctx); err != nil {
-		t.Fatalf("skein chat: %v\nstdout:\n%s\nstderr:\n%s", err, term.text(), errOut.String())
+	onTerminal := func(c *cobra.Command) { c.SetOut(term.tty); c.SetIn(strings.NewReader("Greet Ada\n")) }
+	_, errOut, err := runSkein(t, 2*time.Minute, onTerminal, "chat")
+	if err != nil {
+		t.Fatalf("skein chat: %v\nstdout:\n%s\nstderr:\n%s", err, term.text(), errOut)
 	}
 	poll.True(t, 10*time.Second, "the answer on the terminal", func() bool { return strings.Contains(term.text(), last) })
 	if out := term.text(); strings.Count(out, streamAnswer) != 1 || !strings.Contains(out, "greeter> "+streamAnswer+"\n") {
-		t.Fatalf("terminal:\n%s\nstderr:\n%s", out, errOut.String())
+		t.Fatalf("terminal:\n%s\nstderr:\n%s", out, errOut)
 	}
 	a, _ := term.when(first)
 	b, _ := term.when(last)
