@@ -114,22 +114,9 @@ func startConsoleMesh(ctx context.Context, t *testing.T, cfg *config.Config, scr
 		cfg = config.Default()
 		cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
 	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "script.yaml")
-	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", path
-	home, addr := filepath.Join(dir, "home"), freeAddr(t)
-	m, err := startEmbedded(ctx, cfg, nil, home, "127.0.0.1:0", meshLogger(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.stop)
-	c, err := m.conn(string(auth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
+	useScript(t, cfg, script)
+	home, addr := filepath.Join(t.TempDir(), "home"), freeAddr(t)
+	c := connAs(t, upInProcess(ctx, t, cfg, home, meshLogger(), addr), auth.Admin)
 	tok, _, err := gateway.HTTPToken(home, "")
 	if err != nil {
 		t.Fatal(err)
