@@ -23,13 +23,19 @@ import (
 // its own $SKEIN_HOME, and returns what it printed and its exit status.
 func skeinMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	root := newRoot()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
-	code = execute(context.Background(), root, &errOut)
+	root, out, errOut := skeinCmd(args...)
+	code = execute(context.Background(), root, errOut)
 	return out.String(), errOut.String(), code
+}
+
+// skeinCmd is the whole command tree, as main makes it, set to run args and print into out and
+// errOut.
+func skeinCmd(args ...string) (root *cobra.Command, out, errOut *bytes.Buffer) {
+	root, out, errOut = newRoot(), &bytes.Buffer{}, &bytes.Buffer{}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	root.SetArgs(args)
+	return root, out, errOut
 }
 
 // runSkein runs `skein args...` in this process on the whole command tree, within limit, and
@@ -37,11 +43,7 @@ func skeinMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
 // (its input, a terminal for its output).
 func runSkein(t *testing.T, limit time.Duration, set func(*cobra.Command), args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	root := newRoot()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
+	root, out, errOut := skeinCmd(args...)
 	if set != nil {
 		set(root)
 	}
@@ -248,12 +250,8 @@ func TestUpStopsWhenARoleStops(t *testing.T) {
 	// A guard against a hang, far above the time the mesh takes to start: not a timing target.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	root := newRoot()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs([]string{"up", "--roles", "gateway,planner", "--listen", "127.0.0.1:0", "--http", taken.Addr().String()})
-	code := execute(ctx, root, &errOut)
+	root, out, errOut := skeinCmd("up", "--roles", "gateway,planner", "--listen", "127.0.0.1:0", "--http", taken.Addr().String())
+	code := execute(ctx, root, errOut)
 	if ctx.Err() != nil {
 		t.Fatalf("skein up ran on without its gateway until the test's guard; stdout %q, stderr %q", out.String(), errOut.String())
 	}
