@@ -73,11 +73,17 @@ func (term *terminal) text() string {
 	return strings.ReplaceAll(term.out.String(), "\r\n", "\n")
 }
 
-func (term *terminal) when(s string) (time.Time, bool) {
+// streamed fails the test unless last showed on the terminal well after first: the text came
+// as the model wrote it. The stream script writes 20 words 40 ms apart, so the last shows about
+// 0.8 s after the first; streamed in 50 ms batches, at least half of that is left.
+func (term *terminal) streamed(t *testing.T, first, last string) {
+	t.Helper()
 	term.mu.Lock()
-	defer term.mu.Unlock()
-	at, ok := term.seen[s]
-	return at, ok
+	a, b := term.seen[first], term.seen[last]
+	term.mu.Unlock()
+	if b.Sub(a) < 400*time.Millisecond {
+		t.Fatalf("the first words showed %v before the last: not streamed\n%s", b.Sub(a), term.text())
+	}
 }
 
 // offlineProject writes an agent with the scripted model (no memory: nothing to install) in a
@@ -116,13 +122,7 @@ func TestRunStreamsOnATerminal(t *testing.T) {
 	if strings.Count(out, streamAnswer) != 1 {
 		t.Fatalf("the answer shows %d times, want once:\n%s", strings.Count(out, streamAnswer), out)
 	}
-	a, _ := term.when(first)
-	b, _ := term.when(last)
-	// 20 words 40 ms apart: the last shows about 0.8 s after the first; streamed in 50 ms batches,
-	// at least half of that is left.
-	if b.Sub(a) < 400*time.Millisecond {
-		t.Fatalf("the first words showed %v before the last: not streamed\n%s", b.Sub(a), out)
-	}
+	term.streamed(t, first, last)
 }
 
 // Not on a terminal (a pipe, a file, --json): the answer prints whole, once, at the end.
@@ -157,11 +157,7 @@ func TestChatStreamsOnATerminal(t *testing.T) {
 	if out := term.text(); strings.Count(out, streamAnswer) != 1 || !strings.Contains(out, "greeter> "+streamAnswer+"\n") {
 		t.Fatalf("terminal:\n%s\nstderr:\n%s", out, errOut)
 	}
-	a, _ := term.when(first)
-	b, _ := term.when(last)
-	if b.Sub(a) < 400*time.Millisecond {
-		t.Fatalf("the first words showed %v before the last: not streamed", b.Sub(a))
-	}
+	term.streamed(t, first, last)
 }
 
 // A restarted turn is erased from the screen while it is all in sight, and said otherwise; a
