@@ -25,14 +25,11 @@ func Submit(t testing.TB, c *bus.Conn, names protocol.Names, req protocol.Submit
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var reply protocol.SubmitReply
-	if err := bus.Request(ctx, c.NC, names.Submit(), &req, &reply, 5*time.Second); err != nil {
-		t.Fatalf("submit %q: %v", req.Task, err)
+	id, err := Send(ctx, c, names, req)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := reply.Err(); err != nil {
-		t.Fatalf("submit %q refused: %v", req.Task, err)
-	}
-	return reply.SessionID
+	return id
 }
 
 // Follow reads a session's trace up to its end (the planner's usage event, the last event a
