@@ -9,12 +9,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
-	"github.com/skein-mesh/skein/pkg/llm/scripted"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tokenize"
 	"github.com/skein-mesh/skein/pkg/toon"
@@ -47,17 +45,20 @@ func BenchmarkStepTaskSize(b *testing.B) {
 	m := bustest.Start(b)
 	cfg := testConfig(b.TempDir())
 	cfg.LLM.ContextWindow = 1_000_000 // every size is run, none refused as over the window
-	s, err := scripted.Parse("bench.yaml", []byte("rules:\n  - reply: {text: done}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	x, err := New(ctx, Deps{Conn: m.Connect(b, "executor"), Names: m.Names, Config: cfg, Logger: quiet(),
-		ID: "executor-under-test", Backend: scripted.FromScript(s), Home: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	x := newExecutor(b, m, cfg, scriptBackend(b, "rules:\n  - reply: {text: done}\n"), quiet())
+	benchHostileTexts(b, func(b *testing.B, i int, _, text string) {
+		st := protocol.Step{SessionID: fmt.Sprintf("s-%d", i), StepID: "step-1", Agent: cfg.Agent.Name,
+			Task: fmt.Sprintf("%d\n", i) + text}
+		if res := x.RunStep(context.Background(), st); res.Outcome != protocol.OutcomeSuccess {
+			b.Fatalf("outcome %s: %s", res.Outcome, res.Reason)
+		}
+	})
+}
+
+// benchHostileTexts runs a sub-benchmark for each hostile text of each size, which calls once
+// for every iteration, with a number no other iteration has, and reports the CPU the whole
+// process spent.
+func benchHostileTexts(b *testing.B, once func(b *testing.B, i int, name, text string)) {
 	tokenize.Count("load the vocabulary before the clock starts")
 	i := 0
 	for _, n := range sizes {
@@ -68,11 +69,7 @@ func BenchmarkStepTaskSize(b *testing.B) {
 				c0 := devtest.CPUTime()
 				for b.Loop() {
 					i++
-					st := protocol.Step{SessionID: fmt.Sprintf("s-%d", i), StepID: "step-1", Agent: cfg.Agent.Name,
-						Task: fmt.Sprintf("%d\n", i) + text}
-					if res := x.RunStep(context.Background(), st); res.Outcome != protocol.OutcomeSuccess {
-						b.Fatalf("outcome %s: %s", res.Outcome, res.Reason)
-					}
+					once(b, i, name, text)
 				}
 				devtest.ReportCPU(b, c0)
 			})
@@ -84,30 +81,17 @@ func BenchmarkStepTaskSize(b *testing.B) {
 // its token count, and the head-and-tail view of a result over the default 4000-token cap),
 // without storing it.
 func BenchmarkRenderResult(b *testing.B) {
-	tokenize.Count("load the vocabulary before the clock starts")
-	i := 0
-	for _, n := range sizes {
-		texts := hostileTexts(n)
-		for _, name := range slices.Sorted(maps.Keys(texts)) {
-			text := texts[name]
-			b.Run(fmt.Sprintf("%s/%dKB", name, n/1000), func(b *testing.B) {
-				c0 := devtest.CPUTime()
-				for b.Loop() {
-					i++
-					str, _ := json.Marshal(text)
-					payload := []byte(fmt.Sprintf(`{"n":%d,"text":%s}`, i, str))
-					if name == "deep_JSON" {
-						payload = []byte(fmt.Sprintf(`{"n":%d,"tree":%s}`, i, text))
-					}
-					out := formatPayload(payload, "toon")
-					if tokenize.Count(out) > 4000 {
-						head := toon.NewObject(1)
-						head.Set("bytes", num(len(payload)))
-						headTailView(payload, head, 4000, "toon")
-					}
-				}
-				devtest.ReportCPU(b, c0)
-			})
+	benchHostileTexts(b, func(b *testing.B, i int, name, text string) {
+		str, _ := json.Marshal(text)
+		payload := []byte(fmt.Sprintf(`{"n":%d,"text":%s}`, i, str))
+		if name == "deep_JSON" {
+			payload = []byte(fmt.Sprintf(`{"n":%d,"tree":%s}`, i, text))
 		}
-	}
+		out := formatPayload(payload, "toon")
+		if tokenize.Count(out) > 4000 {
+			head := toon.NewObject(1)
+			head.Set("bytes", num(len(payload)))
+			headTailView(payload, head, 4000, "toon")
+		}
+	})
 }

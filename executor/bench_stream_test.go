@@ -31,13 +31,7 @@ func BenchmarkStreamFirstDelta(b *testing.B) {
 			cfg := testConfig(b.TempDir())
 			cfg.LLM.BaseURL, cfg.LLM.APIKeyEnv = fake.URL, "SKEIN_BENCH_ANTHROPIC_KEY"
 			b.Setenv(cfg.LLM.APIKeyEnv, "sk-ant-test")
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			x, err := New(ctx, Deps{Conn: m.Connect(b, "executor"), Names: m.Names, Config: cfg, Logger: quiet(),
-				ID: "executor-under-test", Home: b.TempDir()})
-			if err != nil {
-				b.Fatal(err)
-			}
+			x := newExecutor(b, m, cfg, nil, quiet())
 			reader := m.Connect(b, "reader")
 			var first, whole []float64
 			i := 0

@@ -124,9 +124,16 @@ func testConfig(dir string, enabled ...string) *config.Config {
 
 func (m *mesh) executor(t *testing.T, cfg *config.Config, backend llm.Backend) *Executor {
 	t.Helper()
+	return newExecutor(t, m.Mesh, cfg, backend, quiet())
+}
+
+// newExecutor makes an executor on m for cfg that asks backend (nil: the one cfg names) and
+// logs to log.
+func newExecutor(t testing.TB, m *bustest.Mesh, cfg *config.Config, backend llm.Backend, log *slog.Logger) *Executor {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: quiet(),
+	x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: log,
 		ID: "executor-under-test", Backend: backend, Home: t.TempDir()})
 	if err != nil {
 		t.Fatalf("executor: %v", err)
@@ -166,7 +173,7 @@ func (m *mesh) runStep(t *testing.T, x *Executor, st protocol.Step) (protocol.St
 }
 
 // scriptBackend parses a scripted-model rule file given inline.
-func scriptBackend(t *testing.T, yaml string) llm.Backend {
+func scriptBackend(t testing.TB, yaml string) llm.Backend {
 	t.Helper()
 	s, err := scripted.Parse(t.Name()+".yaml", []byte(yaml))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
+	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/llm"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/usage"
@@ -37,14 +38,7 @@ func TestUnknownModelGetsAWarningAndAConservativeWindow(t *testing.T) {
 			cfg := testConfig(t.TempDir())
 			cfg.LLM.Model, cfg.LLM.ContextWindow = c.model, c.window
 			var logs bytes.Buffer
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg,
-				Logger: slog.New(slog.NewTextHandler(&logs, nil)), ID: "executor-under-test",
-				Backend: scriptBackend(t, "rules:\n  - reply: {text: ok}\n"), Home: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			x := newExecutor(t, m, cfg, scriptBackend(t, "rules:\n  - reply: {text: ok}\n"), slog.New(slog.NewTextHandler(&logs, nil)))
 			if got := x.contextWindow(); got != c.want {
 				t.Errorf("context window %d; want %d", got, c.want)
 			}
@@ -60,20 +54,22 @@ func TestUnknownModelGetsAWarningAndAConservativeWindow(t *testing.T) {
 	}
 }
 
-// A task larger than the model's context window ends the step before any model call, with a
-// reason that says what does not fit and what to do; a task that fits is run.
-func TestTaskOverTheContextWindowIsRefusedBeforeAnyModelCall(t *testing.T) {
-	m := bustest.Start(t)
+// smallWindowExecutor is an executor for a model with a window of 4000 tokens, whose requests
+// rec keeps.
+func smallWindowExecutor(t *testing.T) (*config.Config, *recorder, *Executor) {
+	t.Helper()
 	cfg := testConfig(t.TempDir())
 	cfg.LLM.ContextWindow = 4000
 	rec := &recorder{Backend: scriptBackend(t, "rules:\n  - reply: {text: done}\n")}
+	return cfg, rec, newExecutor(t, bustest.Start(t), cfg, rec, quiet())
+}
+
+// A task larger than the model's context window ends the step before any model call, with a
+// reason that says what does not fit and what to do; a task that fits is run.
+func TestTaskOverTheContextWindowIsRefusedBeforeAnyModelCall(t *testing.T) {
+	cfg, rec, x := smallWindowExecutor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: quiet(),
-		ID: "executor-under-test", Backend: rec, Home: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	res := x.RunStep(ctx, step(t, cfg, strings.Repeat("word ", 5000)))
 	if res.Outcome != protocol.OutcomeFailed || !strings.Contains(res.Reason, "task does not fit the model's context window of 4000 tokens") ||
 		!strings.Contains(res.Reason, "llm.context_window") {
@@ -91,17 +87,9 @@ func TestTaskOverTheContextWindowIsRefusedBeforeAnyModelCall(t *testing.T) {
 // A conversation's new message is held to the window too: compaction keeps the first task and
 // the newest message whole, so one too large for the window is refused before any model call.
 func TestMessageOverTheContextWindowIsRefusedBeforeAnyModelCall(t *testing.T) {
-	m := bustest.Start(t)
-	cfg := testConfig(t.TempDir())
-	cfg.LLM.ContextWindow = 4000
-	rec := &recorder{Backend: scriptBackend(t, "rules:\n  - reply: {text: done}\n")}
+	cfg, rec, x := smallWindowExecutor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: quiet(),
-		ID: "executor-under-test", Backend: rec, Home: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	obs, err := x.payloads(ctx)
 	if err != nil {
 		t.Fatal(err)

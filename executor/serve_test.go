@@ -70,6 +70,17 @@ func sessionsKV(t *testing.T, m *mesh) jetstream.KeyValue {
 	return kv
 }
 
+// subscribeResults subscribes to the step results of session until the test ends.
+func subscribeResults(t *testing.T, m *mesh, session string) *nats.Subscription {
+	t.Helper()
+	sub, err := m.Conn.NC.SubscribeSync(m.Names.Result(session))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return sub
+}
+
 func awaitResult(t *testing.T, sub *nats.Subscription) protocol.StepResult {
 	t.Helper()
 	msg, err := sub.NextMsg(60 * time.Second)
@@ -117,11 +128,7 @@ func TestRedeliveredDoneStepIsAckedWithoutRunning(t *testing.T) {
 	x := m.executor(t, cfg, scriptBackend(t, "rules:\n  - reply: {text: done}\n"))
 	serve(t, x)
 	st := step(t, cfg, "once only")
-	sub, err := m.Conn.NC.SubscribeSync(m.Names.Result(st.SessionID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	sub := subscribeResults(t, m, st.SessionID)
 
 	publishStep(t, m, st)
 	if res := awaitResult(t, sub); res.Outcome != protocol.OutcomeSuccess || res.Executor != "executor-under-test" {
@@ -169,11 +176,7 @@ rules:
 `))
 	serve(t, x)
 	st := step(t, cfg, "take your time")
-	sub, err := m.Conn.NC.SubscribeSync(m.Names.Result(st.SessionID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	sub := subscribeResults(t, m, st.SessionID)
 
 	publishStep(t, m, st)
 	if res := awaitResult(t, sub); res.Outcome != protocol.OutcomeSuccess {
@@ -305,11 +308,7 @@ func TestRedeliveredFinishedStepRepublishesItsRecordedResult(t *testing.T) {
 	x := m.executor(t, cfg, scriptBackend(t, "rules:\n  - reply: {text: done}\n"))
 	serve(t, x)
 	st := step(t, cfg, "answer once")
-	sub, err := m.Conn.NC.SubscribeSync(m.Names.Result(st.SessionID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	sub := subscribeResults(t, m, st.SessionID)
 
 	publishStep(t, m, st)
 	first := awaitResult(t, sub)

@@ -1,13 +1,11 @@
 package executor
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -256,13 +254,7 @@ func TestRetrievalWithoutEmbedderUsesBM25(t *testing.T) {
 	m, c := catalogMesh(t, false)
 	cfg := retrievalConfig(c)
 	var logs devtest.LogBuffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	x, err := New(ctx, Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, ID: "executor-under-test",
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Backend: scriptBackend(t, "rules:\n  - reply: {text: ok}\n"), Home: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	x := newExecutor(t, m.Mesh, cfg, scriptBackend(t, "rules:\n  - reply: {text: ok}\n"), slog.New(slog.NewTextHandler(&logs, nil)))
 	for i := range 2 {
 		st := step(t, cfg, slackTask)
 		st.SessionID += string(rune('a' + i))

@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/skein-mesh/skein/gateway/gatewaytest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -75,17 +73,10 @@ func TestFollowUpStartsTheNextTurn(t *testing.T) {
 		t.Fatalf("a malformed turn id: %v", err)
 	}
 
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	post := func(path, body string) (int, map[string]any) {
-		resp, err := testClient.Post(srv.URL+path, "application/json", bytes.NewBufferString(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
 		var out map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&out)
-		return resp.StatusCode, out
+		return gatewaytest.PostJSON(t, srv, path, body, &out), out
 	}
 	if status, out := post("/v1/sessions/c/messages", `{"text": "yes"}`); status != http.StatusUnprocessableEntity {
 		t.Fatalf("HTTP follow-up while a turn runs: %d %v", status, out)
@@ -186,25 +177,15 @@ func TestForkStartsANewConversation(t *testing.T) {
 		t.Fatalf("the forked conversation changed: %+v", root)
 	}
 
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
-	resp, err := testClient.Post(srv.URL+"/v1/sessions/o-1/fork", "application/json", bytes.NewBufferString(`{"text": "again", "session_id": "h"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Fatalf("fork of an unknown turn: %d", resp.StatusCode)
-	}
-	resp, err = testClient.Post(srv.URL+"/v1/sessions/o/fork", "application/json", bytes.NewBufferString(`{"text": "again", "session_id": "h"}`))
-	if err != nil {
-		t.Fatal(err)
+	srv := f.serve(t)
+	var refused map[string]any
+	if status := gatewaytest.PostJSON(t, srv, "/v1/sessions/o-1/fork", `{"text": "again", "session_id": "h"}`, &refused); status != http.StatusNotFound {
+		t.Fatalf("fork of an unknown turn: %d %v", status, refused)
 	}
 	var out protocol.SubmitReply
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted || out.SessionID != "h" || f.session(t, "h").ForkedFrom != "o" {
-		t.Fatalf("HTTP fork: %d %+v", resp.StatusCode, out)
+	status := gatewaytest.PostJSON(t, srv, "/v1/sessions/o/fork", `{"text": "again", "session_id": "h"}`, &out)
+	if status != http.StatusAccepted || out.SessionID != "h" || f.session(t, "h").ForkedFrom != "o" {
+		t.Fatalf("HTTP fork: %d %+v", status, out)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -20,27 +19,17 @@ import (
 // count it.
 func TestSubmitAndCancelSpeakJSONAndCountRefusals(t *testing.T) {
 	f := newFixture(t)
-	runGateway(t, f)
+	f.serveSubjects(t, "json-warm")
 	ctx := testCtx(t)
 	nc := f.mesh.Conn.NC
-	// Wait until the gateway serves (a msgpack submit through the retrying client).
-	var warm protocol.SubmitReply
-	if err := bus.Request(ctx, nc, f.mesh.Names.Submit(), &protocol.SubmitRequest{Task: "Greet Ada", SessionID: "json-warm"}, &warm, 5*time.Second); err != nil || warm.Error != "" {
-		t.Fatalf("warm-up submit: %+v %v", warm, err)
-	}
 
 	send := func(subject, contentType, body string) *nats.Msg {
 		t.Helper()
-		msg := nats.NewMsg(subject)
+		h := nats.Header{}
 		if contentType != "" {
-			msg.Header.Set(protocol.HeaderContentType, contentType)
+			h.Set(protocol.HeaderContentType, contentType)
 		}
-		msg.Data = []byte(body)
-		rep, err := nc.RequestMsgWithContext(ctx, msg)
-		if err != nil {
-			t.Fatalf("%s %q: %v", subject, body, err)
-		}
-		return rep
+		return f.requestRaw(t, subject, h, body)
 	}
 	jsonReply := func(rep *nats.Msg) map[string]any {
 		t.Helper()

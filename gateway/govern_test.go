@@ -1,16 +1,14 @@
 package gateway
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/skein-mesh/skein/gateway/gatewaytest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -99,8 +97,7 @@ func TestCancelTreeAndNoOpWhenFinished(t *testing.T) {
 
 func TestHTTPCancel(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "h-1", "budget": {"max_usd": 0.5}}`); status != http.StatusAccepted {
 		t.Fatalf("status %d %v", status, out)
 	}
@@ -108,14 +105,8 @@ func TestHTTPCancel(t *testing.T) {
 		t.Fatalf("HTTP budget not applied: %+v", s.Budget)
 	}
 	post := func(path, body string) (int, map[string]any) {
-		resp, err := testClient.Post(srv.URL+path, "application/json", bytes.NewBufferString(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
 		var out map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&out)
-		return resp.StatusCode, out
+		return gatewaytest.PostJSON(t, srv, path, body, &out), out
 	}
 	status, out := post("/v1/sessions/h-1/cancel", `{"reason": "changed my mind"}`)
 	if status != http.StatusOK || out["status"] != protocol.CancelStatusCancelling {

@@ -4,12 +4,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -17,24 +15,10 @@ import (
 // sent), and a refusal says what is wrong in the contract's words, not Go's.
 func TestSubmitReadsContentTypeInAnyCaseAndRefusesInUserWords(t *testing.T) {
 	f := newFixture(t)
-	runGateway(t, f)
-	ctx := testCtx(t)
-	nc := f.mesh.Conn.NC
-	var warm protocol.SubmitReply
-	if err := bus.Request(ctx, nc, f.mesh.Names.Submit(), &protocol.SubmitRequest{Task: "Greet Ada", SessionID: "case-warm"}, &warm, 5*time.Second); err != nil || warm.Error != "" {
-		t.Fatalf("warm-up submit: %+v %v", warm, err)
-	}
+	f.serveSubjects(t, "case-warm")
 	send := func(header, value, body string) (map[string]any, nats.Header) {
 		t.Helper()
-		msg := nats.NewMsg(f.mesh.Names.Submit())
-		if header != "" {
-			msg.Header[header] = []string{value} // as sent: nats.Header.Set would keep the case too
-		}
-		msg.Data = []byte(body)
-		rep, err := nc.RequestMsgWithContext(ctx, msg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rep := f.requestRaw(t, f.mesh.Names.Submit(), nats.Header{header: {value}}, body)
 		var m map[string]any
 		if err := json.Unmarshal(rep.Data, &m); err != nil {
 			t.Fatalf("%s: %s: reply is not JSON: %v (%q)", header, body, err, rep.Data)

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -10,8 +9,6 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/delta"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/session/sessiontest"
-	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 func postTask(t *testing.T, srv *httptest.Server, body string) (int, map[string]any) {
@@ -33,8 +30,7 @@ func postTask(t *testing.T, srv *httptest.Server, body string) (int, map[string]
 
 func TestHTTPSubmit(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 
 	status, out := postTask(t, srv, `{"task": "Greet Ada"}`)
 	if status != http.StatusAccepted {
@@ -128,8 +124,7 @@ func TestHTTPSubmit(t *testing.T) {
 
 func TestHTTPSession(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "get-1"}`); status != http.StatusAccepted {
 		t.Fatalf("status %d %v", status, out)
 	}
@@ -169,50 +164,27 @@ func TestHTTPSession(t *testing.T) {
 // The events stream replays the trace from the start and ends by itself after the usage event.
 func TestHTTPEventsEndAfterUsage(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
-	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "sse-1"}`); status != http.StatusAccepted {
-		t.Fatalf("status %d %v", status, out)
-	}
-	resp, err := testClient.Get(srv.URL + "/v1/sessions/sse-1/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	srv := f.serve(t)
+	resp := submitAndFollow(t, srv, "sse-1")
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("Content-Type %q", ct)
 	}
 
 	// Play the rest of a session the way planner and executor would, after the client connected.
-	cost := 0.0
-	sessiontest.Publish(t, f.mesh.Conn, f.mesh.Names, "sse-1",
-		protocol.Event{Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
-		protocol.Event{Type: protocol.EvUsage, Outcome: protocol.OutcomeSuccess, Report: &protocol.UsageReport{CostUSD: &cost}},
-		protocol.Event{Type: protocol.EvFinal, Text: "after the end"})
+	f.play(t, append(succeeded("sse-1", "Hello, Ada!"), protocol.Event{SessionID: "sse-1", Type: protocol.EvFinal, Text: "after the end"})...)
 
 	// Reading to EOF proves the server closed the stream after usage.
 	var types []string
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	var event string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			var ev protocol.Event
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
-				t.Fatalf("data line is not an event: %v", err)
-			}
-			if string(ev.Type) != event || ev.SessionID != "sse-1" {
-				t.Errorf("event %q carries %+v", event, ev)
-			}
-			types = append(types, event)
+	sse := readSSE(t, resp.Body)
+	for event, data, ok := sse.next(); ok; event, data, ok = sse.next() {
+		var ev protocol.Event
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatalf("data line is not an event: %v", err)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+		if string(ev.Type) != event || ev.SessionID != "sse-1" {
+			t.Errorf("event %q carries %+v", event, ev)
+		}
+		types = append(types, event)
 	}
 	want := []string{string(protocol.EvSessionStarted), string(protocol.EvFinal), string(protocol.EvUsage)}
 	if strings.Join(types, ",") != strings.Join(want, ",") {
@@ -225,35 +197,10 @@ func TestHTTPEventsEndAfterUsage(t *testing.T) {
 // the trace events, and still ends after the usage event.
 func TestHTTPEventsCarryDeltas(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
-	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "sse-d"}`); status != http.StatusAccepted {
-		t.Fatalf("status %d %v", status, out)
-	}
-	resp, err := testClient.Get(srv.URL + "/v1/sessions/sse-d/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	// next reads one server-sent event.
-	next := func() (string, string) {
-		t.Helper()
-		var event string
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "event: "):
-				event = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: "):
-				return event, strings.TrimPrefix(line, "data: ")
-			}
-		}
-		t.Fatalf("stream ended: %v", sc.Err())
-		return "", ""
-	}
-	if ev, _ := next(); ev != string(protocol.EvSessionStarted) {
+	srv := f.serve(t)
+	resp := submitAndFollow(t, srv, "sse-d")
+	sse := readSSE(t, resp.Body)
+	if ev, _ := sse.event(); ev != string(protocol.EvSessionStarted) {
 		t.Fatalf("first event %q", ev)
 	}
 	// The executor's side: a turn streamed in two batches.
@@ -266,7 +213,7 @@ func TestHTTPEventsCarryDeltas(t *testing.T) {
 	var shown delta.Shown
 	var got delta.TurnText
 	for !got.Done {
-		ev, data := next()
+		ev, data := sse.event()
 		var d protocol.Delta
 		if ev != protocol.SSEDelta || json.Unmarshal([]byte(data), &d) != nil || d.V != protocol.SchemaVersion || d.SessionID != "sse-d" {
 			t.Fatalf("event %q data %s: want deltas", ev, data)
@@ -276,28 +223,16 @@ func TestHTTPEventsCarryDeltas(t *testing.T) {
 	if got.Text != "Hello, Ada!" || got.Gap {
 		t.Fatalf("streamed %+v", got)
 	}
-	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
-	cost := 0.0
-	for _, ev := range []protocol.Event{
-		{SessionID: "sse-d", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
-		{SessionID: "sse-d", Type: protocol.EvUsage, Outcome: protocol.OutcomeSuccess, Report: &protocol.UsageReport{CostUSD: &cost}},
-	} {
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	if ev, _ := next(); ev != string(protocol.EvFinal) {
+	f.play(t, succeeded("sse-d", "Hello, Ada!")...)
+	if ev, _ := sse.event(); ev != string(protocol.EvFinal) {
 		t.Fatalf("event %q after the deltas", ev)
 	}
-	if ev, _ := next(); ev != string(protocol.EvUsage) {
+	if ev, _ := sse.event(); ev != string(protocol.EvUsage) {
 		t.Fatalf("event %q, want usage", ev)
 	}
-	for sc.Scan() { // the blank line that ends the usage event, then EOF
-		if sc.Text() != "" {
-			t.Fatalf("more after usage: %q", sc.Text())
+	for sse.sc.Scan() { // the blank line that ends the usage event, then EOF
+		if sse.sc.Text() != "" {
+			t.Fatalf("more after usage: %q", sse.sc.Text())
 		}
 	}
 }

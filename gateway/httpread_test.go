@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -35,8 +34,7 @@ func publishUsage(t *testing.T, f *fixture, session string, cost float64) {
 
 func TestHTTPSessionsListAndUsage(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	for _, body := range []string{`{"task": "Greet Ada", "session_id": "list-1"}`, `{"task": "Count the stars", "session_id": "list-2"}`} {
 		if status, out := postTask(t, srv, body); status != http.StatusAccepted {
 			t.Fatalf("status %d %v", status, out)
@@ -87,8 +85,7 @@ func TestHTTPSessionsListAndUsage(t *testing.T) {
 
 func TestHTTPDeadLetters(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	msg := nats.NewMsg(f.mesh.Names.DLQ(protocol.StreamWork))
 	msg.Data = []byte("payload")
 	msg.Header.Set(bus.HeaderDLQSubject, f.mesh.Names.Work(testAgent))
@@ -112,8 +109,7 @@ func TestHTTPDeadLetters(t *testing.T) {
 // them with memoryd running).
 func TestHTTPMemoryWithoutMemoryd(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	var e map[string]string
 	if status := gatewaytest.GetJSON(t, srv, "/v1/memory", &e); status != http.StatusServiceUnavailable || e["code"] != "unavailable" {
 		t.Fatalf("without memoryd: %d %v; want 503 unavailable", status, e)
@@ -124,8 +120,7 @@ func TestHTTPMemoryWithoutMemoryd(t *testing.T) {
 // locked to their own origin; the API behind them still wants the token.
 func TestConsoleIsServedOutsideTheTokenCheck(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	resp, err := http.Get(srv.URL + "/console/")
 	if err != nil {
 		t.Fatal(err)
@@ -169,8 +164,7 @@ func TestConsoleIsServedOutsideTheTokenCheck(t *testing.T) {
 // Browsers ask for /favicon.ico on their own, without the token: it is answered, not refused.
 func TestFaviconNeedsNoToken(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	resp, err := http.Get(srv.URL + "/favicon.ico")
 	if err != nil {
 		t.Fatal(err)
@@ -195,8 +189,7 @@ func TestFaviconNeedsNoToken(t *testing.T) {
 // The console's status filter offers what pkg/protocol defines, every outcome included.
 func TestConsoleVocabularyIsProtocols(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	resp, err := http.Get(srv.URL + "/console/vocab.json")
 	if err != nil {
 		t.Fatal(err)
@@ -217,8 +210,7 @@ func TestConsoleVocabularyIsProtocols(t *testing.T) {
 // no value is refused rather than read as absent.
 func TestHTTPQueryParametersAreCheckedAsDocumented(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	postTask(t, srv, `{"task": "Greet Ada", "session_id": "q-1"}`)
 	for _, c := range []struct {
 		path   string

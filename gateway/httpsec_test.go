@@ -21,7 +21,6 @@ import (
 	"github.com/skein-mesh/skein/gateway/gatewaytest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 const testToken = gatewaytest.Token
@@ -44,8 +43,7 @@ func do(t *testing.T, req *http.Request) (int, map[string]string, http.Header) {
 
 func TestHTTPRejections(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	host := strings.TrimPrefix(srv.URL, "http://")
 
 	req := func(method, path, body string, headers ...string) *http.Request {
@@ -192,21 +190,13 @@ func TestHTTPEventStreamsAreCappedPerClient(t *testing.T) {
 // The real server: a client that never finishes its headers is dropped, and an event stream
 // outlives the server's write timeout.
 func TestHTTPServerTimeouts(t *testing.T) {
-	saved := httpTimeouts
-	httpTimeouts.readHeader, httpTimeouts.write = 300*time.Millisecond, 300*time.Millisecond
-	t.Cleanup(func() { httpTimeouts = saved })
 	f := newFixture(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.gw.serveListener(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	base := "http://" + ln.Addr().String()
+	addr := serveWith(t, f, func() {
+		httpTimeouts.readHeader, httpTimeouts.write = 300*time.Millisecond, 300*time.Millisecond
+	})
+	base := "http://" + addr
 
-	conn, err := net.Dial("tcp", ln.Addr().String())
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,40 +209,18 @@ func TestHTTPServerTimeouts(t *testing.T) {
 		t.Fatalf("a half-sent request should be closed by the server, got %v", err)
 	}
 
-	srv := &httptest.Server{URL: base}
-	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "slow-1"}`); status != http.StatusAccepted {
-		t.Fatalf("%d %v", status, out)
-	}
-	resp, err := testClient.Get(base + "/v1/sessions/slow-1/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := submitAndFollow(t, &httptest.Server{URL: base}, "slow-1")
 	// the duration is the point: the stream must stay open well past the server's write
 	// timeout, and no event marks that time passing.
 	time.Sleep(3 * httpTimeouts.write)
-	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
-	cost := 0.0
-	for _, ev := range []protocol.Event{
-		{SessionID: "slow-1", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "late"},
-		{SessionID: "slow-1", Type: protocol.EvUsage, Outcome: protocol.OutcomeSuccess, Report: &protocol.UsageReport{CostUSD: &cost}},
-	} {
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	f.play(t, succeeded("slow-1", "late")...)
 	var events []string
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if e, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
-			events = append(events, e)
-		}
+	sse := readSSE(t, resp.Body)
+	for event, _, ok := sse.next(); ok; event, _, ok = sse.next() {
+		events = append(events, event)
 	}
 	if len(events) == 0 || events[len(events)-1] != string(protocol.EvUsage) {
-		t.Fatalf("stream cut before its end: got %v (%v)", events, sc.Err())
+		t.Fatalf("stream cut before its end: got %v", events)
 	}
 }
 
@@ -470,8 +438,7 @@ func TestHTTPTokenEnvFile(t *testing.T) {
 // key would have cost the gateway its connection (the issue's "GET /v1/sessions/<5000 × a>").
 func TestHTTPRoutesRefuseOverlongIDsAndKeepServing(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	long := strings.Repeat("a", 5000)
 	tried := 0
 	for _, r := range apiRoutes {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -37,8 +36,7 @@ func TestOpenAPIDocumentIsCurrentAndServed(t *testing.T) {
 		t.Errorf("docs/openapi.json is not what the gateway's route table says: run `make contract` and commit it")
 	}
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	resp, err := testClient.Get(srv.URL + "/v1/openapi.json")
 	if err != nil {
 		t.Fatal(err)
@@ -141,8 +139,7 @@ func templateMatches(tmpl, path string) bool {
 // Real HTTP traffic, successes and refusals, read with docs/openapi.json alone.
 func TestHTTPTrafficMatchesOpenAPI(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	doc := readOpenAPI(t)
 	calls := []struct {
 		method, path, body string

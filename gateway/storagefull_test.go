@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +26,7 @@ func TestFullTaskQueueIsStorageFull(t *testing.T) {
 	if _, err := f.mesh.Conn.JS.UpdateStream(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(f.gw.Handler())
-	t.Cleanup(srv.Close)
+	srv := f.serve(t)
 	if status, out := postTask(t, srv, `{"task": "first", "session_id": "full-1"}`); status != http.StatusAccepted {
 		t.Fatalf("first task: status %d %v, want 202", status, out)
 	}

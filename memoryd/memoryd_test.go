@@ -3,6 +3,7 @@ package memoryd_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -27,18 +28,33 @@ func start(t testing.TB, m *bustest.Mesh, emb embed.Embedder, cfg *config.Config
 
 func startStoppable(t testing.TB, m *bustest.Mesh, emb embed.Embedder, cfg *config.Config) (memoryd.Client, func()) {
 	t.Helper()
-	if cfg == nil {
-		cfg = config.Default()
+	stop := runMemoryd(t, m, memoryd.Deps{Config: cfg, Embedder: emb}, nil)
+	return memoryd.Client{NC: m.Conn.NC, Names: m.Names, PerTry: 10 * time.Second}, stop
+}
+
+// runMemoryd runs memoryd with d on a connection of its own to m (names: the mesh's unless d
+// says; config: the default unless d says) until the test ends, and returns once it serves;
+// stop ends it sooner. With logs, memoryd logs there, and a start that fails shows them.
+func runMemoryd(t testing.TB, m *bustest.Mesh, d memoryd.Deps, logs *devtest.LogBuffer) (stop func()) {
+	t.Helper()
+	if d.Names == (protocol.Names{}) {
+		d.Names = m.Names
+	}
+	if d.Config == nil {
+		d.Config = config.Default()
+	}
+	shown := func() string { return "" }
+	if logs != nil {
+		d.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		shown = func() string { return "\n" + logs.String() }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
-	conn := m.Connect(t, "memoryd")
-	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: conn, Names: m.Names, Config: cfg, Embedder: emb, Ready: ready})
-	}()
+	d.Conn, d.Ready = m.Connect(t, "memoryd"), ready
+	go func() { done <- memoryd.Run(ctx, d) }()
 	var once sync.Once
-	stop := func() {
+	stop = func() {
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {
@@ -51,11 +67,11 @@ func startStoppable(t testing.TB, m *bustest.Mesh, emb embed.Embedder, cfg *conf
 	case <-ready:
 	case err := <-done:
 		once.Do(func() {})
-		t.Fatalf("memoryd stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("memoryd did not start")
+		t.Fatalf("memoryd stopped: %v%s", err, shown())
+	case <-time.After(3 * time.Minute): // a Milvus store reconciles with its records first
+		t.Fatalf("memoryd did not start%s", shown())
 	}
-	return memoryd.Client{NC: m.Conn.NC, Names: m.Names, PerTry: 10 * time.Second}, stop
+	return stop
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -3,7 +3,6 @@ package memoryd_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -94,25 +93,7 @@ func TestStartReconcilesACollectionWithItsRecords(t *testing.T) {
 	cfg.Mesh.Namespace = ns
 	cfg.Memory.Store, cfg.Memory.MilvusAddr = "milvus", srv.Addr
 	var logs devtest.LogBuffer
-	runCtx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- memoryd.Run(runCtx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: names, Config: cfg, Embedder: emb, Ready: ready,
-			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("memoryd: %v", err)
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("memoryd stopped: %v\n%s", err, logs.String())
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("memoryd did not start\n%s", logs.String())
-	}
+	runMemoryd(t, m, memoryd.Deps{Names: names, Config: cfg, Embedder: emb}, &logs)
 	const want = "1 records, 4 rows: 0 record(s) without a row indexed, 0 stale row(s) rewritten, 3 row(s) without a record deleted"
 	poll.Eventually(t, 2*time.Minute, "memoryd's reconcile line", func() error {
 		if !strings.Contains(logs.String(), `msg="memory store reconciled with its records" found="`+want+`"`) {

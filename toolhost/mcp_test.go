@@ -15,23 +15,11 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
-
-// npmServer is the entry point of an npm MCP server `make setup` installs (mk/mcp.mk).
-func npmServer(t testing.TB, pkg string) string {
-	t.Helper()
-	devtest.NeedProgram(t, "node")
-	p := filepath.Join(devenv.ToolsDir(), "mcp", "node", "node_modules", "@modelcontextprotocol", pkg, "dist", "index.js")
-	if _, err := os.Stat(p); err != nil {
-		devtest.Missing(t, "the MCP server @modelcontextprotocol/"+pkg)
-	}
-	return p
-}
 
 // The tools of a mounted MCP server are in the catalogue and answer on skein.tool.<name> like
 // any tool; a repeat of a call id is answered from the call ledger, so the server's side effect
@@ -43,7 +31,7 @@ func TestMCPServerToolsAreServedLikeAnyTool(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Tools.Enabled = []string{"echo"}
 	cfg.Tools.MCP = map[string]config.MCPServer{
-		"fs": {Command: "node", Args: []string{npmServer(t, "server-filesystem"), dir}, Allow: []string{"write_file", "read_text_file"}, TimeoutS: 7},
+		"fs": {Command: "node", Args: []string{devtest.MCPServerJS(t, "server-filesystem"), dir}, Allow: []string{"write_file", "read_text_file"}, TimeoutS: 7},
 	}
 	startHost(t, m, cfg, "host-mcp")
 
@@ -98,7 +86,7 @@ func TestMCPServerToolsAreServedLikeAnyTool(t *testing.T) {
 // MCP call, record, reply) against the same call made directly with the Go SDK's client over
 // stdio to another server-everything process. docs/benchmarks.md records both.
 func BenchmarkMCPCall(b *testing.B) {
-	js := npmServer(b, "server-everything")
+	js := devtest.MCPServerJS(b, "server-everything")
 	ctx := context.Background()
 	b.Run("direct", func(b *testing.B) {
 		client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "0"}, nil)

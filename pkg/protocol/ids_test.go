@@ -2,13 +2,11 @@ package protocol
 
 import (
 	"encoding/base64"
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 )
 
 func TestIdentifierKindsRefuseWhatNoSubjectCanHold(t *testing.T) {
@@ -146,45 +144,21 @@ func TestCheckIDsFindsIdentifiersInNestedFieldsAndLists(t *testing.T) {
 func TestIdentifierFieldsCarryTheirKind(t *testing.T) {
 	mustTag := map[string]bool{"SessionID": true, "StepID": true, "CallID": true, "Parent": true, "Root": true,
 		"Previous": true, "Conversation": true, "EntryID": true, "SourceSession": true, "SourceAgent": true, "SupersededBy": true}
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	checked := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
+	for typ, fl := range devtest.StructFields(t, ".") {
+		for _, name := range fl.Names {
+			if !mustTag[name.Name] {
+				continue
+			}
+			checked++
+			tag := ""
+			if fl.Tag != nil {
+				tag = reflect.StructTag(strings.Trim(fl.Tag.Value, "`")).Get("id")
+			}
+			if _, ok := IDOfKind(tag); !ok {
+				t.Errorf("%s.%s has no id kind (`id:\"...\"`)", typ, name.Name)
+			}
 		}
-		file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(file, func(n ast.Node) bool {
-			ts, ok := n.(*ast.TypeSpec)
-			if !ok {
-				return true
-			}
-			st, ok := ts.Type.(*ast.StructType)
-			if !ok {
-				return true
-			}
-			for _, fl := range st.Fields.List {
-				for _, name := range fl.Names {
-					if !mustTag[name.Name] {
-						continue
-					}
-					checked++
-					tag := ""
-					if fl.Tag != nil {
-						tag = reflect.StructTag(strings.Trim(fl.Tag.Value, "`")).Get("id")
-					}
-					if _, ok := IDOfKind(tag); !ok {
-						t.Errorf("%s.%s has no id kind (`id:\"...\"`)", ts.Name.Name, name.Name)
-					}
-				}
-			}
-			return true
-		})
 	}
 	if checked < 20 {
 		t.Fatalf("checked %d fields; the scan is broken", checked)

@@ -3,8 +3,6 @@ package mcpmount
 import (
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,33 +10,9 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/config"
-	"github.com/skein-mesh/skein/pkg/devenv"
-	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/tools"
 )
-
-// serverJS is the entry point of one of the npm MCP servers `make setup` installs (mk/mcp.mk).
-func serverJS(t testing.TB, pkg string) string {
-	t.Helper()
-	devtest.NeedProgram(t, "node")
-	p := filepath.Join(devenv.ToolsDir(), "mcp", "node", "node_modules", "@modelcontextprotocol", pkg, "dist", "index.js")
-	if _, err := os.Stat(p); err != nil {
-		devtest.Missing(t, "the MCP server @modelcontextprotocol/"+pkg)
-	}
-	return p
-}
-
-// timeServer is the python of mcp-server-time's own venv (mk/mcp.mk), which runs it with
-// -m mcp_server_time (the venv's scripts name the folder it was made in on their #! line).
-func timeServer(t testing.TB) string {
-	t.Helper()
-	p := filepath.Join(devenv.ToolsDir(), "mcp", "venv", "bin", "python")
-	if _, err := os.Stat(p); err != nil {
-		devtest.Missing(t, "the MCP server mcp-server-time")
-	}
-	return p
-}
 
 // mounted is a running Server with what it listed and logged.
 type mounted struct {

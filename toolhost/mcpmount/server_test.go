@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/config"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/redact"
@@ -28,7 +29,7 @@ import (
 
 func everything(t *testing.T, extra config.MCPServer) config.MCPServer {
 	extra.Command = "node"
-	extra.Args = []string{serverJS(t, "server-everything"), "stdio"}
+	extra.Args = []string{devtest.MCPServerJS(t, "server-everything"), "stdio"}
 	return extra
 }
 
@@ -177,7 +178,7 @@ func fastRestarts() func() {
 // backoff; its calls fail as unavailable, naming why.
 func TestAServerThatCannotStartSaysSoOnce(t *testing.T) {
 	defer fastRestarts()()
-	serverJS(t, "server-everything") // node and setup present
+	devtest.MCPServerJS(t, "server-everything") // node and setup present
 	m := mount(t, "broken", config.MCPServer{Command: "node", Args: []string{"-e", "console.error('cannot open the database'); process.exit(3)"}}, Options{})
 	poll.True(t, 30*time.Second, "three tries", func() bool { return len(m.logs.lines(slog.LevelDebug)) >= 2 })
 	warn := m.logs.lines(slog.LevelWarn)
@@ -209,7 +210,7 @@ func TestFilesystemServerWithAllowAndDeny(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hello from disk\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.MCPServer{Command: "node", Args: []string{serverJS(t, "server-filesystem"), dir},
+	cfg := config.MCPServer{Command: "node", Args: []string{devtest.MCPServerJS(t, "server-filesystem"), dir},
 		Allow: []string{"read_*", "list_*"}, Deny: []string{"read_media_file"}}
 	m := mount(t, "fs", cfg, Options{})
 	read := m.tool(t, "fs__read_text_file")
@@ -231,7 +232,7 @@ func TestFilesystemServerWithAllowAndDeny(t *testing.T) {
 
 // mcp-server-time from PyPI: a Python server; its JSON text comes back as a JSON value.
 func TestTimeServerFromPyPI(t *testing.T) {
-	m := mount(t, "time", config.MCPServer{Command: timeServer(t), Args: []string{"-m", "mcp_server_time", "--local-timezone", "UTC"}}, Options{})
+	m := mount(t, "time", config.MCPServer{Command: devtest.MCPTimeServer(t), Args: []string{"-m", "mcp_server_time", "--local-timezone", "UTC"}}, Options{})
 	res := call(t, m, m.tool(t, "time__get_current_time"), `{"timezone":"Europe/Paris"}`)
 	var out struct {
 		Timezone string `json:"timezone"`
@@ -246,7 +247,7 @@ func TestTimeServerFromPyPI(t *testing.T) {
 // and redacted; when it goes away its calls fail, and it is reached again once it is back.
 func TestStreamableHTTPServerWithHeaders(t *testing.T) {
 	defer fastRestarts()()
-	js := serverJS(t, "server-everything")
+	js := devtest.MCPServerJS(t, "server-everything")
 	const token = "http-bearer-5c1d7e9a3b"
 	t.Setenv("SKEIN_MCP_TEST_HTTP_TOKEN", token)
 	port := freePort(t)

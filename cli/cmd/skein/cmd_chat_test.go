@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -22,19 +21,8 @@ import (
 // runChat runs `skein chat` in process with stdin and returns what it printed on stdout and stderr.
 func runChat(t *testing.T, m *bustest.Mesh, stdin string, args ...string) (string, string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().StringArray("config", nil, "")
-	root.AddCommand(newChatCmd())
-	var out, errw bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errw)
-	root.SetIn(strings.NewReader(stdin))
-	root.SetArgs(append([]string{"--nats", m.URL, "chat"}, args...))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	err := root.ExecuteContext(ctx)
-	return out.String(), errw.String(), err
+	return runSkein(t, time.Minute, func(c *cobra.Command) { c.SetIn(strings.NewReader(stdin)) },
+		append([]string{"--nats", m.URL, "chat"}, args...)...)
 }
 
 // /memory in chat shows what the mesh remembers for the agent, ranked for the query.

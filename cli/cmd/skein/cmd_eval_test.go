@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
@@ -20,18 +16,7 @@ import (
 
 func runEval(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().StringArray("config", nil, "")
-	root.AddCommand(newEvalCmd())
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	err := root.ExecuteContext(ctx)
-	return out.String(), errOut.String(), err
+	return runSkein(t, 5*time.Minute, nil, args...)
 }
 
 // TestEvalShowsTheLearningCurve runs the shipped pitfalls suite offline on the scripted model,

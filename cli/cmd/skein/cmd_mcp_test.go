@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -35,29 +34,16 @@ rules:
 // success is an error result; --max-calls refuses a call over it; a cancelled request cancels
 // its session.
 func TestMCPServeCallsAgents(t *testing.T) {
-	dir := t.TempDir()
-	script := filepath.Join(dir, "script.yaml")
-	if err := os.WriteFile(script, []byte(mcpAskerScript), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cfg := config.Default()
 	cfg.Agent.Name = "asker"
 	cfg.Agent.Description = "Answers one question."
 	cfg.Agent.InputSchema = map[string]any{"type": "object", "properties": map[string]any{"question": map[string]any{"type": "string"}},
 		"required": []any{"question"}, "additionalProperties": false}
-	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
+	useScript(t, cfg, mcpAskerScript)
 	cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	mesh, err := startEmbedded(ctx, cfg, nil, filepath.Join(dir, "home"), "127.0.0.1:0", meshLogger(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mesh.stop()
-	conn, err := mesh.conn(string(auth.Client))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := connAs(t, upInProcess(ctx, t, cfg, filepath.Join(t.TempDir(), "home"), meshLogger(), ""), auth.Client)
 	names := protocol.NewNames(cfg.Mesh.Namespace)
 	srv, err := mcpserve.New(ctx, conn, names, []string{"asker"}, mcpserve.Options{MaxCalls: 1, Logger: meshLogger(),
 		Cancel: func(ctx context.Context, session, reason string) error {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/spf13/cobra"
 
 	"github.com/skein-mesh/skein/memoryd"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
@@ -36,19 +33,8 @@ func memMesh(t *testing.T) *bustest.Mesh {
 
 func runCLI(t *testing.T, m *bustest.Mesh, args ...string) (string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().StringArray("config", nil, "")
-	root.AddCommand(newInspectMemoryCmd(), newMemoryCmd(), newIngestTracesCmd(), newReplayCmd(), newDLQCmd(),
-		newTraceCmd(), newUsageCmd(), newMeshCmd())
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&bytes.Buffer{})
-	root.SetArgs(append([]string{"--nats", m.URL}, args...))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	err := root.ExecuteContext(ctx)
-	return out.String(), err
+	out, _, err := runSkein(t, time.Minute, nil, append([]string{"--nats", m.URL}, args...)...)
+	return out, err
 }
 
 func TestMemoryCommandsRoundTrip(t *testing.T) {
@@ -273,21 +259,12 @@ func TestMemoryImportShowsProgress(t *testing.T) {
 	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().StringArray("config", nil, "")
-	root.AddCommand(newMemoryCmd())
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs([]string{"--nats", m.URL, "memory", "import", in})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := root.ExecuteContext(ctx); err != nil || !strings.Contains(out.String(), "imported 150") {
-		t.Fatalf("import: %q %v", out.String(), err)
+	out, errOut, err := runSkein(t, time.Minute, nil, "--nats", m.URL, "memory", "import", in)
+	if err != nil || !strings.Contains(out, "imported 150") {
+		t.Fatalf("import: %q %v", out, err)
 	}
-	if !strings.Contains(errOut.String(), "import: 100/150 entries sent") {
-		t.Errorf("no progress on stderr: %q", errOut.String())
+	if !strings.Contains(errOut, "import: 100/150 entries sent") {
+		t.Errorf("no progress on stderr: %q", errOut)
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,22 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/skein-mesh/skein/pkg/memory/profile"
 )
 
 func runProfile(t *testing.T, cfg string, args ...string) (string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().StringArray("config", nil, "")
-	root.AddCommand(newProfileCmd())
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&bytes.Buffer{})
-	root.SetArgs(append([]string{"--config", cfg, "profile"}, args...))
-	err := root.Execute()
-	return out.String(), err
+	out, _, err := runSkein(t, time.Minute, nil, append([]string{"--config", cfg, "profile"}, args...)...)
+	return out, err
 }
 
 // A pending patch is applied by a reviewer, reverted, and the profile reads as before; the

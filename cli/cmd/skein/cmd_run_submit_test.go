@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/spf13/cobra"
 
 	"github.com/skein-mesh/skein/gateway"
 	"github.com/skein-mesh/skein/pkg/bus"
@@ -26,19 +24,7 @@ import (
 // returns its output and error.
 func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().StringArray("config", nil, "")
-	root.PersistentFlags().String("creds", "", "")
-	root.AddCommand(newRunCmd(), newTraceCmd(), newCancelCmd())
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	err = root.ExecuteContext(ctx)
-	return out.String(), errOut.String(), err
+	return runSkein(t, 2*time.Minute, nil, args...)
 }
 
 func exitCode(err error) int {

@@ -13,7 +13,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/trace"
@@ -25,16 +24,11 @@ import (
 // the list, reaches the session's row with Tab and opens its tree with Enter; Back and Forward
 // walk those views; no view scrolls the page sideways; the status filter offers every outcome.
 func TestConsoleByKeyboardOnAPhone(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole mesh and a browser")
-	}
 	browser := chromium(t)
-	cfg := config.Default()
-	cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// The task thinks for far longer than the test lasts: only the cancel ends it.
-	cm := startConsoleMesh(ctx, t, cfg, "rules:\n  - delay_s: 600\n    reply: {text: \"too late\"}\n")
+	cm := startConsoleMesh(ctx, t, nil, "rules:\n  - delay_s: 600\n    reply: {text: \"too late\"}\n")
 	c, names, addr, tok := cm.c, cm.names, cm.addr, cm.token
 	b := openBrowser(ctx, t, browser, 500, 812)
 	bctx, fail, run := b.ctx, b.fail, b.run

@@ -9,7 +9,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/skein-mesh/skein/pkg/bus"
-	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -22,15 +21,10 @@ const consoleStreamAnswer = "Streaming works: this answer reaches the console a 
 // the session's timeline shows the model's text growing, batch by batch, before the turn ends
 // (no final event yet), and whole once it has.
 func TestConsoleShowsTheAnswerGrow(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole mesh and a browser")
-	}
 	browser := chromium(t)
-	cfg := config.Default()
-	cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cm := startConsoleMesh(ctx, t, cfg, "rules:\n  - delay_s: 1\n    chunk_ms: 150\n    reply: {text: \""+consoleStreamAnswer+"\"}\n")
+	cm := startConsoleMesh(ctx, t, nil, "rules:\n  - delay_s: 1\n    chunk_ms: 150\n    reply: {text: \""+consoleStreamAnswer+"\"}\n")
 	c, names, addr, tok := cm.c, cm.names, cm.addr, cm.token
 	b := openBrowser(ctx, t, browser, 1366, 800)
 	bctx, run := b.ctx, b.run

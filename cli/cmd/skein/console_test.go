@@ -45,11 +45,15 @@ rules:
   - reply: {text: "The total is 10."}
 `
 
-// chromium finds the browser the console test drives: $SKEIN_CHROMIUM, else Debian's chromium
+// chromium finds the browser a console test drives: $SKEIN_CHROMIUM, else Debian's chromium
 // (installed by `make console-setup`). Without one the test skips, except under CI (or
-// SKEIN_REQUIRE_ALL=1), where a missing browser must fail rather than pass unseen.
+// SKEIN_REQUIRE_ALL=1), where a missing browser must fail rather than pass unseen; with -short
+// it skips, since every console test runs the whole mesh and a browser.
 func chromium(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the whole mesh and a browser")
+	}
 	if p := os.Getenv("SKEIN_CHROMIUM"); p != "" {
 		return p
 	}
@@ -101,26 +105,18 @@ type consoleMesh struct {
 	token string // the HTTP API's token
 }
 
-// startConsoleMesh starts cfg's mesh with script as the scripted model's rules and the console
-// on a free address, until the test ends, and returns once the console answers.
+// startConsoleMesh starts cfg's mesh (nil: the default without memory or miner) with script as
+// the scripted model's rules and the console on a free address, until the test ends, and
+// returns once the console answers.
 func startConsoleMesh(ctx context.Context, t *testing.T, cfg *config.Config, script string) *consoleMesh {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "script.yaml")
-	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
-		t.Fatal(err)
+	if cfg == nil {
+		cfg = config.Default()
+		cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
 	}
-	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", path
-	home, addr := filepath.Join(dir, "home"), freeAddr(t)
-	m, err := startEmbedded(ctx, cfg, nil, home, "127.0.0.1:0", meshLogger(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.stop)
-	c, err := m.conn(string(auth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
+	useScript(t, cfg, script)
+	home, addr := filepath.Join(t.TempDir(), "home"), freeAddr(t)
+	c := connAs(t, upInProcess(ctx, t, cfg, home, meshLogger(), addr), auth.Admin)
 	tok, _, err := gateway.HTTPToken(home, "")
 	if err != nil {
 		t.Fatal(err)
@@ -177,9 +173,6 @@ func (p *page) run(what string, actions ...chromedp.Action[chromedp.Void]) {
 // its page shows the tree and the timeline with the retrieved guideline and why, and the
 // miner's decision; memory search ranks the entries; evicting one removes it from memoryd.
 func TestConsoleEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole mesh and a browser")
-	}
 	browser := chromium(t)
 	needMiniLM(t)
 	root := devtest.RepoRoot(t)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -50,12 +49,8 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 	home := bustest.Tmpfs(t, 48<<20)
 	root := devtest.RepoRoot(t)
 	buildSum(t, root)
-	script := filepath.Join(t.TempDir(), "script.yaml")
-	if err := os.WriteFile(script, []byte(diskScript), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cfg := config.Default()
-	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
+	useScript(t, cfg, diskScript)
 	cfg.Tools.ManifestDirs, cfg.Tools.Enabled = []string{filepath.Join(root, "examples", "tools")}, []string{"sum"}
 	cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
 	cfg.Mesh.StorageReserve = 8 << 20
@@ -64,15 +59,8 @@ func TestAFullDiskLosesNoAcceptedSession(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	m, err := startEmbedded(ctx, cfg, nil, home, "127.0.0.1:0", log, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.stop)
-	c, err := m.conn(string(auth.Client))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := upInProcess(ctx, t, cfg, home, log, addr)
+	c := connAs(t, m, auth.Client)
 	names := protocol.NewNames(cfg.Mesh.Namespace)
 	token, _, err := gateway.HTTPToken(home, "")
 	if err != nil {

@@ -16,19 +16,41 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/spf13/cobra"
 )
 
 // skeinMain runs the whole command line in this process, as main does, in a fresh folder with
 // its own $SKEIN_HOME, and returns what it printed and its exit status.
 func skeinMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	root := newRoot()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
-	code = execute(context.Background(), root, &errOut)
+	root, out, errOut := skeinCmd(args...)
+	code = execute(context.Background(), root, errOut)
 	return out.String(), errOut.String(), code
+}
+
+// skeinCmd is the whole command tree, as main makes it, set to run args and print into out and
+// errOut.
+func skeinCmd(args ...string) (root *cobra.Command, out, errOut *bytes.Buffer) {
+	root, out, errOut = newRoot(), &bytes.Buffer{}, &bytes.Buffer{}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	root.SetArgs(args)
+	return root, out, errOut
+}
+
+// runSkein runs `skein args...` in this process on the whole command tree, within limit, and
+// returns what it printed and its error. set, when given, changes the command before it runs
+// (its input, a terminal for its output).
+func runSkein(t *testing.T, limit time.Duration, set func(*cobra.Command), args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	root, out, errOut := skeinCmd(args...)
+	if set != nil {
+		set(root)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	err = root.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
 }
 
 func TestVersion(t *testing.T) {
@@ -228,12 +250,8 @@ func TestUpStopsWhenARoleStops(t *testing.T) {
 	// A guard against a hang, far above the time the mesh takes to start: not a timing target.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	root := newRoot()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs([]string{"up", "--roles", "gateway,planner", "--listen", "127.0.0.1:0", "--http", taken.Addr().String()})
-	code := execute(ctx, root, &errOut)
+	root, out, errOut := skeinCmd("up", "--roles", "gateway,planner", "--listen", "127.0.0.1:0", "--http", taken.Addr().String())
+	code := execute(ctx, root, errOut)
 	if ctx.Err() != nil {
 		t.Fatalf("skein up ran on without its gateway until the test's guard; stdout %q, stderr %q", out.String(), errOut.String())
 	}

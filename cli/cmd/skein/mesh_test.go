@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,26 +38,45 @@ func leakMesh(t *testing.T) (*embeddedMesh, *bus.Conn, protocol.Names) {
 	t.Helper()
 	root := devtest.RepoRoot(t)
 	buildSum(t, root)
-	dir := t.TempDir()
-	script := filepath.Join(dir, "script.yaml")
-	if err := os.WriteFile(script, []byte(leakScript), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cfg := config.Default()
-	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
+	useScript(t, cfg, leakScript)
 	cfg.Tools.ManifestDirs, cfg.Tools.Enabled = []string{filepath.Join(root, "examples", "tools")}, []string{"sum"}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	m, err := startEmbedded(ctx, cfg, nil, filepath.Join(dir, "home"), "127.0.0.1:0", meshLogger(), "")
+	m := upInProcess(ctx, t, cfg, filepath.Join(t.TempDir(), "home"), meshLogger(), "")
+	return m, connAs(t, m, auth.Admin), protocol.NewNames(cfg.Mesh.Namespace)
+}
+
+// useScript points cfg at the scripted model, with script as its rules.
+func useScript(t *testing.T, cfg *config.Config, script string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "script.yaml")
+	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", path
+}
+
+// upInProcess starts cfg's whole mesh in this process, as `skein up` does, with its home in
+// home, logging to log and its HTTP API on httpAddr ("": none), until the test ends.
+func upInProcess(ctx context.Context, t *testing.T, cfg *config.Config, home string, log *slog.Logger, httpAddr string) *embeddedMesh {
+	t.Helper()
+	m, err := startEmbedded(ctx, cfg, nil, home, "127.0.0.1:0", log, httpAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.stop)
-	c, err := m.conn(string(auth.Admin))
+	return m
+}
+
+// connAs is a connection to m with the credentials of id.
+func connAs(t *testing.T, m *embeddedMesh, id auth.Identity) *bus.Conn {
+	t.Helper()
+	c, err := m.conn(string(id))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m, c, protocol.NewNames(cfg.Mesh.Namespace)
+	return c
 }
 
 // buildSum builds the example sum tool (a Go program) when its binary is missing.

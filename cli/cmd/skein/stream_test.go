@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,11 +73,17 @@ func (term *terminal) text() string {
 	return strings.ReplaceAll(term.out.String(), "\r\n", "\n")
 }
 
-func (term *terminal) when(s string) (time.Time, bool) {
+// streamed fails the test unless last showed on the terminal well after first: the text came
+// as the model wrote it. The stream script writes 20 words 40 ms apart, so the last shows about
+// 0.8 s after the first; streamed in 50 ms batches, at least half of that is left.
+func (term *terminal) streamed(t *testing.T, first, last string) {
+	t.Helper()
 	term.mu.Lock()
-	defer term.mu.Unlock()
-	at, ok := term.seen[s]
-	return at, ok
+	a, b := term.seen[first], term.seen[last]
+	term.mu.Unlock()
+	if b.Sub(a) < 400*time.Millisecond {
+		t.Fatalf("the first words showed %v before the last: not streamed\n%s", b.Sub(a), term.text())
+	}
 }
 
 // offlineProject writes an agent with the scripted model (no memory: nothing to install) in a
@@ -109,32 +114,15 @@ func TestRunStreamsOnATerminal(t *testing.T) {
 	offlineProject(t, streamScript)
 	first, last := "Hello, Ada!", "that is all."
 	term := newTerminal(t, first, last)
-	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().StringArray("config", nil, "")
-	root.PersistentFlags().String("creds", "", "")
-	root.AddCommand(newRunCmd())
-	var errOut bytes.Buffer
-	root.SetOut(term.tty)
-	root.SetErr(&errOut)
-	root.SetArgs([]string{"run", "Greet Ada"})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := root.ExecuteContext(ctx); err != nil {
-		t.Fatalf("skein run: %v\nstdout:\n%s\nstderr:\n%s", err, term.text(), errOut.String())
+	if _, errOut, err := runSkein(t, 2*time.Minute, func(c *cobra.Command) { c.SetOut(term.tty) }, "run", "Greet Ada"); err != nil {
+		t.Fatalf("skein run: %v\nstdout:\n%s\nstderr:\n%s", err, term.text(), errOut)
 	}
 	poll.True(t, 10*time.Second, "the summary line on the terminal", func() bool { return strings.Contains(term.text(), "outcome: success") })
 	out := term.text()
 	if strings.Count(out, streamAnswer) != 1 {
 		t.Fatalf("the answer shows %d times, want once:\n%s", strings.Count(out, streamAnswer), out)
 	}
-	a, _ := term.when(first)
-	b, _ := term.when(last)
-	// 20 words 40 ms apart: the last shows about 0.8 s after the first; streamed in 50 ms batches,
-	// at least half of that is left.
-	if b.Sub(a) < 400*time.Millisecond {
-		t.Fatalf("the first words showed %v before the last: not streamed\n%s", b.Sub(a), out)
-	}
+	term.streamed(t, first, last)
 }
 
 // Not on a terminal (a pipe, a file, --json): the answer prints whole, once, at the end.
@@ -160,29 +148,16 @@ func TestChatStreamsOnATerminal(t *testing.T) {
 	offlineProject(t, streamScript)
 	first, last := "greeter> Hello, Ada!", "that is all."
 	term := newTerminal(t, first, last)
-	root := &cobra.Command{Use: "skein", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("nats", "", "")
-	root.PersistentFlags().StringArray("config", nil, "")
-	root.AddCommand(newChatCmd())
-	var errOut bytes.Buffer
-	root.SetOut(term.tty)
-	root.SetErr(&errOut)
-	root.SetIn(strings.NewReader("Greet Ada\n"))
-	root.SetArgs([]string{"chat"})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := root.ExecuteContext(ctx); err != nil {
-		t.Fatalf("skein chat: %v\nstdout:\n%s\nstderr:\n%s", err, term.text(), errOut.String())
+	onTerminal := func(c *cobra.Command) { c.SetOut(term.tty); c.SetIn(strings.NewReader("Greet Ada\n")) }
+	_, errOut, err := runSkein(t, 2*time.Minute, onTerminal, "chat")
+	if err != nil {
+		t.Fatalf("skein chat: %v\nstdout:\n%s\nstderr:\n%s", err, term.text(), errOut)
 	}
 	poll.True(t, 10*time.Second, "the answer on the terminal", func() bool { return strings.Contains(term.text(), last) })
 	if out := term.text(); strings.Count(out, streamAnswer) != 1 || !strings.Contains(out, "greeter> "+streamAnswer+"\n") {
-		t.Fatalf("terminal:\n%s\nstderr:\n%s", out, errOut.String())
+		t.Fatalf("terminal:\n%s\nstderr:\n%s", out, errOut)
 	}
-	a, _ := term.when(first)
-	b, _ := term.when(last)
-	if b.Sub(a) < 400*time.Millisecond {
-		t.Fatalf("the first words showed %v before the last: not streamed", b.Sub(a))
-	}
+	term.streamed(t, first, last)
 }
 
 // A restarted turn is erased from the screen while it is all in sight, and said otherwise; a

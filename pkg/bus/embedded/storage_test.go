@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,22 +15,10 @@ import (
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/bus/embedded"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
-
-// syncBuffer is a log a test reads while the server writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // On a real filesystem that fills up: while free space is under the reserve the mesh says
 // "low" and still writes; once JetStream cannot write, it says "full", naming the stream, and the
@@ -40,7 +27,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func TestStorageWatchOnAFullDisk(t *testing.T) {
 	const reserve = 4 << 20
 	disk := bustest.Tmpfs(t, 32<<20)
-	var logs syncBuffer
+	var logs devtest.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(disk, "nats"), Listen: "127.0.0.1:0", Logger: log})
 	if err != nil {

@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/embed/embedtest"
 	"github.com/skein-mesh/skein/pkg/memory/ingest"
-	"github.com/skein-mesh/skein/pkg/memory/kvstore"
-	"github.com/skein-mesh/skein/pkg/memory/storetest"
+	"github.com/skein-mesh/skein/pkg/memory/kvstore/kvtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -19,16 +17,10 @@ import (
 // itself (a hash embedder). "new" adds a distinct guideline per op; "merge" adds a new session
 // to an existing one.
 func BenchmarkIngestKV(b *testing.B) {
-	m := bustest.Start(b)
 	emb := embedtest.Hash{Dimensions: 384, ID: "bench"}
+	st := kvtest.Filled(b, emb.Model(), emb.Dim(), 1000)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	st, err := kvstore.Open(ctx, m.Conn.JS, m.Names, kvstore.Options{Model: emb.Model(), Dim: emb.Dim()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	storetest.Fill(b, st, storetest.RandomEntries(1000, emb.Dim(), 1), 8)
 	eng := ingest.New(st, emb, ingest.Options{PromotionSessions: 1 << 30, Capacity: 1 << 30})
 	b.Run("new", func(b *testing.B) {
 		i := 0

@@ -229,6 +229,17 @@ func (f *fixture) seedStrategic(t *testing.T, text string, pol protocol.Polarity
 
 // promoteCandidate ingests c from three sessions, with a helpful mark after the second (its
 // evidence is then 3 sessions + 1 helpful = 4); returns the last action.
+// contradiction seeds the strategic rule "Always pass --header to csv_read." with the evidence
+// given, and returns it with a candidate of polarity pol that says the opposite, embedded near
+// it (related, but under the merge threshold).
+func (f *fixture) contradiction(t *testing.T, pol protocol.Polarity, sessions, helpful, harmful int) (memory.Entry, protocol.Candidate) {
+	t.Helper()
+	rule := f.seedStrategic(t, "Always pass --header to csv_read.", protocol.PolarityPattern, ingesttest.Axis(0, 1, 1), sessions, helpful, harmful)
+	c := protocol.Candidate{Text: "Never pass --header to csv_read.", Polarity: pol, Key: "k", Tools: []string{"csv_read"}}
+	f.emb.Set(c.Text, ingesttest.Axis(0, 0.8, 2))
+	return rule, c
+}
+
 func (f *fixture) promoteCandidate(t *testing.T, c protocol.Candidate) protocol.IngestAction {
 	t.Helper()
 	var a protocol.IngestAction
@@ -288,9 +299,7 @@ func TestPromotionRefinementSupersedesOld(t *testing.T) {
 func TestPromotionContradictionResolvedByEvidence(t *testing.T) {
 	t.Run("candidate wins", func(t *testing.T) {
 		f := newFixture(t, ingest.Options{})
-		old := f.seedStrategic(t, "Always pass --header to csv_read.", protocol.PolarityPattern, ingesttest.Axis(0, 1, 1), 2, 0, 1)
-		c := avoid("Never pass --header to csv_read.", "k", "csv_read")
-		f.emb.Set(c.Text, ingesttest.Axis(0, 0.8, 2))
+		old, c := f.contradiction(t, protocol.PolarityAvoid, 2, 0, 1)
 		a := f.promoteCandidate(t, c)
 		if a.Action != ingest.ActPromoted {
 			t.Fatalf("want promoted, got %+v", a)
@@ -302,9 +311,7 @@ func TestPromotionContradictionResolvedByEvidence(t *testing.T) {
 	})
 	t.Run("strategic entry wins", func(t *testing.T) {
 		f := newFixture(t, ingest.Options{})
-		old := f.seedStrategic(t, "Always pass --header to csv_read.", protocol.PolarityPattern, ingesttest.Axis(0, 1, 1), 5, 4, 0)
-		c := avoid("Never pass --header to csv_read.", "k", "csv_read")
-		f.emb.Set(c.Text, ingesttest.Axis(0, 0.8, 2))
+		old, c := f.contradiction(t, protocol.PolarityAvoid, 5, 4, 0)
 		a := f.promoteCandidate(t, c)
 		if a.Action != ingest.ActSuperseded {
 			t.Fatalf("want superseded, got %+v", a)
@@ -336,9 +343,7 @@ func (m *fakeModel) Provider() string { return "fake" }
 func TestPromotionContradictionReconciledByModel(t *testing.T) {
 	model := &fakeModel{text: `{"relation":"contradiction","reconciled":"Pass --header to csv_read only for files with a header row.","reason":"both true sometimes"}`}
 	f := newFixture(t, ingest.Options{Judge: ingest.ModelJudge{Backend: model}})
-	old := f.seedStrategic(t, "Always pass --header to csv_read.", protocol.PolarityPattern, ingesttest.Axis(0, 1, 1), 5, 4, 0)
-	c := pattern("Never pass --header to csv_read.", "k", "csv_read")
-	f.emb.Set(c.Text, ingesttest.Axis(0, 0.8, 2))
+	old, c := f.contradiction(t, protocol.PolarityPattern, 5, 4, 0)
 	a := f.promoteCandidate(t, c)
 	if a.Action != ingest.ActPromoted || model.calls == 0 {
 		t.Fatalf("want promoted after a model call, got %+v (calls %d)", a, model.calls)
@@ -542,9 +547,7 @@ func TestOppositeAdviceIsNeverMerged(t *testing.T) {
 
 func TestContradictionTieDefersPromotion(t *testing.T) {
 	f := newFixture(t, ingest.Options{})
-	old := f.seedStrategic(t, "Always pass --header to csv_read.", protocol.PolarityPattern, ingesttest.Axis(0, 1, 1), 3, 1, 0)
-	c := avoid("Never pass --header to csv_read.", "k", "csv_read")
-	f.emb.Set(c.Text, ingesttest.Axis(0, 0.8, 2))
+	old, c := f.contradiction(t, protocol.PolarityAvoid, 3, 1, 0)
 	if a := f.promoteCandidate(t, c); a.Action != ingest.ActDeferred {
 		t.Fatalf("want deferred, got %+v", a)
 	}

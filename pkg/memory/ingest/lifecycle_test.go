@@ -130,9 +130,7 @@ func TestSupersededLessonOverturnsTheRuleWhenItsEvidenceOvertakes(t *testing.T) 
 // rule it had superseded is judged again when it is demoted and takes its place.
 func TestHarmfulRuleIsDemotedThenRetiredAndItsRivalReturns(t *testing.T) {
 	f := newFixture(t, ingest.Options{})
-	rule := f.seedStrategic(t, "Always pass --header to csv_read.", protocol.PolarityPattern, ingesttest.Axis(0, 1, 1), 6, 2, 0)
-	rival := avoid("Never pass --header to csv_read.", "k", "csv_read")
-	f.emb.Set(rival.Text, ingesttest.Axis(0, 0.8, 2))
+	rule, rival := f.contradiction(t, protocol.PolarityAvoid, 6, 2, 0)
 	a := f.promoteCandidate(t, rival)
 	if a.Action != ingest.ActSuperseded {
 		t.Fatalf("the rival should lose to the rule first: %+v", a)

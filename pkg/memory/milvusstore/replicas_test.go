@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,9 +35,10 @@ func replicas(t *testing.T, v env, model string, dim int) (*milvusstore.Store, *
 }
 
 // indexAgrees waits until every replica's Milvus view (List) holds exactly the records (Get):
-// same ids, once each, at the records' revisions.
+// same ids, once each, at the records' revisions. want may be in any order: List is by id.
 func indexAgrees(t *testing.T, want []memory.Entry, stores ...*milvusstore.Store) {
 	t.Helper()
+	want = slices.SortedFunc(slices.Values(want), func(x, y memory.Entry) int { return strings.Compare(x.ID, y.ID) })
 	poll.Eventually(t, 30*time.Second, "every replica's index to agree with the records", func() error {
 		for i, s := range stores {
 			got, err := s.List(context.Background(), memory.Filter{Status: memory.StatusAny})
@@ -186,15 +188,6 @@ func TestReplicasIngestSameGuidelines(t *testing.T) {
 		}
 		records = append(records, e)
 	}
-	slices.SortFunc(records, func(x, y memory.Entry) int {
-		switch {
-		case x.ID < y.ID:
-			return -1
-		case x.ID > y.ID:
-			return 1
-		}
-		return 0
-	})
 	indexAgrees(t, records, a, b)
 }
 
@@ -250,15 +243,6 @@ func TestRepairAfterCrash(t *testing.T) {
 		}
 		want = append(want, e)
 	}
-	slices.SortFunc(want, func(x, y memory.Entry) int {
-		switch {
-		case x.ID < y.ID:
-			return -1
-		case x.ID > y.ID:
-			return 1
-		}
-		return 0
-	})
 	indexAgrees(t, want, s)
 	if rep, err := s.Repair(ctx); err != nil || rep.Changed() != 0 {
 		t.Fatalf("second Repair: %+v, %v; want nothing to do", rep, err)

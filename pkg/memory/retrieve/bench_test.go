@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/embed/embedtest"
-	"github.com/skein-mesh/skein/pkg/memory/kvstore"
+	"github.com/skein-mesh/skein/pkg/memory/kvstore/kvtest"
 	"github.com/skein-mesh/skein/pkg/memory/retrieve"
-	"github.com/skein-mesh/skein/pkg/memory/storetest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -21,16 +19,10 @@ import (
 func BenchmarkRetrieveKV(b *testing.B) {
 	for _, n := range []int{1_000, 10_000} {
 		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
-			m := bustest.Start(b)
 			emb := embedtest.Hash{Dimensions: 384, ID: "bench"}
+			st := kvtest.Filled(b, emb.Model(), emb.Dim(), n)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			st, err := kvstore.Open(ctx, m.Conn.JS, m.Names, kvstore.Options{Model: emb.Model(), Dim: emb.Dim()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			storetest.Fill(b, st, storetest.RandomEntries(n, emb.Dim(), 1), 8)
 			poll.True(b, time.Minute, fmt.Sprintf("the store to hold %d entries", n), func() bool { return st.Len() >= n })
 			r := retrieve.New(st, emb, retrieve.Options{})
 			req := protocol.RetrieveRequest{Agent: "agent0", Task: "run the go tests and report failures", Tools: []string{"go_test", "git"}}

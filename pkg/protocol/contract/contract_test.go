@@ -6,10 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
-	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -55,38 +53,14 @@ func TestEveryMessageTypeIsOnAChannel(t *testing.T) {
 			listed[reflect.TypeOf(c.Reply).Name()] = true
 		}
 	}
-	files, err := filepath.Glob("../*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	found := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
+	for typ, fl := range devtest.StructFields(t, "..") {
+		if id, ok := fl.Type.(*ast.Ident); ok && len(fl.Names) == 0 && id.Name == "Header" {
+			found++
+			if !listed[typ] {
+				t.Errorf("protocol.%s is a message on no channel of Channels()", typ)
+			}
 		}
-		file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(file, func(n ast.Node) bool {
-			ts, ok := n.(*ast.TypeSpec)
-			if !ok {
-				return true
-			}
-			st, ok := ts.Type.(*ast.StructType)
-			if !ok {
-				return true
-			}
-			for _, fl := range st.Fields.List {
-				if id, ok := fl.Type.(*ast.Ident); ok && len(fl.Names) == 0 && id.Name == "Header" {
-					found++
-					if !listed[ts.Name.Name] {
-						t.Errorf("protocol.%s is a message on no channel of Channels()", ts.Name.Name)
-					}
-				}
-			}
-			return true
-		})
 	}
 	if found < 20 {
 		t.Fatalf("found %d message types in pkg/protocol; the scan is broken", found)

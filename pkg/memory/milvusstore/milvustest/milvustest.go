@@ -5,19 +5,18 @@
 package milvustest
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/devenv"
+	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 )
 
@@ -28,24 +27,7 @@ const EnvServer = "SKEIN_MILVUS_LITE"
 type Server struct {
 	Addr string
 	cmd  *exec.Cmd
-	out  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	out  *devtest.LogBuffer
 }
 
 // Executable finds the milvus-lite server program.
@@ -101,7 +83,7 @@ func start(exe, dir string) (*Server, error) {
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cmd := exec.Command(exe, "server", "--data-dir", filepath.Join(dir, "milvus"), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
-	out := &syncBuffer{}
+	out := &devtest.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, so Stop ends the whole tree; and killed with the test binary, so a
 	// test that times out leaves no server behind.
