@@ -83,19 +83,19 @@ func chatMesh(t *testing.T) *bustest.Mesh {
 	cfg.Agent.Name = "talker"
 	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
 	cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
-	roles := bustest.RunRoles(t)
+	roles := bustest.RunRoles(t, m)
 	ready := make(chan struct{})
-	ex, err := executor.New(roles.Ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: meshLogger(), ID: "ex-talker", Ready: ready})
+	ex, err := executor.New(roles.Ctx, executor.Deps{Conn: roles.Connect("executor"), Names: m.Names, Config: cfg, Logger: meshLogger(), ID: "ex-talker", Ready: ready})
 	if err != nil {
 		t.Fatal(err)
 	}
 	roles.GoReady("executor", ready, ex.Serve)
 	roles.Go("planner", func(ctx context.Context) error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: meshLogger(), ID: "planner-talker"})
+		return planner.Run(ctx, planner.Deps{Conn: roles.Connect("planner"), Names: m.Names, Config: cfg, Logger: meshLogger(), ID: "planner-talker"})
 	})
 	gwReady := make(chan struct{})
 	roles.GoReady("gateway", gwReady, func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: cfg, Logger: meshLogger(), Ready: gwReady})
+		return gateway.Run(ctx, gateway.Deps{Conn: roles.Connect("gateway"), Names: m.Names, Config: cfg, Logger: meshLogger(), Ready: gwReady})
 	})
 	t.Chdir(t.TempDir()) // no agent.yaml: defaults
 	return m

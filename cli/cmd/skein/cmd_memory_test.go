@@ -23,8 +23,9 @@ func memMesh(t *testing.T) *bustest.Mesh {
 	t.Helper()
 	m := bustest.Start(t)
 	ready := make(chan struct{})
-	bustest.RunRoles(t).GoReady("memoryd", ready, func(ctx context.Context) error {
-		return memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: config.Default(),
+	roles := bustest.RunRoles(t, m)
+	roles.GoReady("memoryd", ready, func(ctx context.Context) error {
+		return memoryd.Run(ctx, memoryd.Deps{Conn: roles.Connect("memoryd"), Names: m.Names, Config: config.Default(),
 			Embedder: embedtest.Hash{}, Ready: ready})
 	})
 	t.Chdir(t.TempDir()) // no agent.yaml: defaults

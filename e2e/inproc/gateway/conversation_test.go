@@ -58,16 +58,16 @@ func startChat(t *testing.T) *chat {
 		t.Fatal(errs)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	roles := bustest.RunRoles(t)
-	ex, err := executor.New(roles.Ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: logger, ID: "ex-chat"})
+	roles := bustest.RunRoles(t, m)
+	ex, err := executor.New(roles.Ctx, executor.Deps{Conn: roles.Connect("executor"), Names: m.Names, Config: cfg, Logger: logger, ID: "ex-chat"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	roles.Go("executor", ex.Serve)
 	roles.Go("planner", func(ctx context.Context) error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: logger, ID: "planner-chat"})
+		return planner.Run(ctx, planner.Deps{Conn: roles.Connect("planner"), Names: m.Names, Config: cfg, Logger: logger, ID: "planner-chat"})
 	})
-	gw, err := gateway.New(roles.Ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: cfg, Logger: logger, HTTPToken: gatewaytest.Token})
+	gw, err := gateway.New(roles.Ctx, gateway.Deps{Conn: roles.Connect("gateway"), Names: m.Names, Config: cfg, Logger: logger, HTTPToken: gatewaytest.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,8 +54,9 @@ func newFixture(t *testing.T) *fixture {
 func startMemoryd(t *testing.T, m *bustest.Mesh) memoryd.Client {
 	t.Helper()
 	ready := make(chan struct{})
-	bustest.RunRoles(t).GoReady("memoryd", ready, func(ctx context.Context) error {
-		return memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: config.Default(),
+	roles := bustest.RunRoles(t, m)
+	roles.GoReady("memoryd", ready, func(ctx context.Context) error {
+		return memoryd.Run(ctx, memoryd.Deps{Conn: roles.Connect("memoryd"), Names: m.Names, Config: config.Default(),
 			Embedder: embedtest.Hash{}, Ready: ready})
 	})
 	return memoryd.Client{NC: m.Conn.NC, Names: m.Names}

@@ -126,7 +126,7 @@ func TestDurableConsumerPromotesAfterThreeSessionsAndReplayIsIdempotent(t *testi
 	ready := make(chan struct{})
 	d := e.deps(t)
 	d.Ready = ready
-	bustest.RunRoles(t).GoReady("miner", ready, func(ctx context.Context) error { return miner.Run(ctx, d) })
+	bustest.RunRoles(t, e.m).GoReady("miner", ready, func(ctx context.Context) error { return miner.Run(ctx, d) })
 	for i := range 3 {
 		e.publish(t, fmt.Sprintf("run-%d", i))
 	}

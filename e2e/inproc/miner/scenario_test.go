@@ -63,9 +63,10 @@ func scriptedMiner(t *testing.T, rules []scriptRule) *config.Config {
 // gives each try perTry.
 func startMemoryd(t *testing.T, m *bustest.Mesh, d memoryd.Deps, perTry time.Duration) memoryd.Client {
 	t.Helper()
+	roles := bustest.RunRoles(t, m)
 	ready := make(chan struct{})
-	d.Conn, d.Names, d.Ready = m.Connect(t, "memoryd"), m.Names, ready
-	bustest.RunRoles(t).GoReady("memoryd", ready, func(ctx context.Context) error { return memoryd.Run(ctx, d) })
+	d.Conn, d.Names, d.Ready = roles.Connect("memoryd"), m.Names, ready
+	roles.GoReady("memoryd", ready, func(ctx context.Context) error { return memoryd.Run(ctx, d) })
 	return memoryd.Client{NC: m.Conn.NC, Names: m.Names, PerTry: perTry}
 }
 

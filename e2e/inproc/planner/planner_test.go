@@ -55,7 +55,7 @@ func startRig(t *testing.T, mode, script string, tweaks ...func(*config.Config))
 		tweak(cfg)
 	}
 
-	r := &rig{m: m, cfg: cfg, roles: bustest.RunRoles(t), wire: make(chan *nats.Msg, 64)}
+	r := &rig{m: m, cfg: cfg, roles: bustest.RunRoles(t, m), wire: make(chan *nats.Msg, 64)}
 	watch := m.Connect(t, "watch")
 	for _, subj := range []string{m.Names.Work(agent), m.Names.ResultAll()} {
 		if _, err := watch.NC.ChanSubscribe(subj, r.wire); err != nil {
@@ -68,17 +68,17 @@ func startRig(t *testing.T, mode, script string, tweaks ...func(*config.Config))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	x, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg,
+	x, err := executor.New(ctx, executor.Deps{Conn: r.roles.Connect("executor"), Names: m.Names, Config: cfg,
 		Logger: slog.New(slog.DiscardHandler), ID: "executor-under-test", Home: t.TempDir()})
 	if err != nil {
 		t.Fatalf("executor: %v", err)
 	}
 	r.exec = x
 	r.roles.Go("gateway", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+		return gateway.Run(ctx, gateway.Deps{Conn: r.roles.Connect("gateway"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler)})
 	})
 	r.roles.Go("planner", func(ctx context.Context) error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
+		return planner.Run(ctx, planner.Deps{Conn: r.roles.Connect("planner"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
 			Home: t.TempDir(), ID: "planner-under-test"})
 	})
 	return r

@@ -55,7 +55,7 @@ func TestPlannerUsesAMatureSkill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r.roles.Go("memoryd", func(ctx context.Context) error {
-		return memoryd.Run(ctx, memoryd.Deps{Conn: r.m.Connect(t, "memoryd"), Names: r.m.Names, Config: r.cfg, Embedder: emb, Logger: slog.New(slog.DiscardHandler)})
+		return memoryd.Run(ctx, memoryd.Deps{Conn: r.roles.Connect("memoryd"), Names: r.m.Names, Config: r.cfg, Embedder: emb, Logger: slog.New(slog.DiscardHandler)})
 	})
 	mem := memoryd.Client{NC: r.m.Conn.NC, Names: r.m.Names, PerTry: 10 * time.Second}
 	skill := func(id, name, maturity string, conf float64) memory.Entry {

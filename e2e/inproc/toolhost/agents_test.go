@@ -67,9 +67,9 @@ func miniMesh(t *testing.T) *bustest.Mesh {
 	m := bustest.Start(t)
 	boss := agentConfig(t, "boss", bossScript, 3, "helper")
 	helper := agentConfig(t, "helper", helperScript, 1)
-	roles := bustest.RunRoles(t)
+	roles := bustest.RunRoles(t, m)
 
-	h, err := toolhost.New(roles.Ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), HostID: "agents-host"})
+	h, err := toolhost.New(roles.Ctx, toolhost.Deps{Conn: roles.Connect("toolhost"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), HostID: "agents-host"})
 	if err != nil {
 		t.Fatalf("toolhost: %v", err)
 	}
@@ -78,17 +78,17 @@ func miniMesh(t *testing.T) *bustest.Mesh {
 	}
 	roles.Go("toolhost", h.Serve)
 	for _, cfg := range []*config.Config{boss, helper} {
-		ex, err := executor.New(roles.Ctx, executor.Deps{Conn: m.Connect(t, "executor-"+cfg.Agent.Name), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), ID: "ex-" + cfg.Agent.Name})
+		ex, err := executor.New(roles.Ctx, executor.Deps{Conn: roles.Connect("executor-" + cfg.Agent.Name), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), ID: "ex-" + cfg.Agent.Name})
 		if err != nil {
 			t.Fatalf("executor %s: %v", cfg.Agent.Name, err)
 		}
 		roles.Go("executor "+cfg.Agent.Name, ex.Serve)
 	}
 	roles.Go("gateway", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler)})
+		return gateway.Run(ctx, gateway.Deps{Conn: roles.Connect("gateway"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler)})
 	})
 	roles.Go("planner", func(ctx context.Context) error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), ID: "planner-test"})
+		return planner.Run(ctx, planner.Deps{Conn: roles.Connect("planner"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), ID: "planner-test"})
 	})
 	return m
 }

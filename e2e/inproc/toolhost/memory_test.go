@@ -29,9 +29,9 @@ import (
 func withMemory(t *testing.T, m *bustest.Mesh) memoryd.Client {
 	t.Helper()
 	ready := make(chan struct{})
-	conn := m.Connect(t, "memoryd")
-	bustest.RunRoles(t).GoReady("memoryd", ready, func(ctx context.Context) error {
-		return memoryd.Run(ctx, memoryd.Deps{Conn: conn, Names: m.Names, Config: config.Default(), Embedder: embedtest.Hash{}, Ready: ready, Logger: slog.New(slog.DiscardHandler)})
+	roles := bustest.RunRoles(t, m)
+	roles.GoReady("memoryd", ready, func(ctx context.Context) error {
+		return memoryd.Run(ctx, memoryd.Deps{Conn: roles.Connect("memoryd"), Names: m.Names, Config: config.Default(), Embedder: embedtest.Hash{}, Ready: ready, Logger: slog.New(slog.DiscardHandler)})
 	})
 	return memoryd.Client{NC: m.Conn.NC, Names: m.Names}
 }
@@ -284,8 +284,9 @@ func TestParentLearnsHowToUseTheChild(t *testing.T) {
 	boss.Memory.Enabled, boss.Miner.Enabled = true, true
 	m := agentMesh(t, boss, scout)
 	mem := withMemory(t, m)
-	bustest.RunRoles(t).Go("miner", func(ctx context.Context) error {
-		return miner.Run(ctx, miner.Deps{Conn: m.Connect(t, "miner"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), NoModel: true})
+	roles := bustest.RunRoles(t, m)
+	roles.Go("miner", func(ctx context.Context) error {
+		return miner.Run(ctx, miner.Deps{Conn: roles.Connect("miner"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), NoModel: true})
 	})
 
 	s := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "What is the vault code?"})

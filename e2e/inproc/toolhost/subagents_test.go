@@ -26,17 +26,17 @@ import (
 func agentMesh(t *testing.T, agents ...*config.Config) *bustest.Mesh {
 	t.Helper()
 	m := bustest.Start(t)
-	roles := bustest.RunRoles(t)
+	roles := bustest.RunRoles(t, m)
 	for _, cfg := range agents {
 		name := cfg.Agent.Name
 		if len(cfg.Tools.Agents) > 0 {
-			h, err := toolhost.New(roles.Ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), HostID: "host-" + name})
+			h, err := toolhost.New(roles.Ctx, toolhost.Deps{Conn: roles.Connect("toolhost"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), HostID: "host-" + name})
 			if err != nil {
 				t.Fatalf("toolhost of %s: %v", name, err)
 			}
 			roles.Go("toolhost of "+name, h.Serve)
 		}
-		ex, err := executor.New(roles.Ctx, executor.Deps{Conn: m.Connect(t, "executor-"+name), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
+		ex, err := executor.New(roles.Ctx, executor.Deps{Conn: roles.Connect("executor-" + name), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
 			ID: "ex-" + name, Concurrency: 1})
 		if err != nil {
 			t.Fatalf("executor %s: %v", name, err)
@@ -44,10 +44,10 @@ func agentMesh(t *testing.T, agents ...*config.Config) *bustest.Mesh {
 		roles.Go("executor "+name, ex.Serve)
 	}
 	roles.Go("gateway", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: agents[0], Logger: slog.New(slog.DiscardHandler)})
+		return gateway.Run(ctx, gateway.Deps{Conn: roles.Connect("gateway"), Names: m.Names, Config: agents[0], Logger: slog.New(slog.DiscardHandler)})
 	})
 	roles.Go("planner", func(ctx context.Context) error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: agents[0], Logger: slog.New(slog.DiscardHandler), ID: "planner-test"})
+		return planner.Run(ctx, planner.Deps{Conn: roles.Connect("planner"), Names: m.Names, Config: agents[0], Logger: slog.New(slog.DiscardHandler), ID: "planner-test"})
 	})
 	return m
 }

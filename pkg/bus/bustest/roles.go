@@ -11,23 +11,51 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-// Roles runs a test's roles in process (a planner, executors, a gateway, memoryd, ...), each
-// loop in a goroutine of its own, until the test ends.
+// Roles runs a test's roles in process (a planner, executors, a gateway, memoryd, ...) on a
+// Mesh, each loop in a goroutine of its own, until the test ends.
 type Roles struct {
 	// Ctx ends when the test does: a role made with it (executor.New, toolhost.New) lives as
 	// long as its loop.
-	Ctx context.Context
-	t   testing.TB
-	wg  sync.WaitGroup
+	Ctx   context.Context
+	t     testing.TB
+	mesh  *Mesh
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []*bus.Conn
 }
 
-// RunRoles returns a Roles whose cleanup cancels Ctx and waits for every loop to return. Call
-// it after Start: cleanups run last first, so the roles stop before their server does.
-func RunRoles(t testing.TB) *Roles {
+// RunRoles returns a Roles on m whose cleanup cancels Ctx, waits for every loop to return and
+// then closes the connections made with Connect.
+func RunRoles(t testing.TB, m *Mesh) *Roles {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Roles{Ctx: ctx, t: t}
-	t.Cleanup(func() { cancel(); r.wg.Wait() })
+	r := &Roles{Ctx: ctx, t: t, mesh: m}
+	t.Cleanup(func() {
+		cancel()
+		r.wg.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, c := range r.conns {
+			c.Close()
+		}
+	})
 	return r
+}
+
+// Connect opens a role's connection to the mesh. Unlike Mesh.Connect, whose cleanup may run
+// while the roles still serve (cleanups run last first), it stays open until every loop has
+// returned: a role must not see its connection drain before it is told to stop.
+func (r *Roles) Connect(name string) *bus.Conn {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := bus.Connect(ctx, r.mesh.URL, name, 5*time.Second)
+	if err != nil {
+		r.t.Errorf("connect %s: %v", name, err) // may run in a role's goroutine: no Fatal
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.conns = append(r.conns, c)
+	return c
 }
 
 // Go runs one role's loop (ex.Serve, a closure around planner.Run); a loop that ends with an
