@@ -18,8 +18,6 @@ import (
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
-	"github.com/skein-mesh/skein/pkg/devenv"
-	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -33,38 +31,22 @@ import (
 // fail, no submit may be refused as rejected (422), and the mesh must take work again without a
 // restart.
 
-const diskAgent = `
-agent:
-  name: assistant
-  max_steps: 4
-llm:
-  provider: scripted
-  model: scripted
-  script: script.yaml
-tools:
-  manifest_dirs: [$FAULT_TOOLS]
+const diskAgent = assistantAgent + `tools:
+  manifest_dirs: [$TESTTOOLS]
 mesh:
   storage_reserve: $RESERVE
 `
 
 func TestChaosDiskFull(t *testing.T) {
-	devtest.NeedProgram(t, "python3")
-	if _, err := os.Stat(filepath.Join(devenv.ToolsDir(), "memory", "minilm")); err != nil {
-		devtest.Missing(t, "the all-MiniLM-L6-v2 embedder")
-	}
-	rate := chaosSetting(t, "SKEIN_CHAOS_RATE", 1.5)
-	toolWait := chaosSetting(t, "SKEIN_CHAOS_TOOL_S", 3)
-	calmFor := time.Duration(chaosSetting(t, "SKEIN_CHAOS_CALM_S", 40) * float64(time.Second))
-	fullFor := time.Duration(chaosSetting(t, "SKEIN_CHAOS_FULL_S", 60) * float64(time.Second))
-	afterFor := time.Duration(chaosSetting(t, "SKEIN_CHAOS_AFTER_S", 30) * float64(time.Second))
-	drain := time.Duration(chaosSetting(t, "SKEIN_CHAOS_DRAIN_S", 180) * float64(time.Second))
+	k := chaosStart(t)
+	rate, toolWait, calmFor, drain := k.rate, k.toolWait, k.calmFor, k.drain
+	fullFor := chaosSeconds(t, "SKEIN_CHAOS_FULL_S", 60)
+	afterFor := chaosSeconds(t, "SKEIN_CHAOS_AFTER_S", 30)
 	diskMiB := int64(chaosSetting(t, "SKEIN_CHAOS_DISK_MIB", 64))
 	reserveMiB := int64(chaosSetting(t, "SKEIN_CHAOS_RESERVE_MIB", 8))
 
 	home := bustest.Tmpfs(t, diskMiB<<20)
-	tools := filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")
-	cfg := writeProject(t, strings.NewReplacer("$FAULT_TOOLS", tools, "$RESERVE", fmt.Sprint(reserveMiB<<20)).Replace(diskAgent),
-		strings.ReplaceAll(chaosScript, "$TOOL_S", fmt.Sprint(toolWait)))
+	cfg := writeProject(t, strings.ReplaceAll(diskAgent, "$RESERVE", fmt.Sprint(reserveMiB<<20)), k.script())
 	effectsLog := effectLog(t) // writable by every uid the sandbox runs tools as
 	env := []string{"SKEIN_HOME=" + home, "EFFECT_LOG=" + effectsLog}
 	natsAddr, httpAddr := freePort(t), freePort(t)
@@ -167,31 +149,12 @@ func TestChaosDiskFull(t *testing.T) {
 			}
 		}()
 	}
-	arrive := func(from int, stop <-chan struct{}) int {
-		// pacing: the arrival schedule, one session every 1/rate seconds.
-		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-		defer tick.Stop()
-		for i := from; ; i++ {
-			submitOne(i)
-			select {
-			case <-stop:
-				return i + 1
-			case <-tick.C:
-			}
-		}
-	}
-	phase := func(d time.Duration) <-chan struct{} {
-		ch := make(chan struct{})
-		time.AfterFunc(d, func() { close(ch) })
-		return ch
-	}
-
-	next := arrive(0, phase(calmFor))
+	next := k.arrive(0, closeAfter(calmFor), submitOne)
 	filled := time.Now()
 	free := bustest.Fill(t, home, 0)
-	stopFull := phase(fullFor)
+	stopFull := closeAfter(fullFor)
 	arrived := make(chan int, 1)
-	go func() { arrived <- arrive(next, stopFull) }()
+	go func() { arrived <- k.arrive(next, stopFull, submitOne) }()
 	// While the disk is full the test keeps it full: space JetStream frees of its own (blocks of
 	// consumed tasks and steps) is taken again, as by another writer on the disk.
 	frees := []func(){free}
@@ -231,7 +194,7 @@ func TestChaosDiskFull(t *testing.T) {
 	} else {
 		okAfter = time.Since(freed)
 	}
-	arrive(next, phase(afterFor))
+	k.arrive(next, closeAfter(afterFor), submitOne)
 	close(giveUp)
 	submits.Wait()
 
@@ -246,30 +209,15 @@ func TestChaosDiskFull(t *testing.T) {
 	for _, id := range waitDone(ctx, t, c, ids, drain) {
 		running[id] = true
 	}
-	succeeded, failed, lost := 0, 0, 0
-	reasons := map[string]int{}
+	ends := newTally(drain, protocol.Outcome.Succeeded)
 	var calmLat, heldLat, newLat []time.Duration // calm; in flight when the disk filled; submitted after it was freed
 	acceptedFull := 0                            // accepted between the fill and the freeing
 	firstNew := time.Duration(-1)
 	for _, a := range accepted {
-		if running[a.id] {
-			lost++
-			t.Errorf("session %s still running %s after the last arrival", a.id, drain)
+		_, end := ends.count(ctx, t, c, a.id, running[a.id])
+		if end == nil {
 			continue
 		}
-		_, end := finished(ctx, t, c, a.id)
-		switch {
-		case end == nil:
-			lost++
-			t.Errorf("session %s is done but its trace has no terminal event", a.id)
-			continue
-		case !end.Outcome.Succeeded():
-			failed++
-			reasons[string(end.Outcome)+": "+end.Reason]++
-			t.Errorf("session %s ended %s: %s", a.id, end.Outcome, end.Reason)
-			continue
-		}
-		succeeded++
 		if a.accepted.After(filled) && a.accepted.Before(freed) {
 			acceptedFull++
 		}
@@ -295,11 +243,7 @@ func TestChaosDiskFull(t *testing.T) {
 	var report strings.Builder
 	fmt.Fprintf(&report, "tmpfs %d MiB, reserve %d MiB; calm %s, disk full %s, then %s more arrivals\n", diskMiB, reserveMiB, calmFor, fullFor, afterFor)
 	fmt.Fprintf(&report, "arrivals %.1f/s over HTTP (a 503 sent again each second with the same session id), tool wait %.1f s\n", rate, toolWait)
-	fmt.Fprintf(&report, "accepted %d, finished %d (succeeded %d, failed %d), lost %d, duplicated side effects %d (tool runs repeated by the mesh: %d)\n",
-		len(accepted), succeeded+failed, succeeded, failed, lost, dups, reruns)
-	for r, n := range reasons {
-		fmt.Fprintf(&report, "  failed %d× %s\n", n, r)
-	}
+	ends.write(&report, len(accepted), dups, reruns)
 	var codes []string
 	for k, n := range refused {
 		codes = append(codes, fmt.Sprintf("%s: %d", k, n))
@@ -327,8 +271,8 @@ func TestChaosDiskFull(t *testing.T) {
 			rejected += n
 		}
 	}
-	if lost != 0 || failed != 0 || dups != 0 || rejected != 0 || nospace == 0 || okAfter < 0 || !saidFull {
+	if ends.lost != 0 || ends.failed != 0 || dups != 0 || rejected != 0 || nospace == 0 || okAfter < 0 || !saidFull {
 		t.Fatalf("%d sessions lost, %d failed, %d duplicated side effects, %d submits refused as rejected, %d server lines about the full disk, storage back after %s",
-			lost, failed, dups, rejected, nospace, okAfter)
+			ends.lost, ends.failed, dups, rejected, nospace, okAfter)
 	}
 }

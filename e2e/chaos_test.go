@@ -13,14 +13,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
-	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -35,16 +33,8 @@ import (
 // tool appends to a side-effect log. An executor, a toolhost, a planner, memoryd and one NATS node
 // are killed with SIGKILL in turn and started again.
 
-const chaosAgent = `
-agent:
-  name: assistant
-  max_steps: 4
-llm:
-  provider: scripted
-  model: scripted
-  script: script.yaml
-tools:
-  manifest_dirs: [$FAULT_TOOLS]
+const chaosAgent = assistantAgent + `tools:
+  manifest_dirs: [$TESTTOOLS]
 mesh:
   nats_url: $NATS_URLS
   replicas: 3
@@ -94,34 +84,8 @@ func newNATSNode(t *testing.T, name string, port, cluster int, routes []string, 
 }
 
 func (n *natsNode) start(t *testing.T, bin string, env []string) {
-	n.p = startBin(t, env, n.name, bin, "-c", n.conf)
+	n.p = start(t, env, n.name, bin, "-c", n.conf) // bin is a path: start runs it as it is
 	n.logs = append(n.logs, n.p.log)
-}
-
-// startBin is start for a binary given by path.
-func startBin(t *testing.T, env []string, name, bin string, args ...string) *proc {
-	t.Helper()
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			dumpLog(t, p)
-		}
-	})
-	return p
 }
 
 type sample struct {
@@ -153,33 +117,10 @@ func (s *sample) timeline() string {
 	return b.String()
 }
 
-// chaosSetting reads a duration or rate knob from the environment (make chaos passes them on).
-func chaosSetting(t *testing.T, name string, def float64) float64 {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	var f float64
-	if _, err := fmt.Sscan(v, &f); err != nil || f <= 0 {
-		t.Fatalf("%s=%q: want a positive number", name, v)
-	}
-	return f
-}
-
 func TestChaos(t *testing.T) {
-	devtest.NeedProgram(t, "python3")
-	if _, err := os.Stat(filepath.Join(devenv.ToolsDir(), "memory", "minilm")); err != nil {
-		devtest.Missing(t, "the all-MiniLM-L6-v2 embedder")
-	}
-	// Sessions per second (keep it below what the mesh drains, or the figures measure a queue),
-	// seconds of calm before the faults, seconds between one fault and the next.
-	// How long the sessions may take to drain after the last arrival is bounded too: a session
-	// still running then is counted lost and the report is still printed.
-	rate := chaosSetting(t, "SKEIN_CHAOS_RATE", 1.5)
-	toolWait := chaosSetting(t, "SKEIN_CHAOS_TOOL_S", 3)
-	calmFor := time.Duration(chaosSetting(t, "SKEIN_CHAOS_CALM_S", 40) * float64(time.Second))
-	gap := time.Duration(chaosSetting(t, "SKEIN_CHAOS_GAP_S", 30) * float64(time.Second))
-	drain := time.Duration(chaosSetting(t, "SKEIN_CHAOS_DRAIN_S", 180) * float64(time.Second))
+	k := chaosStart(t)
+	rate, toolWait, calmFor, drain := k.rate, k.toolWait, k.calmFor, k.drain
+	gap := chaosSeconds(t, "SKEIN_CHAOS_GAP_S", 30) // between one fault and the next
 
 	bins := binaries(t)
 	natsBin := filepath.Join(bins, "nats-server")
@@ -234,9 +175,7 @@ func TestChaos(t *testing.T) {
 		return err == nil
 	})
 
-	tools := filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")
-	cfg := writeProject(t, strings.NewReplacer("$FAULT_TOOLS", tools, "$NATS_URLS", `"`+url+`"`).Replace(chaosAgent),
-		strings.ReplaceAll(chaosScript, "$TOOL_S", fmt.Sprint(toolWait)))
+	cfg := writeProject(t, strings.ReplaceAll(chaosAgent, "$NATS_URLS", `"`+url+`"`), k.script())
 	effectsLog := effectLog(t)
 	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effectsLog}
 	args := []string{"--nats", url, "--config", cfg}
@@ -287,23 +226,10 @@ func TestChaos(t *testing.T) {
 			mu.Unlock()
 		}()
 	}
-	// arrive submits sessions at the steady rate until stop is closed.
 	arrive := func(phase string, stop <-chan struct{}) {
-		// pacing: the arrival schedule, one session every 1/rate seconds.
-		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			submitOne(phase, i)
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-		}
+		k.arrive(0, stop, func(i int) { submitOne(phase, i) })
 	}
-	calm := make(chan struct{})
-	time.AfterFunc(calmFor, func() { close(calm) })
-	arrive("calm", calm)
+	arrive("calm", closeAfter(calmFor))
 	submits.Wait()
 	mu.Lock()
 	calmIDs := ids(samples)
@@ -379,32 +305,17 @@ func TestChaos(t *testing.T) {
 
 	// Outcomes and latencies from the traces.
 	lat := map[string][]time.Duration{}
-	succeeded, failed, lost := 0, 0, 0
-	reasons := map[string]int{}
+	ends := newTally(drain, func(o protocol.Outcome) bool { return o == protocol.OutcomeSuccess })
 	for _, s := range samples {
-		if running[s.id] {
-			lost++
-			t.Errorf("session %s still running %s after the last arrival", s.id, drain)
-			continue
-		}
-		evs, end := finished(ctx, t, c, s.id)
+		evs, end := ends.count(ctx, t, c, s.id, running[s.id])
 		s.sources = map[string]bool{}
 		s.events = evs
 		for _, ev := range evs {
 			s.sources[ev.Source] = true
 		}
-		switch {
-		case end == nil:
-			lost++
-			t.Errorf("session %s is done but its trace has no terminal event", s.id)
-			continue
-		case end.Outcome != protocol.OutcomeSuccess:
-			failed++
-			reasons[string(end.Outcome)+": "+end.Reason]++
-			t.Errorf("session %s ended %s: %s", s.id, end.Outcome, end.Reason)
+		if end == nil {
 			continue
 		}
-		succeeded++
 		s.finished = end.Time
 		lat[s.phase] = append(lat[s.phase], end.Time.Sub(s.submitted))
 	}
@@ -430,11 +341,7 @@ func TestChaos(t *testing.T) {
 	var report strings.Builder
 	fmt.Fprintf(&report, "calm %s, faults %s apart (restart 3 s after the kill)\n", calmFor, gap)
 	fmt.Fprintf(&report, "arrivals %.1f/s, tool wait %.1f s\n", rate, toolWait)
-	fmt.Fprintf(&report, "accepted %d, finished %d (succeeded %d, failed %d), lost %d, duplicated side effects %d (tool runs repeated by the mesh: %d)\n",
-		len(samples), succeeded+failed, succeeded, failed, lost, dups, reruns)
-	for r, n := range reasons {
-		fmt.Fprintf(&report, "  failed %d× %s\n", n, r)
-	}
+	ends.write(&report, len(samples), dups, reruns)
 	fmt.Fprintf(&report, "dead-lettered messages %d; stream or consumer quorum losses logged by the nodes %d; permission refusals logged by the roles %d\n", dead, stalls, refused)
 	calmP50 := pct(lat["calm"], 50)
 	for _, ph := range []string{"calm", "faults"} {
@@ -515,8 +422,8 @@ func TestChaos(t *testing.T) {
 	}
 	fmt.Fprintf(&report, "steps started again: %d in the calm phase, %d with faults\n", again["calm"], again["faults"])
 	t.Log("\n" + report.String())
-	if lost != 0 || failed != 0 || dups != 0 || refused != 0 {
-		t.Fatalf("%d sessions lost, %d failed, %d duplicated side effects, %d permission refusals", lost, failed, dups, refused)
+	if ends.lost != 0 || ends.failed != 0 || dups != 0 || refused != 0 {
+		t.Fatalf("%d sessions lost, %d failed, %d duplicated side effects, %d permission refusals", ends.lost, ends.failed, dups, refused)
 	}
 }
 

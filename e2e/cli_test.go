@@ -763,27 +763,30 @@ func checkHTTP(t *testing.T, base, token string) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("POST /v1/tasks without the token: %d, want 401", resp.StatusCode)
 	}
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/tasks", strings.NewReader(`{"task": "Greet Ada", "session_id": "via-http"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// send makes one request with the token.
+	send := func(method, path, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
 	}
+	resp = send(http.MethodPost, "/v1/tasks", `{"task": "Greet Ada", "session_id": "via-http"}`)
 	var rep map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&rep)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted || rep["session_id"] != "via-http" {
 		t.Fatalf("POST /v1/tasks: %d %v", resp.StatusCode, rep)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/sessions/via-http/events", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp = send(http.MethodGet, "/v1/sessions/via-http/events", "")
 	body, err := io.ReadAll(resp.Body) // ends when the server closes the stream after usage
 	resp.Body.Close()
 	if err != nil {
@@ -798,12 +801,7 @@ func checkHTTP(t *testing.T, base, token string) {
 	if len(events) < 3 || events[0] != "session_started" || events[len(events)-1] != "usage" || !strings.Contains(string(body), "Hello, Ada") {
 		t.Errorf("events stream: %v", events)
 	}
-	req, _ = http.NewRequest(http.MethodGet, base+"/v1/sessions/via-http", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp = send(http.MethodGet, "/v1/sessions/via-http", "")
 	var sess map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&sess)
 	resp.Body.Close()

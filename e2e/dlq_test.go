@@ -3,15 +3,12 @@ package e2e
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
-	"github.com/skein-mesh/skein/pkg/devenv/devtest"
-	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -19,17 +16,11 @@ import (
 // work and result subjects of a running mesh: each ends in the DLQ with its origin and a reason,
 // none is dropped, and `skein dlq` shows them.
 func TestGarbageOnEveryWorkSubjectReachesTheDLQ(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process test")
-	}
-	url := natsServer(t)
-	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")), faultScript)
-	c := connect(t, url)
-	env := []string{"SKEIN_HOME=" + t.TempDir()}
-	args := []string{"--nats", url, "--config", cfg}
-	start(t, env, "executor", "executor", args...)
-	start(t, env, "planner", "planner", args...)
-	start(t, env, "gateway", "gateway", args...)
+	m := newProcMesh(t, writeProject(t, faultAgent, faultScript))
+	c := m.c
+	m.start(t, "executor", "executor")
+	m.start(t, "planner", "planner")
+	m.start(t, "gateway", "gateway")
 	bustest.WaitAgent(t, c, meshNames, "assistant")
 	bustest.WaitPullers(t, c, meshNames, "assistant", 1)
 
@@ -42,29 +33,16 @@ func TestGarbageOnEveryWorkSubjectReachesTheDLQ(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dlq, err := c.JS.Stream(ctx, names.Stream(protocol.StreamDLQ))
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]string{}
-	poll.True(t, time.Minute, "three dead letters", func() bool {
-		info, err := dlq.Info(ctx)
-		if err != nil || info.State.Msgs < 3 {
-			return false
-		}
-		for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-			if m, err := dlq.GetMsg(ctx, seq); err == nil {
-				got[m.Header.Get(bus.HeaderDLQSubject)] = m.Header.Get(bus.HeaderDLQReason)
-			}
-		}
-		return len(got) >= 3
-	})
+	for _, dl := range bustest.DeadLetters(t, c, names, 3) {
+		got[dl.Header.Get(bus.HeaderDLQSubject)] = dl.Header.Get(bus.HeaderDLQReason)
+	}
 	for _, s := range subjects {
 		if r, ok := got[s]; !ok || !strings.Contains(r, "undecodable") {
 			t.Errorf("garbage on %s: dead letter reason %q (present %v)", s, r, ok)
 		}
 	}
-	r := skein(t, t.TempDir(), append(os.Environ(), env...), "", "dlq", "--nats", url)
+	r := skein(t, t.TempDir(), append(os.Environ(), m.env...), "", "dlq", "--nats", m.url)
 	if r.code != 0 {
 		t.Fatalf("skein dlq: %s", r)
 	}

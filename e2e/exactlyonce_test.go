@@ -6,18 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
-	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/session/sessiontest"
-	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 const effectScript = `
@@ -34,21 +29,15 @@ rules:
 // for the same call ids; the toolhost answers from its records (or waits for the run in flight),
 // so every session finishes and no effect happens twice.
 func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process test")
-	}
 	devtest.NeedProgram(t, "python3")
-	url := natsServer(t)
-	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")), effectScript)
-	c := connect(t, url)
 	effects := effectLog(t)
-	env := []string{"SKEIN_HOME=" + t.TempDir(), "EFFECT_LOG=" + effects}
-	args := []string{"--nats", url, "--config", cfg}
-	start(t, env, "toolhost", "toolhost", args...)
-	victim := start(t, env, "executor-victim", "executor", args...)
-	start(t, env, "executor-survivor", "executor", args...)
-	start(t, env, "planner", "planner", args...)
-	start(t, env, "gateway", "gateway", args...)
+	m := newProcMesh(t, writeProject(t, faultAgent, effectScript), "EFFECT_LOG="+effects)
+	c := m.c
+	m.start(t, "toolhost", "toolhost")
+	victim := m.start(t, "executor-victim", "executor")
+	m.start(t, "executor-survivor", "executor")
+	m.start(t, "planner", "planner")
+	m.start(t, "gateway", "gateway")
 	bustest.WaitAgent(t, c, meshNames, "assistant")
 	bustest.WaitPullers(t, c, meshNames, "assistant", 2)
 	bustest.WaitTools(t, c, meshNames, "effect")
@@ -56,25 +45,17 @@ func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const n = 8
-	ids := make([]string, n)
-	for i := range n {
-		ids[i] = fmt.Sprintf("once-%d", i)
-		sessiontest.Submit(t, c, meshNames, protocol.SubmitRequest{Task: fmt.Sprintf("effect please (%d)", i), SessionID: ids[i], Caller: "e2e"})
-	}
+	ids := submitAll(t, c, "once", "effect please", n)
 	// Crash the victim while a tool call of one of its steps is running.
 	victimPID := fmt.Sprintf("/%d", victim.cmd.Process.Pid)
-	names := protocol.NewNames("")
-	poll.True(t, sessiontest.EndTimeout, "a tool call of the victim executor to start", func() bool {
-		for _, id := range ids {
-			evs, _ := trace.Read(ctx, c.JS, names, id)
-			victims := false
-			for _, ev := range evs {
-				if ev.Type == protocol.EvStepStarted && strings.HasSuffix(ev.Source, victimPID) {
-					victims = true
-				}
-				if victims && ev.Type == protocol.EvToolAttempt && ev.Attrs["attempt"] == protocol.AttemptRun {
-					return true
-				}
+	waitTraces(ctx, t, c, ids, "a tool call of the victim executor to start", func(evs []protocol.Event) bool {
+		victims := false
+		for _, ev := range evs {
+			if ev.Type == protocol.EvStepStarted && strings.HasSuffix(ev.Source, victimPID) {
+				victims = true
+			}
+			if victims && ev.Type == protocol.EvToolAttempt && ev.Attrs["attempt"] == protocol.AttemptRun {
+				return true
 			}
 		}
 		return false
@@ -82,26 +63,12 @@ func TestKilledExecutorDuplicatesNoSideEffect(t *testing.T) {
 	victim.kill()
 	killed := time.Now()
 
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	evs := make([][]protocol.Event, n)
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			evs[i], errs[i] = sessiontest.Follow(ctx, c, meshNames, id)
-		}()
-	}
-	wg.Wait()
-
 	rescued, repeats := 0, 0
 	var recovery time.Duration
-	for i, id := range ids {
-		if errs[i] != nil {
-			t.Fatalf("%s: %v", id, errs[i])
-		}
+	for i, evs := range followAll(ctx, t, c, ids) {
+		id := ids[i]
 		victimStarted := false
-		for _, ev := range evs[i] {
+		for _, ev := range evs {
 			switch {
 			case ev.Type == protocol.EvStepStarted && strings.HasSuffix(ev.Source, victimPID):
 				victimStarted = true

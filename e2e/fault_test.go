@@ -3,30 +3,22 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
-	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/trace"
 )
 
-const faultAgent = `
-agent:
-  name: assistant
-  max_steps: 4
-llm:
-  provider: scripted
-  model: scripted
-  script: script.yaml
-tools:
-  manifest_dirs: [$FAULT_TOOLS]
+const faultAgent = assistantAgent + `tools:
+  manifest_dirs: [$TESTTOOLS]
 memory:
   enabled: false
 `
@@ -40,88 +32,102 @@ rules:
       tool_calls: [{name: slow, args: {seconds: 3}}]
 `
 
+// submitAll submits n tasks "<task> (i)" as the sessions "<prefix>-i" and returns their ids.
+func submitAll(t *testing.T, c *bus.Conn, prefix, task string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		sessiontest.Submit(t, c, meshNames, protocol.SubmitRequest{Task: fmt.Sprintf("%s (%d)", task, i), SessionID: ids[i], Caller: "e2e"})
+	}
+	return ids
+}
+
+// waitTraces waits until the trace of one of the sessions shows what seen looks for: the
+// moment a test kills a process.
+func waitTraces(ctx context.Context, t *testing.T, c *bus.Conn, ids []string, what string, seen func([]protocol.Event) bool) {
+	t.Helper()
+	poll.True(t, sessiontest.EndTimeout, what, func() bool {
+		for _, id := range ids {
+			if evs, _ := trace.Read(ctx, c.JS, meshNames, id); seen(evs) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// followAll follows every session to its end at once and returns their traces, in the order
+// of ids.
+func followAll(ctx context.Context, t *testing.T, c *bus.Conn, ids []string) [][]protocol.Event {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(ids))
+	evs := make([][]protocol.Event, len(ids))
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			evs[i], errs[i] = sessiontest.Follow(ctx, c, meshNames, id)
+		}()
+	}
+	wg.Wait()
+	for i, id := range ids {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", id, errs[i])
+		}
+	}
+	return evs
+}
+
 // TestCrashesLoseNoAcceptedTask kills an executor and the planner with SIGKILL while tasks are in
 // flight, starts a fresh planner, and checks every accepted task still ends in success.
 func TestCrashesLoseNoAcceptedTask(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process test")
-	}
-	url := natsServer(t)
-	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")), faultScript)
-	c := connect(t, url)
-	env := []string{"SKEIN_HOME=" + t.TempDir()}
-	args := []string{"--nats", url, "--config", cfg}
-	start(t, env, "toolhost", "toolhost", args...)
-	victim := start(t, env, "executor-victim", "executor", args...)
-	start(t, env, "executor-survivor", "executor", args...)
-	planner := start(t, env, "planner-1", "planner", args...)
-	start(t, env, "gateway", "gateway", args...)
+	m := newProcMesh(t, writeProject(t, faultAgent, faultScript))
+	c := m.c
+	m.start(t, "toolhost", "toolhost")
+	victim := m.start(t, "executor-victim", "executor")
+	m.start(t, "executor-survivor", "executor")
+	planner := m.start(t, "planner-1", "planner")
+	m.start(t, "gateway", "gateway")
 	bustest.WaitAgent(t, c, meshNames, "assistant")
 	bustest.WaitPullers(t, c, meshNames, "assistant", 2)
 	bustest.WaitTools(t, c, meshNames, "slow")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	const n = 8
-	ids := make([]string, n)
-	for i := range n {
-		ids[i] = fmt.Sprintf("fault-%d", i)
-		sessiontest.Submit(t, c, meshNames, protocol.SubmitRequest{Task: fmt.Sprintf("wait please (%d)", i), SessionID: ids[i], Caller: "e2e"})
-	}
+	ids := submitAll(t, c, "fault", "wait please", 8)
 	// Wait until the victim is running a step, then crash it and the planner.
 	victimPID := fmt.Sprintf("/%d", victim.cmd.Process.Pid)
 	byVictim := func(ev protocol.Event) bool {
 		return ev.Type == protocol.EvStepStarted && strings.HasSuffix(ev.Source, victimPID)
 	}
-	poll.True(t, sessiontest.EndTimeout, "the victim executor to start a step", func() bool {
-		for _, id := range ids {
-			evs, _ := trace.Read(ctx, c.JS, protocol.NewNames(""), id)
-			for _, ev := range evs {
-				if byVictim(ev) {
-					return true
-				}
-			}
-		}
-		return false
+	waitTraces(ctx, t, c, ids, "the victim executor to start a step", func(evs []protocol.Event) bool {
+		return slices.ContainsFunc(evs, byVictim)
 	})
 	victim.kill()
 	planner.kill()
-	start(t, env, "planner-2", "planner", args...)
+	m.start(t, "planner-2", "planner")
 
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	finals := make([]protocol.Event, n)
-	redelivered := make([]bool, n)
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			evs, err := sessiontest.Follow(ctx, c, meshNames, id)
-			errs[i] = err
-			victimStarted := false
-			for _, ev := range evs {
-				switch {
-				case byVictim(ev):
-					victimStarted = true
-				case ev.Type == protocol.EvStepFinished && victimStarted && !strings.HasSuffix(ev.Source, victimPID):
-					redelivered[i] = true
-				case ev.Type.Terminal():
-					finals[i] = ev
-				}
-			}
-		}()
-	}
-	wg.Wait()
 	rescued := 0
-	for i, id := range ids {
-		if redelivered[i] {
+	for i, evs := range followAll(ctx, t, c, ids) {
+		victimStarted, redelivered := false, false
+		var final protocol.Event
+		for _, ev := range evs {
+			switch {
+			case byVictim(ev):
+				victimStarted = true
+			case ev.Type == protocol.EvStepFinished && victimStarted && !strings.HasSuffix(ev.Source, victimPID):
+				redelivered = true
+			case ev.Type.Terminal():
+				final = ev
+			}
+		}
+		if redelivered {
 			rescued++
 		}
-		if errs[i] != nil {
-			t.Fatalf("%s: %v", id, errs[i])
-		}
-		if finals[i].Outcome != protocol.OutcomeSuccess {
-			t.Fatalf("%s ended %s (%s)", id, finals[i].Outcome, finals[i].Reason)
+		if final.Outcome != protocol.OutcomeSuccess {
+			t.Fatalf("%s ended %s (%s)", ids[i], final.Outcome, final.Reason)
 		}
 	}
 	if rescued == 0 {

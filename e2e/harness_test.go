@@ -16,6 +16,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/auth"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/embedded"
+	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -186,14 +187,56 @@ func connect(t *testing.T, url string) *bus.Conn {
 // meshNames are the names every e2e mesh runs under: the default, no prefix.
 var meshNames = protocol.NewNames("")
 
+// procMesh is a NATS server (natsServer) the test runs role processes on, all with one
+// project's config and one environment, and the test's own admin connection to it.
+type procMesh struct {
+	url  string
+	c    *bus.Conn
+	env  []string // SKEIN_HOME, a temp folder, and what newProcMesh was given
+	args []string // --nats url --config cfg
+}
+
+// newProcMesh skips the test in -short mode (it runs processes), starts the server and
+// connects to it; cfg is the project every role reads.
+func newProcMesh(t *testing.T, cfg string, env ...string) *procMesh {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	url := natsServer(t)
+	return &procMesh{url: url, c: connect(t, url), env: append([]string{"SKEIN_HOME=" + t.TempDir()}, env...),
+		args: []string{"--nats", url, "--config", cfg}}
+}
+
+// start runs a role's binary (bin) as the process name.
+func (m *procMesh) start(t *testing.T, name, bin string) *proc {
+	t.Helper()
+	return start(t, m.env, name, bin, m.args...)
+}
+
+// assistantAgent begins an agent.yaml: agent assistant, at most four steps, on the scripted
+// model playing script.yaml (writeProject writes both). A test adds its tools and the rest.
+const assistantAgent = `
+agent:
+  name: assistant
+  max_steps: 4
+llm:
+  provider: scripted
+  model: scripted
+  script: script.yaml
+`
+
 // writeProject writes agent.yaml and script.yaml into a temp folder and returns the config path.
+// In agent.yaml, $TOOLS names the example tools and $TESTTOOLS e2e's test tools.
 func writeProject(t *testing.T, agentYAML, script string) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "script.yaml"), []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	body := strings.ReplaceAll(agentYAML, "$TOOLS", filepath.Join(devtest.RepoRoot(t), "examples", "tools"))
+	root := devtest.RepoRoot(t)
+	body := strings.NewReplacer("$TOOLS", filepath.Join(root, "examples", "tools"),
+		"$TESTTOOLS", filepath.Join(root, "e2e", "testdata", "tools")).Replace(agentYAML)
 	p := filepath.Join(dir, "agent.yaml")
 	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
@@ -213,6 +256,14 @@ func effectLog(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// needMiniLM skips the test when .tools holds no all-MiniLM-L6-v2 embedder (make setup).
+func needMiniLM(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(devenv.ToolsDir(), "memory", "minilm")); err != nil {
+		devtest.Missing(t, "the all-MiniLM-L6-v2 embedder")
+	}
 }
 
 // waitMemoryd waits until memoryd answers its health check.

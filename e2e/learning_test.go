@@ -15,8 +15,6 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
-	"github.com/skein-mesh/skein/pkg/devenv"
-	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore"
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore/milvustest"
@@ -78,9 +76,7 @@ func learningLoop(t *testing.T, edit func(string) string) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	if _, err := os.Stat(filepath.Join(devenv.ToolsDir(), "memory", "minilm")); err != nil {
-		devtest.Missing(t, "the all-MiniLM-L6-v2 embedder")
-	}
+	needMiniLM(t)
 	project := reachableTempDir(t)
 	out, err := exec.Command(filepath.Join(binaries(t), "skein"), "init", project).CombinedOutput()
 	if err != nil {

@@ -3,14 +3,12 @@ package e2e
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
-	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -19,12 +17,9 @@ import (
 // edit` would, then starts a role (which provisions the mesh): the edit stays. Only `skein mesh
 // apply` puts the config's limits back.
 func TestOperatorsEditSurvivesARoleRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process test")
-	}
-	url := natsServer(t)
-	cfg := writeProject(t, strings.ReplaceAll(faultAgent, "$FAULT_TOOLS", filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools")), faultScript)
-	c := connect(t, url)
+	cfg := writeProject(t, faultAgent, faultScript)
+	m := newProcMesh(t, cfg)
+	c := m.c
 	names := protocol.NewNames("")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -47,19 +42,18 @@ func TestOperatorsEditSurvivesARoleRestart(t *testing.T) {
 		return s.CachedInfo().Config.MaxAge
 	}
 	edit(90 * time.Minute)
-	env := []string{"SKEIN_HOME=" + t.TempDir()}
-	p := start(t, env, "planner", "planner", "--nats", url, "--config", cfg)
+	p := m.start(t, "planner", "planner")
 	poll.True(t, bustest.ReadyTimeout, "the planner's consumer", func() bool {
 		_, err := c.JS.Consumer(ctx, names.Stream(protocol.StreamTasks), protocol.ConsumerPlanner)
 		return err == nil
 	})
 	p.stop()
-	again := start(t, env, "planner-again", "planner", "--nats", url, "--config", cfg)
+	again := m.start(t, "planner-again", "planner")
 	waitForLine(t, again, "planner ready") // it has provisioned the mesh before it says so
 	if got := age(); got != 90*time.Minute {
 		t.Fatalf("a role's start changed the operator's max_age of WORK to %v", got)
 	}
-	r := skein(t, t.TempDir(), append(os.Environ(), env...), "", "mesh", "apply", "--nats", url, "--config", cfg)
+	r := skein(t, t.TempDir(), append(os.Environ(), m.env...), "", "mesh", "apply", "--nats", m.url, "--config", cfg)
 	if r.code != 0 || !strings.Contains(r.stdout, "stream WORK: max_age 1h30m0s -> 168h0m0s") {
 		t.Fatalf("skein mesh apply: %s", r)
 	}

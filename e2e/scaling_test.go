@@ -4,13 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
-	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 )
 
 var (
@@ -38,16 +36,8 @@ func TestExecutorScaling(t *testing.T) {
 		t.Skip("benchmark: run with -scaling (make bench-scaling)")
 	}
 	conc := *scalingStepConc
-	agent := fmt.Sprintf(`
-agent:
-  name: assistant
-  max_steps: 4
-llm:
-  provider: scripted
-  model: scripted
-  script: script.yaml
-tools:
-  manifest_dirs: [%s]
+	agent := fmt.Sprintf(assistantAgent+`tools:
+  manifest_dirs: [$TESTTOOLS]
   enabled: [nap]
 executor:
   concurrency: %d
@@ -55,7 +45,7 @@ toolhost:
   concurrency: 256
 memory:
   enabled: false
-`, filepath.Join(devtest.RepoRoot(t), "e2e", "testdata", "tools"), conc)
+`, conc)
 	cfg := writeProject(t, agent, scalingScript)
 	m := startUp(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)

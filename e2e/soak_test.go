@@ -19,15 +19,7 @@ import (
 var soakDuration = flag.Duration("soak.duration", 0, "run TestSoak for this long (default $SKEIN_SOAK_DURATION, else skipped)")
 
 // The soak's agent: a short session, one call of the compiled sum tool, memory and miner on.
-const soakAgent = `
-agent:
-  name: assistant
-  max_steps: 4
-llm:
-  provider: scripted
-  model: scripted
-  script: script.yaml
-tools:
+const soakAgent = assistantAgent + `tools:
   manifest_dirs: [$TOOLS]
   enabled: [sum]
 `

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/skein-mesh/skein/pkg/devenv"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
@@ -157,9 +156,7 @@ func TestSubagentFindingReachesTheParentsNextSession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the CLI with an embedded mesh")
 	}
-	if _, err := os.Stat(filepath.Join(devenv.ToolsDir(), "memory", "minilm")); err != nil {
-		devtest.Missing(t, "the all-MiniLM-L6-v2 embedder")
-	}
+	needMiniLM(t)
 	devtest.NeedProgram(t, "python3")
 	dir := reachableTempDir(t)
 	env := cliEnv(t, filepath.Join(dir, "home"))

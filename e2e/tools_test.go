@@ -108,21 +108,21 @@ tools:
   retrieval:
     enabled: true
 `
-	for name, body := range map[string]string{"agent.yaml": agent, "script.yaml": toolsScript} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
+	writeFiles(t, dir, map[string]string{"agent.yaml": agent, "script.yaml": toolsScript})
+	// run runs task as session id and returns its result and its trace.
+	run := func(id, task string) (runJSON, []protocol.Event) {
+		t.Helper()
+		r := skein(t, dir, env, "", "run", "--config", "agent.yaml", "--json", "--session-id", id, task)
+		if r.code != 0 {
+			t.Fatalf("run: %s", r)
 		}
+		return parseRunJSON(t, r), readTrace(t, home, id)
 	}
 
-	r := skein(t, dir, env, "", "run", "--config", "agent.yaml", "--json", "--session-id", "find-tools",
-		"Cancel the subscription of customer acme-gmbh at the end of their billing period.")
-	if r.code != 0 {
-		t.Fatalf("run: %s", r)
-	}
-	if res := parseRunJSON(t, r); res.Outcome != "success" || !strings.Contains(res.FinalText, "Cancelled") {
+	res, evs := run("find-tools", "Cancel the subscription of customer acme-gmbh at the end of their billing period.")
+	if res.Outcome != "success" || !strings.Contains(res.FinalText, "Cancelled") {
 		t.Fatalf("result %+v", res)
 	}
-	evs := readTrace(t, home, "find-tools")
 	off := toolsPhase(evs, "offered")
 	if len(off) != 1 || off[0].Attrs["ranker"] != "hybrid" || slices.Contains(off[0].Tools, "lookup_customer") {
 		t.Fatalf("offered %+v: want a hybrid ranking without lookup_customer", off)
@@ -136,29 +136,17 @@ tools:
 
 	// The miner turned the first run into a success pattern naming lookup_customer; retrieval
 	// boosts the tools of the patterns memoryd retrieves for the step.
-	r = skein(t, dir, env, "", "run", "--config", "agent.yaml", "--json", "--session-id", "find-tools-again",
-		"Cancel the subscription of customer acme-gmbh at the end of their billing period.")
-	if r.code != 0 {
-		t.Fatalf("run: %s", r)
-	}
-	if res := parseRunJSON(t, r); res.Outcome != "success" {
+	if res, evs = run("find-tools-again", "Cancel the subscription of customer acme-gmbh at the end of their billing period."); res.Outcome != "success" {
 		t.Fatalf("result %+v", res)
 	}
-	evs = readTrace(t, home, "find-tools-again")
 	off = toolsPhase(evs, "offered")
 	if len(off) != 1 || !slices.Contains(off[0].Tools, "lookup_customer") || !strings.Contains(off[0].Attrs["boosted"], "lookup_customer") {
 		t.Fatalf("offered %+v: want lookup_customer offered at once, boosted by the learned pattern", off)
 	}
 
-	r = skein(t, dir, env, "", "run", "--config", "agent.yaml", "--json", "--session-id", "big-result",
-		"Read the billing log and tell me how it starts.")
-	if r.code != 0 {
-		t.Fatalf("run: %s", r)
-	}
-	if res := parseRunJSON(t, r); res.Outcome != "success" {
+	if res, evs = run("big-result", "Read the billing log and tell me how it starts."); res.Outcome != "success" {
 		t.Fatalf("result %+v", res)
 	}
-	evs = readTrace(t, home, "big-result")
 	var calls []protocol.Event
 	for _, e := range evs {
 		if e.Type == protocol.EvToolCall {

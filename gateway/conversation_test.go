@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skein-mesh/skein/gateway/gatewaytest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -75,7 +76,7 @@ func TestFollowUpStartsTheNextTurn(t *testing.T) {
 	srv := f.serve(t)
 	post := func(path, body string) (int, map[string]any) {
 		var out map[string]any
-		return postJSON(t, srv, path, body, &out), out
+		return gatewaytest.PostJSON(t, srv, path, body, &out), out
 	}
 	if status, out := post("/v1/sessions/c/messages", `{"text": "yes"}`); status != http.StatusUnprocessableEntity {
 		t.Fatalf("HTTP follow-up while a turn runs: %d %v", status, out)
@@ -178,11 +179,11 @@ func TestForkStartsANewConversation(t *testing.T) {
 
 	srv := f.serve(t)
 	var refused map[string]any
-	if status := postJSON(t, srv, "/v1/sessions/o-1/fork", `{"text": "again", "session_id": "h"}`, &refused); status != http.StatusNotFound {
+	if status := gatewaytest.PostJSON(t, srv, "/v1/sessions/o-1/fork", `{"text": "again", "session_id": "h"}`, &refused); status != http.StatusNotFound {
 		t.Fatalf("fork of an unknown turn: %d %v", status, refused)
 	}
 	var out protocol.SubmitReply
-	status := postJSON(t, srv, "/v1/sessions/o/fork", `{"text": "again", "session_id": "h"}`, &out)
+	status := gatewaytest.PostJSON(t, srv, "/v1/sessions/o/fork", `{"text": "again", "session_id": "h"}`, &out)
 	if status != http.StatusAccepted || out.SessionID != "h" || f.session(t, "h").ForkedFrom != "o" {
 		t.Fatalf("HTTP fork: %d %+v", status, out)
 	}

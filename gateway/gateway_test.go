@@ -38,7 +38,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	registerAgent(t, m, protocol.AgentSpec{Name: testAgent, MaxSteps: 5, MaxDepth: 2})
+	bustest.RegisterAgent(t, m.Conn, m.Names, protocol.AgentSpec{Name: testAgent, MaxSteps: 5, MaxDepth: 2})
 	return &fixture{mesh: m, gw: gw, deps: d}
 }
 
@@ -47,23 +47,6 @@ func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func registerAgent(t *testing.T, m *bustest.Mesh, spec protocol.AgentSpec) {
-	t.Helper()
-	ctx := testCtx(t)
-	kv, err := bus.KV(ctx, m.Conn.JS, m.Names, protocol.BucketAgents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Updated = time.Now().UTC()
-	data, err := protocol.Marshal(&spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, spec.Name, data); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // taskCount is how many TASKS messages are stored for an agent.
@@ -324,7 +307,7 @@ func TestResubmitCompletesAnInterruptedSubmit(t *testing.T) {
 func TestSubmitRefusesAnAgentNobodyServes(t *testing.T) {
 	f := newFixture(t)
 	ctx := testCtx(t)
-	registerAgent(t, f.mesh, protocol.AgentSpec{Name: "ghost", MaxSteps: 5, Executor: "executor@gone/1",
+	bustest.RegisterAgent(t, f.mesh.Conn, f.mesh.Names, protocol.AgentSpec{Name: "ghost", MaxSteps: 5, Executor: "executor@gone/1",
 		Expires: time.Now().Add(-time.Minute)})
 	_, err := f.gw.Submit(ctx, protocol.SubmitRequest{Agent: "ghost", Task: "anyone there?"})
 	if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "no executor serves agent \"ghost\"") {
@@ -333,7 +316,7 @@ func TestSubmitRefusesAnAgentNobodyServes(t *testing.T) {
 	if n := f.taskCount(t, "ghost"); n != 0 {
 		t.Fatalf("%d tasks queued for an agent nobody serves", n)
 	}
-	registerAgent(t, f.mesh, protocol.AgentSpec{Name: "ghost", MaxSteps: 5, Expires: time.Now().Add(time.Minute)})
+	bustest.RegisterAgent(t, f.mesh.Conn, f.mesh.Names, protocol.AgentSpec{Name: "ghost", MaxSteps: 5, Expires: time.Now().Add(time.Minute)})
 	if _, err := f.gw.Submit(ctx, protocol.SubmitRequest{Agent: "ghost", Task: "anyone there?"}); err != nil {
 		t.Fatalf("submit to a live agent: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/skein-mesh/skein/gateway/gatewaytest"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
@@ -105,7 +106,7 @@ func TestHTTPCancel(t *testing.T) {
 	}
 	post := func(path, body string) (int, map[string]any) {
 		var out map[string]any
-		return postJSON(t, srv, path, body, &out), out
+		return gatewaytest.PostJSON(t, srv, path, body, &out), out
 	}
 	status, out := post("/v1/sessions/h-1/cancel", `{"reason": "changed my mind"}`)
 	if status != http.StatusOK || out["status"] != protocol.CancelStatusCancelling {

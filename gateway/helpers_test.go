@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +13,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // serve puts the gateway's HTTP API on a test server until the test ends.
@@ -52,32 +51,12 @@ func (f *fixture) requestRaw(t *testing.T, subject string, header nats.Header, b
 	return rep
 }
 
-// postJSON POSTs body to path with the token and decodes the JSON answer into out.
-func postJSON(t *testing.T, srv *httptest.Server, path, body string, out any) int {
-	t.Helper()
-	resp, err := testClient.Post(srv.URL+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		t.Fatalf("POST %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
-	}
-	return resp.StatusCode
-}
-
 // play publishes events on their sessions' traces the way planner and executor would, and
 // returns once the server has them all.
 func (f *fixture) play(t *testing.T, events ...protocol.Event) {
 	t.Helper()
-	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
 	for _, ev := range events {
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(testCtx(t)); err != nil {
-		t.Fatal(err)
+		sessiontest.Publish(t, f.mesh.Conn, f.mesh.Names, ev.SessionID, ev)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -14,23 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/skein-mesh/skein/gateway/console"
+	"github.com/skein-mesh/skein/gateway/gatewaytest"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
-
-// getJSON GETs path with the token and decodes the JSON answer into out.
-func getJSON(t *testing.T, srv *httptest.Server, path string, out any) int {
-	t.Helper()
-	resp, err := testClient.Get(srv.URL + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		t.Fatalf("GET %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
-	}
-	return resp.StatusCode
-}
 
 func publishUsage(t *testing.T, f *fixture, session string, cost float64) {
 	t.Helper()
@@ -60,7 +46,7 @@ func TestHTTPSessionsListAndUsage(t *testing.T) {
 		Sessions  []SessionRow `json:"sessions"`
 		Truncated bool         `json:"truncated"`
 	}
-	if status := getJSON(t, srv, "/v1/sessions", &list); status != http.StatusOK {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/sessions", &list); status != http.StatusOK {
 		t.Fatalf("status %d", status)
 	}
 	if len(list.Sessions) != 2 || list.Sessions[0].SessionID != "list-2" || list.Sessions[1].SessionID != "list-1" {
@@ -69,19 +55,19 @@ func TestHTTPSessionsListAndUsage(t *testing.T) {
 	if u := list.Sessions[1].Usage; u == nil || u.InputTokens != 120 || u.CostUSD == nil || *u.CostUSD != 0.25 || list.Sessions[0].Usage != nil {
 		t.Errorf("usage not attached to its session: %+v / %+v", list.Sessions[1].Usage, list.Sessions[0].Usage)
 	}
-	if getJSON(t, srv, "/v1/sessions?q=STARS", &list); len(list.Sessions) != 1 || list.Sessions[0].SessionID != "list-2" {
+	if gatewaytest.GetJSON(t, srv, "/v1/sessions?q=STARS", &list); len(list.Sessions) != 1 || list.Sessions[0].SessionID != "list-2" {
 		t.Errorf("search: %+v", list.Sessions)
 	}
 	// The list is cut to the newest while it is read: limit 1 keeps the newer of the two.
-	if getJSON(t, srv, "/v1/sessions?limit=1", &list); len(list.Sessions) != 1 || !list.Truncated || list.Sessions[0].SessionID != "list-2" {
+	if gatewaytest.GetJSON(t, srv, "/v1/sessions?limit=1", &list); len(list.Sessions) != 1 || !list.Truncated || list.Sessions[0].SessionID != "list-2" {
 		t.Errorf("limit 1: %+v, truncated %v; want list-2 alone, truncated", list.Sessions, list.Truncated)
 	}
-	if getJSON(t, srv, "/v1/sessions?agent=nobody", &list); len(list.Sessions) != 0 {
+	if gatewaytest.GetJSON(t, srv, "/v1/sessions?agent=nobody", &list); len(list.Sessions) != 0 {
 		t.Errorf("agent filter: %+v", list.Sessions)
 	}
 	var e map[string]string
 	for _, bad := range []string{"/v1/sessions?since=yesterday", "/v1/sessions?limit=0", "/v1/usage?limit=999999"} {
-		if status := getJSON(t, srv, bad, &e); status != http.StatusBadRequest || e["code"] != "bad_request" {
+		if status := gatewaytest.GetJSON(t, srv, bad, &e); status != http.StatusBadRequest || e["code"] != "bad_request" {
 			t.Errorf("%s: %d %v; want 400 bad_request", bad, status, e)
 		}
 	}
@@ -89,7 +75,7 @@ func TestHTTPSessionsListAndUsage(t *testing.T) {
 	var usage struct {
 		Sessions []SessionUsage `json:"sessions"`
 	}
-	if status := getJSON(t, srv, "/v1/usage?since=1h", &usage); status != http.StatusOK || len(usage.Sessions) != 1 {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/usage?since=1h", &usage); status != http.StatusOK || len(usage.Sessions) != 1 {
 		t.Fatalf("usage: %d %+v", status, usage)
 	}
 	if u := usage.Sessions[0]; u.SessionID != "list-1" || u.Agent != testAgent || u.ModelCostUSD["claude-sonnet-4-5"] <= 0 {
@@ -111,7 +97,7 @@ func TestHTTPDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rows []DeadLetter
-	if status := getJSON(t, srv, "/v1/dlq", &rows); status != http.StatusOK {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/dlq", &rows); status != http.StatusOK {
 		t.Fatalf("status %d", status)
 	}
 	if len(rows) != 1 || rows[0].Subject != f.mesh.Names.Work(testAgent) || rows[0].Sequence != "42" || rows[0].Deliveries != "5" || rows[0].Bytes != 7 {
@@ -125,7 +111,7 @@ func TestHTTPMemoryWithoutMemoryd(t *testing.T) {
 	f := newFixture(t)
 	srv := f.serve(t)
 	var e map[string]string
-	if status := getJSON(t, srv, "/v1/memory", &e); status != http.StatusServiceUnavailable || e["code"] != "unavailable" {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/memory", &e); status != http.StatusServiceUnavailable || e["code"] != "unavailable" {
 		t.Fatalf("without memoryd: %d %v; want 503 unavailable", status, e)
 	}
 }
@@ -258,7 +244,7 @@ func TestHTTPQueryParametersAreCheckedAsDocumented(t *testing.T) {
 		{"/v1/memory/search?top_k=101", 400, "top_k"},
 	} {
 		var out map[string]any
-		status := getJSON(t, srv, c.path, &out)
+		status := gatewaytest.GetJSON(t, srv, c.path, &out)
 		if status != c.status {
 			t.Errorf("GET %s: %d %v; want %d", c.path, status, out, c.status)
 			continue
@@ -268,7 +254,7 @@ func TestHTTPQueryParametersAreCheckedAsDocumented(t *testing.T) {
 		}
 	}
 	var list SessionList
-	if getJSON(t, srv, "/v1/sessions?since=0", &list); len(list.Sessions) != 0 {
+	if gatewaytest.GetJSON(t, srv, "/v1/sessions?since=0", &list); len(list.Sessions) != 0 {
 		t.Errorf("since=0 listed %d sessions; a window of nothing lists none", len(list.Sessions))
 	}
 }

@@ -18,24 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skein-mesh/skein/gateway/gatewaytest"
 	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 )
 
-const testToken = "skh_test-token-0123456789abcdef"
+const testToken = gatewaytest.Token
 
-// bearer adds the test token to every request that has no Authorization header yet.
-type bearer struct{ token string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Header.Get("Authorization") == "" {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+b.token)
-	}
-	return http.DefaultTransport.RoundTrip(r)
-}
-
-var testClient = &http.Client{Transport: bearer{testToken}}
+var testClient = gatewaytest.Client
 
 // do sends one raw request (no token added) and decodes a JSON error answer.
 func do(t *testing.T, req *http.Request) (int, map[string]string, http.Header) {
@@ -483,7 +473,7 @@ func TestHTTPRoutesRefuseOverlongIDsAndKeepServing(t *testing.T) {
 		t.Fatalf("the gateway no longer serves: %d %v", status, out)
 	}
 	var s protocol.Session
-	if status := getJSON(t, srv, "/v1/sessions/after-long-ids", &s); status != http.StatusOK || s.SessionID != "after-long-ids" {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/sessions/after-long-ids", &s); status != http.StatusOK || s.SessionID != "after-long-ids" {
 		t.Fatalf("the gateway no longer serves: %d %+v", status, s)
 	}
 	if f.deps.Conn.NC.IsClosed() {

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,33 +83,20 @@ func chatMesh(t *testing.T) *bustest.Mesh {
 	cfg.Agent.Name = "talker"
 	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.Script = "scripted", "scripted", script
 	cfg.Memory.Enabled, cfg.Miner.Enabled = false, false
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	goRun := func(fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("service stopped: %v", err)
-			}
-		}()
-	}
+	roles := bustest.RunRoles(t, m)
 	ready := make(chan struct{})
-	ex, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: meshLogger(), ID: "ex-talker", Ready: ready})
+	ex, err := executor.New(roles.Ctx, executor.Deps{Conn: roles.Connect("executor"), Names: m.Names, Config: cfg, Logger: meshLogger(), ID: "ex-talker", Ready: ready})
 	if err != nil {
 		t.Fatal(err)
 	}
-	goRun(func() error { return ex.Serve(ctx) })
-	goRun(func() error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: meshLogger(), ID: "planner-talker"})
+	roles.GoReady("executor", ready, ex.Serve)
+	roles.Go("planner", func(ctx context.Context) error {
+		return planner.Run(ctx, planner.Deps{Conn: roles.Connect("planner"), Names: m.Names, Config: cfg, Logger: meshLogger(), ID: "planner-talker"})
 	})
 	gwReady := make(chan struct{})
-	goRun(func() error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: cfg, Logger: meshLogger(), Ready: gwReady})
+	roles.GoReady("gateway", gwReady, func(ctx context.Context) error {
+		return gateway.Run(ctx, gateway.Deps{Conn: roles.Connect("gateway"), Names: m.Names, Config: cfg, Logger: meshLogger(), Ready: gwReady})
 	})
-	<-ready
-	<-gwReady
 	t.Chdir(t.TempDir()) // no agent.yaml: defaults
 	return m
 }

@@ -22,19 +22,12 @@ import (
 func memMesh(t *testing.T) *bustest.Mesh {
 	t.Helper()
 	m := bustest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: config.Default(),
+	roles := bustest.RunRoles(t, m)
+	roles.GoReady("memoryd", ready, func(ctx context.Context) error {
+		return memoryd.Run(ctx, memoryd.Deps{Conn: roles.Connect("memoryd"), Names: m.Names, Config: config.Default(),
 			Embedder: embedtest.Hash{}, Ready: ready})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("memoryd: %v", err)
-	}
+	})
 	t.Chdir(t.TempDir()) // no agent.yaml: defaults
 	return m
 }

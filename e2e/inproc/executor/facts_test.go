@@ -4,7 +4,6 @@ package executor_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -41,23 +40,13 @@ const script = `rules:
 // session, which continues nothing, answers from it.
 func TestCompactedFactsReachALaterSession(t *testing.T) {
 	m := bustest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: config.Default(),
+	roles := bustest.RunRoles(t, m)
+	ctx := roles.Ctx
+	ready := make(chan struct{})
+	roles.GoReady("memoryd", ready, func(ctx context.Context) error {
+		return memoryd.Run(ctx, memoryd.Deps{Conn: roles.Connect("memoryd"), Names: m.Names, Config: config.Default(),
 			Embedder: embedtest.Hash{}, Ready: ready, Logger: slog.New(slog.DiscardHandler)})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("memoryd: %v", err)
-		}
 	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("memoryd did not start: %v", err)
-	}
 
 	s, err := scripted.Parse("facts.yaml", []byte(script))
 	if err != nil {
@@ -67,7 +56,7 @@ func TestCompactedFactsReachALaterSession(t *testing.T) {
 	cfg.Agent.Name = "assistant"
 	cfg.Miner.Enabled = false
 	cfg.LLM.ContextWindow, cfg.LLM.MaxTokens = 1200, 200
-	x, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
+	x, err := executor.New(ctx, executor.Deps{Conn: roles.Connect("executor"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
 		ID: "ex-facts", Backend: scripted.FromScript(s)})
 	if err != nil {
 		t.Fatal(err)

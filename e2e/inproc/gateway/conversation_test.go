@@ -2,18 +2,17 @@ package gateway_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/skein-mesh/skein/executor"
 	"github.com/skein-mesh/skein/gateway"
+	"github.com/skein-mesh/skein/gateway/gatewaytest"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/protocol"
@@ -59,27 +58,16 @@ func startChat(t *testing.T) *chat {
 		t.Fatal(errs)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	goRun := func(fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("service stopped: %v", err)
-			}
-		}()
-	}
-	ex, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg, Logger: logger, ID: "ex-chat"})
+	roles := bustest.RunRoles(t, m)
+	ex, err := executor.New(roles.Ctx, executor.Deps{Conn: roles.Connect("executor"), Names: m.Names, Config: cfg, Logger: logger, ID: "ex-chat"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	goRun(func() error { return ex.Serve(ctx) })
-	goRun(func() error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: logger, ID: "planner-chat"})
+	roles.Go("executor", ex.Serve)
+	roles.Go("planner", func(ctx context.Context) error {
+		return planner.Run(ctx, planner.Deps{Conn: roles.Connect("planner"), Names: m.Names, Config: cfg, Logger: logger, ID: "planner-chat"})
 	})
-	gw, err := gateway.New(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: cfg, Logger: logger, HTTPToken: testToken})
+	gw, err := gateway.New(roles.Ctx, gateway.Deps{Conn: roles.Connect("gateway"), Names: m.Names, Config: cfg, Logger: logger, HTTPToken: gatewaytest.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +156,7 @@ func TestForkSeesTheTranscriptUpToItsTurn(t *testing.T) {
 	srv := httptest.NewServer(c.gw.Handler())
 	t.Cleanup(srv.Close)
 	var tree trace.TreeNode
-	if status := getJSON(t, srv, "/v1/sessions/branch/tree", &tree); status != 200 || tree.ForkedFrom != "orig-2" {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/sessions/branch/tree", &tree); status != 200 || tree.ForkedFrom != "orig-2" {
 		t.Fatalf("GET tree of the fork: %d %+v", status, tree)
 	}
 	var out strings.Builder
@@ -177,7 +165,7 @@ func TestForkSeesTheTranscriptUpToItsTurn(t *testing.T) {
 		t.Fatalf("the tree does not show the fork:\n%s", out.String())
 	}
 	var turn trace.TreeNode
-	if status := getJSON(t, srv, "/v1/sessions/orig-5/tree", &turn); status != 200 || turn.Previous != "orig-4" || turn.ForkedFrom != "" {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/sessions/orig-5/tree", &turn); status != 200 || turn.Previous != "orig-4" || turn.ForkedFrom != "" {
 		t.Fatalf("GET tree of a turn: %d %+v", status, turn)
 	}
 }

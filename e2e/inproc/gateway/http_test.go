@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,35 +12,21 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/gateway"
+	"github.com/skein-mesh/skein/gateway/gatewaytest"
 	"github.com/skein-mesh/skein/memoryd"
-	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/embed/embedtest"
 	"github.com/skein-mesh/skein/pkg/memory"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // The gateway's HTTP API with a real memoryd beside it, on a real NATS: the routes that read
 // memory and the event stream that waits for the miner's usage when memoryd answers. The
 // gateway's other HTTP tests are in its own module.
 
-const (
-	testAgent = "greeter"
-	testToken = "skh_test-token-0123456789abcdef"
-)
-
-// bearer adds the test token to every request.
-type bearer struct{}
-
-func (bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+testToken)
-	return http.DefaultTransport.RoundTrip(r)
-}
-
-var testClient = &http.Client{Transport: bearer{}}
+const testAgent = "greeter"
 
 type fixture struct {
 	mesh *bustest.Mesh
@@ -55,11 +40,11 @@ func newFixture(t *testing.T) *fixture {
 	cfg := config.Default()
 	cfg.Agent.Name = testAgent
 	gw, err := gateway.New(testCtx(t), gateway.Deps{Conn: m.Conn, Names: m.Names, Config: cfg,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HTTPToken: testToken})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HTTPToken: gatewaytest.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
-	registerAgent(t, m, protocol.AgentSpec{Name: testAgent, MaxSteps: 5, MaxDepth: 2})
+	bustest.RegisterAgent(t, m.Conn, m.Names, protocol.AgentSpec{Name: testAgent, MaxSteps: 5, MaxDepth: 2})
 	srv := httptest.NewServer(gw.Handler())
 	t.Cleanup(srv.Close)
 	return &fixture{mesh: m, srv: srv}
@@ -68,18 +53,12 @@ func newFixture(t *testing.T) *fixture {
 // startMemoryd runs memoryd (with a hash embedder) until the test ends and returns a client.
 func startMemoryd(t *testing.T, m *bustest.Mesh) memoryd.Client {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: config.Default(),
+	ready := make(chan struct{})
+	roles := bustest.RunRoles(t, m)
+	roles.GoReady("memoryd", ready, func(ctx context.Context) error {
+		return memoryd.Run(ctx, memoryd.Deps{Conn: roles.Connect("memoryd"), Names: m.Names, Config: config.Default(),
 			Embedder: embedtest.Hash{}, Ready: ready})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("memoryd: %v", err)
-	}
+	})
 	return memoryd.Client{NC: m.Conn.NC, Names: m.Names}
 }
 
@@ -90,54 +69,10 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func registerAgent(t *testing.T, m *bustest.Mesh, spec protocol.AgentSpec) {
-	t.Helper()
-	ctx := testCtx(t)
-	kv, err := bus.KV(ctx, m.Conn.JS, m.Names, protocol.BucketAgents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Updated = time.Now().UTC()
-	data, err := protocol.Marshal(&spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, spec.Name, data); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func postTask(t *testing.T, srv *httptest.Server, body string) (int, map[string]any) {
 	t.Helper()
 	var out map[string]any
-	return postJSON(t, srv, "/v1/tasks", body, &out), out
-}
-
-// getJSON GETs path with the token and decodes the JSON answer into out.
-func getJSON(t *testing.T, srv *httptest.Server, path string, out any) int {
-	t.Helper()
-	resp, err := testClient.Get(srv.URL + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		t.Fatalf("GET %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
-	}
-	return resp.StatusCode
-}
-
-func postJSON(t *testing.T, srv *httptest.Server, path, body string, out any) int {
-	t.Helper()
-	resp, err := testClient.Post(srv.URL+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		t.Fatalf("POST %s: status %d, body is not JSON: %v", path, resp.StatusCode, err)
-	}
-	return resp.StatusCode
+	return gatewaytest.PostJSON(t, srv, "/v1/tasks", body, &out), out
 }
 
 // With a miner at work (memoryd up, mining on), the stream goes on past the planner's usage
@@ -149,27 +84,18 @@ func TestHTTPEventsEndWithTheMinersUsage(t *testing.T) {
 	if status, out := postTask(t, srv, `{"task": "Greet Ada", "session_id": "sse-2"}`); status != http.StatusAccepted {
 		t.Fatalf("status %d %v", status, out)
 	}
-	resp, err := testClient.Get(srv.URL + "/v1/sessions/sse-2/events")
+	resp, err := gatewaytest.Client.Get(srv.URL + "/v1/sessions/sse-2/events")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	pub := trace.NewPublisher(f.mesh.Conn.JS, f.mesh.Names, "test")
 	cost := 0.0
-	for _, ev := range []protocol.Event{
-		{SessionID: "sse-2", Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
-		{SessionID: "sse-2", Type: protocol.EvUsage, Role: protocol.RolePlanner, Report: &protocol.UsageReport{CostUSD: &cost}},
-		{SessionID: "sse-2", Type: protocol.EvMined, Role: protocol.RoleMiner},
-		{SessionID: "sse-2", Type: protocol.EvUsage, Role: protocol.RoleMiner, Report: &protocol.UsageReport{CostUSD: &cost}},
-		{SessionID: "sse-2", Type: protocol.EvFinal, Text: "after the end"},
-	} {
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	sessiontest.Publish(t, f.mesh.Conn, f.mesh.Names, "sse-2",
+		protocol.Event{Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess, Text: "Hello, Ada!"},
+		protocol.Event{Type: protocol.EvUsage, Role: protocol.RolePlanner, Report: &protocol.UsageReport{CostUSD: &cost}},
+		protocol.Event{Type: protocol.EvMined, Role: protocol.RoleMiner},
+		protocol.Event{Type: protocol.EvUsage, Role: protocol.RoleMiner, Report: &protocol.UsageReport{CostUSD: &cost}},
+		protocol.Event{Type: protocol.EvFinal, Text: "after the end"})
 	var types []string
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -206,49 +132,49 @@ func TestHTTPMemory(t *testing.T) {
 	}
 
 	var list protocol.MemoryListReply
-	if status := getJSON(t, srv, "/v1/memory?agent="+testAgent, &list); status != http.StatusOK || list.Total != 2 || list.Entries[0].ID != "m-2" {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/memory?agent="+testAgent, &list); status != http.StatusOK || list.Total != 2 || list.Entries[0].ID != "m-2" {
 		t.Fatalf("list (guidelines, as before kinds): %d %+v", status, list)
 	}
-	if status := getJSON(t, srv, "/v1/memory?kind=skill", &list); status != http.StatusOK || list.Total != 1 || list.Entries[0].Skill == nil || list.Entries[0].Skill.Name != "export-report" {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/memory?kind=skill", &list); status != http.StatusOK || list.Total != 1 || list.Entries[0].Skill == nil || list.Entries[0].Skill.Name != "export-report" {
 		t.Fatalf("list kind=skill: %d %+v", status, list)
 	}
-	if status := getJSON(t, srv, "/v1/memory?kind=all", &list); status != http.StatusOK || list.Total != 3 {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/memory?kind=all", &list); status != http.StatusOK || list.Total != 3 {
 		t.Fatalf("list kind=all: %d %+v", status, list)
 	}
-	if status := getJSON(t, srv, "/v1/memory?kind=rule", &e); status != http.StatusBadRequest {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/memory?kind=rule", &e); status != http.StatusBadRequest {
 		t.Errorf("bad kind: %d %v", status, e)
 	}
 	var kinds protocol.MemoryInspectReply
-	if status := getJSON(t, srv, "/v1/memory/search?q=export+a+report&kind=skill&top_k=5", &kinds); status != http.StatusOK || len(kinds.Hits) != 1 || kinds.Hits[0].Entry.ID != "k-1" {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/memory/search?q=export+a+report&kind=skill&top_k=5", &kinds); status != http.StatusOK || len(kinds.Hits) != 1 || kinds.Hits[0].Entry.ID != "k-1" {
 		t.Fatalf("search kind=skill: %d %+v", status, kinds)
 	}
 	var ins protocol.MemoryInspectReply
-	if status := getJSON(t, srv, "/v1/memory/search?q=read+the+csv+file&top_k=1", &ins); status != http.StatusOK || len(ins.Hits) != 1 ||
+	if status := gatewaytest.GetJSON(t, srv, "/v1/memory/search?q=read+the+csv+file&top_k=1", &ins); status != http.StatusOK || len(ins.Hits) != 1 ||
 		ins.Hits[0].Entry.ID != "m-1" || ins.Hits[0].Why == "" || len(ins.Counts) != 3 {
 		t.Fatalf("search: %d %+v", status, ins)
 	}
-	if status := getJSON(t, srv, "/v1/memory/search?tier=middle", &e); status != http.StatusBadRequest {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/memory/search?tier=middle", &e); status != http.StatusBadRequest {
 		t.Errorf("bad tier: %d %v", status, e)
 	}
 
 	var ret protocol.MemoryRetireReply
-	if status := postJSON(t, srv, "/v1/memory/m-1/retire", `{"reason": "wrong"}`, &ret); status != http.StatusOK || ret.Status != protocol.MemoryRetired {
+	if status := gatewaytest.PostJSON(t, srv, "/v1/memory/m-1/retire", `{"reason": "wrong"}`, &ret); status != http.StatusOK || ret.Status != protocol.MemoryRetired {
 		t.Fatalf("retire: %d %+v", status, ret)
 	}
 	var got memory.Entry
-	if status := getJSON(t, srv, "/v1/memory/m-1", &got); status != http.StatusOK || got.Status != protocol.MemoryRetired {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/memory/m-1", &got); status != http.StatusOK || got.Status != protocol.MemoryRetired {
 		t.Fatalf("retired entry: %d %+v", status, got)
 	}
-	if getJSON(t, srv, "/v1/memory?status=retired", &list); list.Total != 1 || list.Entries[0].ID != "m-1" {
+	if gatewaytest.GetJSON(t, srv, "/v1/memory?status=retired", &list); list.Total != 1 || list.Entries[0].ID != "m-1" {
 		t.Errorf("retired list: %+v", list)
 	}
-	if status := postJSON(t, srv, "/v1/memory/m-2/retire", `{"evict": true}`, &ret); status != http.StatusOK || !ret.Evicted {
+	if status := gatewaytest.PostJSON(t, srv, "/v1/memory/m-2/retire", `{"evict": true}`, &ret); status != http.StatusOK || !ret.Evicted {
 		t.Fatalf("evict: %d %+v", status, ret)
 	}
-	if status := getJSON(t, srv, "/v1/memory/m-2", &e); status != http.StatusNotFound || e["code"] != "not_found" {
+	if status := gatewaytest.GetJSON(t, srv, "/v1/memory/m-2", &e); status != http.StatusNotFound || e["code"] != "not_found" {
 		t.Errorf("evicted entry: %d %v; want 404", status, e)
 	}
-	if status := postJSON(t, srv, "/v1/memory/m-1/retire", `{"evict": "yes"}`, &e); status != http.StatusBadRequest {
+	if status := gatewaytest.PostJSON(t, srv, "/v1/memory/m-1/retire", `{"evict": "yes"}`, &e); status != http.StatusBadRequest {
 		t.Errorf("malformed body: %d %v", status, e)
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tokenize"
-	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 type env struct {
@@ -34,19 +33,7 @@ func setup(t *testing.T) *env {
 	t.Helper()
 	m := bustest.Start(t)
 	cfg := config.Default()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: cfg, Embedder: embedtest.Hash{}, Ready: ready})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("memoryd: %v", err)
-	}
-	return &env{m: m, cfg: cfg, mem: memoryd.Client{NC: m.Conn.NC, Names: m.Names, PerTry: 10 * time.Second}}
+	return &env{m: m, cfg: cfg, mem: startMemoryd(t, m, memoryd.Deps{Config: cfg, Embedder: embedtest.Hash{}}, 10*time.Second)}
 }
 
 func (e *env) deps(t *testing.T) miner.Deps {
@@ -57,7 +44,6 @@ func (e *env) deps(t *testing.T) miner.Deps {
 // final and usage events.
 func (e *env) publish(t *testing.T, session string, extra ...protocol.Event) {
 	t.Helper()
-	pub := trace.NewPublisher(e.m.Conn.JS, e.m.Names, "test")
 	evs := []protocol.Event{
 		{Type: protocol.EvSessionStarted, Agent: "demo", Task: "Summarize the sales in /data/x.csv"},
 		{Type: protocol.EvToolCall, Tool: "csv_read", Args: json.RawMessage(`{"path":"/data/x.csv"}`), Result: &protocol.ToolResult{
@@ -68,17 +54,7 @@ func (e *env) publish(t *testing.T, session string, extra ...protocol.Event) {
 	evs = append(evs,
 		protocol.Event{Type: protocol.EvFinal, Outcome: protocol.OutcomeIncompleteToolFail},
 		protocol.Event{Type: protocol.EvUsage, Report: &protocol.UsageReport{}})
-	for _, ev := range evs {
-		ev.SessionID = session
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := pub.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	sessiontest.Publish(t, e.m.Conn, e.m.Names, session, evs...)
 }
 
 func (e *env) entries(t *testing.T) []memory.Entry {
@@ -147,14 +123,10 @@ func TestMineSessionCarriesRealErrorAndIsIdempotent(t *testing.T) {
 
 func TestDurableConsumerPromotesAfterThreeSessionsAndReplayIsIdempotent(t *testing.T) {
 	e := setup(t)
-	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
-	done := make(chan error, 1)
 	d := e.deps(t)
 	d.Ready = ready
-	go func() { done <- miner.Run(ctx, d) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-ready
+	bustest.RunRoles(t, e.m).GoReady("miner", ready, func(ctx context.Context) error { return miner.Run(ctx, d) })
 	for i := range 3 {
 		e.publish(t, fmt.Sprintf("run-%d", i))
 	}
@@ -171,19 +143,12 @@ func TestDurableConsumerPromotesAfterThreeSessionsAndReplayIsIdempotent(t *testi
 	}
 	// A session that used it (read another file with csv_read) and succeeded marks it helpful
 	// (and followed): that promotes it.
-	pub := trace.NewPublisher(e.m.Conn.JS, e.m.Names, "test")
-	for _, ev := range []protocol.Event{
-		{Type: protocol.EvSessionStarted, Agent: "demo", Task: "Summarize the sales in /data/y.csv"},
-		{Type: protocol.EvRetrieval, Guidelines: []protocol.Guideline{{ID: es[0].ID, Text: es[0].Text, Polarity: es[0].Polarity, Tools: es[0].Tools, Tier: es[0].Tier}}},
-		{Type: protocol.EvToolCall, Tool: "csv_read", Args: json.RawMessage(`{"path":"/data/y.csv"}`), Result: &protocol.ToolResult{OK: true, Result: json.RawMessage(`{"rows":3}`)}},
-		{Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess},
-		{Type: protocol.EvUsage, Report: &protocol.UsageReport{}},
-	} {
-		ev.SessionID = "used"
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sessiontest.Publish(t, e.m.Conn, e.m.Names, "used",
+		protocol.Event{Type: protocol.EvSessionStarted, Agent: "demo", Task: "Summarize the sales in /data/y.csv"},
+		protocol.Event{Type: protocol.EvRetrieval, Guidelines: []protocol.Guideline{{ID: es[0].ID, Text: es[0].Text, Polarity: es[0].Polarity, Tools: es[0].Tools, Tier: es[0].Tier}}},
+		protocol.Event{Type: protocol.EvToolCall, Tool: "csv_read", Args: json.RawMessage(`{"path":"/data/y.csv"}`), Result: &protocol.ToolResult{OK: true, Result: json.RawMessage(`{"rows":3}`)}},
+		protocol.Event{Type: protocol.EvFinal, Outcome: protocol.OutcomeSuccess},
+		protocol.Event{Type: protocol.EvUsage, Report: &protocol.UsageReport{}})
 	poll.Eventually(t, 30*time.Second, "the lesson promoted after its helpful mark", func() error {
 		for _, x := range e.entries(t) {
 			if x.ID == es[0].ID {

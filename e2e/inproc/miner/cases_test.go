@@ -1,25 +1,18 @@
 package miner_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/skein-mesh/skein/memoryd"
 	"github.com/skein-mesh/skein/miner"
 	"github.com/skein-mesh/skein/pkg/bus"
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
-	"github.com/skein-mesh/skein/pkg/config"
 	"github.com/skein-mesh/skein/pkg/devenv/devtest"
 	"github.com/skein-mesh/skein/pkg/embed"
 	"github.com/skein-mesh/skein/pkg/embed/minilm"
@@ -29,26 +22,7 @@ import (
 	"github.com/skein-mesh/skein/pkg/memory/milvusstore/milvustest"
 	"github.com/skein-mesh/skein/pkg/memory/skills"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/trace"
 )
-
-// logBuffer collects what a role logs, safely across goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // caseMesh is memoryd (on the KV store, or on Milvus when store is set) and the miner on a real
 // NATS server, with the scripted model as the miner's model: it distils cases, writes skills,
@@ -57,7 +31,7 @@ type caseMesh struct {
 	m    *bustest.Mesh
 	mem  memoryd.Client
 	deps miner.Deps
-	logs *logBuffer
+	logs *devtest.LogBuffer
 }
 
 const (
@@ -76,37 +50,16 @@ func startCaseMesh(t *testing.T, rules []scriptRule, emb embed.Embedder, openSto
 		scriptRule{When: map[string]string{"system": "^skein-memoryd: guideline relation judge"}, Reply: map[string]string{"text": `{"relation": "independent", "reason": "different advice"}`}},
 		scriptRule{When: map[string]string{"system": "^skein-miner"}, Reply: map[string]string{"text": "-"}}, // guidelines: the template
 	)
-	data, err := yaml.Marshal(map[string]any{"rules": rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), "script.yaml")
-	if err := os.WriteFile(script, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	m := bustest.Start(t)
-	cfg := config.Default()
-	cfg.Miner.LLM = &config.LLM{Provider: "scripted", Model: "scripted", Script: script}
-	logs := &logBuffer{}
+	cfg := scriptedMiner(t, rules)
+	logs := &devtest.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var st memory.Store
 	if openStore != nil {
 		st = openStore(m)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: cfg, Embedder: emb, Store: st, Logger: log, Ready: ready})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("memoryd: %v", err)
-	}
-	return &caseMesh{m: m, logs: logs, mem: memoryd.Client{NC: m.Conn.NC, Names: m.Names, PerTry: 20 * time.Second},
-		deps: miner.Deps{Conn: m.Conn, Names: m.Names, Config: cfg, Logger: log}}
+	mem := startMemoryd(t, m, memoryd.Deps{Config: cfg, Embedder: emb, Store: st, Logger: log}, 20*time.Second)
+	return &caseMesh{m: m, logs: logs, mem: mem, deps: miner.Deps{Conn: m.Conn, Names: m.Names, Config: cfg, Logger: log}}
 }
 
 func miniLM(t *testing.T) embed.Embedder {
@@ -122,8 +75,6 @@ func miniLM(t *testing.T) embed.Embedder {
 // an ISO date and then taking DD/MM/YYYY, or refusing it and the session giving up) and mines it.
 func (c *caseMesh) report(t *testing.T, id, month string, outcome protocol.Outcome) *miner.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	task := fmt.Sprintf("Make the sales report for %s from data/%s.csv", month, strings.ToLower(month))
 	ok := protocol.ToolResult{OK: true, Result: json.RawMessage(`{"rows": 31}`)}
 	refused := protocol.ToolResult{OK: false, Kind: protocol.ToolErrToolError, Error: "date must be DD/MM/YYYY"}
@@ -144,21 +95,7 @@ func (c *caseMesh) report(t *testing.T, id, month string, outcome protocol.Outco
 	cost := 0.0021
 	evs = append(evs, protocol.Event{Type: protocol.EvFinal, Outcome: outcome},
 		protocol.Event{Type: protocol.EvUsage, Report: &protocol.UsageReport{Usage: protocol.Usage{InputTokens: 1500, OutputTokens: 90}, Steps: 3, WallTimeS: 4.2, CostUSD: &cost}})
-	pub := trace.NewPublisher(c.m.Conn.JS, c.m.Names, "test")
-	for _, ev := range evs {
-		ev.SessionID = id
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res, err := miner.MineSession(ctx, c.deps, id)
-	if err != nil {
-		t.Fatalf("%s: mine: %v", id, err)
-	}
-	return res
+	return mine(t, c.deps, id, evs...)
 }
 
 func (c *caseMesh) list(t *testing.T, kind string) []memory.Entry {

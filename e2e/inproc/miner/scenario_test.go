@@ -26,8 +26,8 @@ import (
 	"github.com/skein-mesh/skein/pkg/memory/gate/gatetest"
 	"github.com/skein-mesh/skein/pkg/memory/retrieve"
 	"github.com/skein-mesh/skein/pkg/protocol"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/pkg/tools"
-	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 // scenario runs memoryd and the miner on a real NATS server with the scripted model as the
@@ -42,7 +42,9 @@ type scriptRule struct {
 	Reply map[string]string `yaml:"reply"`
 }
 
-func startScenario(t *testing.T, rules []scriptRule, emb embed.Embedder, edit func(*config.Config)) *scenario {
+// scriptedMiner is the default config with the scripted model, playing rules, as the miner's
+// model (memoryd's judges use it too).
+func scriptedMiner(t *testing.T, rules []scriptRule) *config.Config {
 	t.Helper()
 	data, err := yaml.Marshal(map[string]any{"rules": rules})
 	if err != nil {
@@ -52,25 +54,43 @@ func startScenario(t *testing.T, rules []scriptRule, emb embed.Embedder, edit fu
 	if err := os.WriteFile(script, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m := bustest.Start(t)
 	cfg := config.Default()
 	cfg.Miner.LLM = &config.LLM{Provider: "scripted", Model: "scripted", Script: script}
+	return cfg
+}
+
+// startMemoryd runs memoryd with d on m until the test ends and returns a client of it that
+// gives each try perTry.
+func startMemoryd(t *testing.T, m *bustest.Mesh, d memoryd.Deps, perTry time.Duration) memoryd.Client {
+	t.Helper()
+	roles := bustest.RunRoles(t, m)
+	ready := make(chan struct{})
+	d.Conn, d.Names, d.Ready = roles.Connect("memoryd"), m.Names, ready
+	roles.GoReady("memoryd", ready, func(ctx context.Context) error { return memoryd.Run(ctx, d) })
+	return memoryd.Client{NC: m.Conn.NC, Names: m.Names, PerTry: perTry}
+}
+
+// mine has the miner mine session id, once evs are written to its trace as the mesh would.
+func mine(t *testing.T, deps miner.Deps, id string, evs ...protocol.Event) *miner.Result {
+	t.Helper()
+	sessiontest.Publish(t, deps.Conn, deps.Names, id, evs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := miner.MineSession(ctx, deps, id)
+	if err != nil {
+		t.Fatalf("%s: mine: %v", id, err)
+	}
+	return res
+}
+
+func startScenario(t *testing.T, rules []scriptRule, emb embed.Embedder, edit func(*config.Config)) *scenario {
+	t.Helper()
+	m := bustest.Start(t)
+	cfg := scriptedMiner(t, rules)
 	if edit != nil {
 		edit(cfg)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: m.Connect(t, "memoryd"), Names: m.Names, Config: cfg, Embedder: emb, Ready: ready})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("memoryd: %v", err)
-	}
-	e := &env{m: m, cfg: cfg, mem: memoryd.Client{NC: m.Conn.NC, Names: m.Names, PerTry: 10 * time.Second}}
+	e := &env{m: m, cfg: cfg, mem: startMemoryd(t, m, memoryd.Deps{Config: cfg, Embedder: emb}, 10*time.Second)}
 	return &scenario{env: e, deps: miner.Deps{Conn: m.Conn, Names: m.Names, Config: cfg}}
 }
 
@@ -104,21 +124,7 @@ func (s *scenario) session(t *testing.T, id, agent, task string, offered []strin
 		evs = append(evs, protocol.Event{Type: protocol.EvToolCall, Tool: c.tool, Args: json.RawMessage(c.args), Result: &r})
 	}
 	evs = append(evs, protocol.Event{Type: protocol.EvFinal, Outcome: outcome}, protocol.Event{Type: protocol.EvUsage, Report: &protocol.UsageReport{}})
-	pub := trace.NewPublisher(s.m.Conn.JS, s.m.Names, "test")
-	for _, ev := range evs {
-		ev.SessionID = id
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res, err := miner.MineSession(ctx, s.deps, id)
-	if err != nil {
-		t.Fatalf("%s: mine: %v", id, err)
-	}
-	return gs, res
+	return gs, mine(t, s.deps, id, evs...)
 }
 
 func (s *scenario) entry(t *testing.T, id string) memory.Entry {

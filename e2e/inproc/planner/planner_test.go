@@ -28,9 +28,10 @@ const agent = "tester"
 // The executor is registered at start but pulls work only after serve, so a test can look at
 // what the planner published before any step ran.
 type rig struct {
-	m    *bustest.Mesh
-	cfg  *config.Config
-	exec *executor.Executor
+	m     *bustest.Mesh
+	cfg   *config.Config
+	roles *bustest.Roles
+	exec  *executor.Executor
 	// wire receives, in the order the server sent them, every WORK message of the agent and
 	// every step result: one channel for both subjects keeps their relative order.
 	wire chan *nats.Msg
@@ -54,7 +55,7 @@ func startRig(t *testing.T, mode, script string, tweaks ...func(*config.Config))
 		tweak(cfg)
 	}
 
-	r := &rig{m: m, cfg: cfg, wire: make(chan *nats.Msg, 64)}
+	r := &rig{m: m, cfg: cfg, roles: bustest.RunRoles(t, m), wire: make(chan *nats.Msg, 64)}
 	watch := m.Connect(t, "watch")
 	for _, subj := range []string{m.Names.Work(agent), m.Names.ResultAll()} {
 		if _, err := watch.NC.ChanSubscribe(subj, r.wire); err != nil {
@@ -67,44 +68,39 @@ func startRig(t *testing.T, mode, script string, tweaks ...func(*config.Config))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	x, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor"), Names: m.Names, Config: cfg,
+	x, err := executor.New(ctx, executor.Deps{Conn: r.roles.Connect("executor"), Names: m.Names, Config: cfg,
 		Logger: slog.New(slog.DiscardHandler), ID: "executor-under-test", Home: t.TempDir()})
 	if err != nil {
 		t.Fatalf("executor: %v", err)
 	}
 	r.exec = x
-	run(t, "gateway", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+	r.roles.Go("gateway", func(ctx context.Context) error {
+		return gateway.Run(ctx, gateway.Deps{Conn: r.roles.Connect("gateway"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler)})
 	})
-	run(t, "planner", func(ctx context.Context) error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
+	r.roles.Go("planner", func(ctx context.Context) error {
+		return planner.Run(ctx, planner.Deps{Conn: r.roles.Connect("planner"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
 			Home: t.TempDir(), ID: "planner-under-test"})
 	})
 	return r
 }
 
-// run keeps a service running until the test ends and fails the test if it stops with an error.
-func run(t *testing.T, name string, fn func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-	})
-}
-
 func (r *rig) serve(t *testing.T) {
 	t.Helper()
-	run(t, "executor", r.exec.Serve)
+	r.roles.Go("executor", r.exec.Serve)
 }
 
 func (r *rig) submit(t *testing.T, session, task string) {
 	t.Helper()
 	sessiontest.Submit(t, r.m.Conn, r.m.Names, protocol.SubmitRequest{SessionID: session, Agent: agent, Task: task})
+}
+
+// runToEnd submits the task, lets the executor serve and returns the session's trace once it
+// has ended.
+func (r *rig) runToEnd(t *testing.T, session, task string) []protocol.Event {
+	t.Helper()
+	r.submit(t, session, task)
+	r.serve(t)
+	return sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, session)
 }
 
 // next returns the next WORK step or step result seen on the wire (exactly one is set).
@@ -267,10 +263,7 @@ rules:
   - when: {last: "^Summarize the weather report$"}
     reply: {text: "sunny"}
 `)
-	const sid = "s-bad-plan"
-	r.submit(t, sid, "Summarize the weather report")
-	r.serve(t)
-	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
+	evs := r.runToEnd(t, "s-bad-plan", "Summarize the weather report")
 
 	dec := sessiontest.Only(t, evs, protocol.EvDecision, protocol.RolePlanner)
 	if dec.Attrs["decision"] != "plan_fallback" || !strings.Contains(dec.Text, "not an earlier step") {
@@ -298,10 +291,7 @@ rules:
   - when: {last: "^Say hi$"}
     reply: {text: "hi"}
 `)
-	const sid = "s-auto-one"
-	r.submit(t, sid, "Say hi")
-	r.serve(t)
-	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
+	evs := r.runToEnd(t, "s-auto-one", "Say hi")
 	plan := sessiontest.Only(t, evs, protocol.EvPlan, protocol.RolePlanner).Plan
 	if len(plan) != 1 || plan[0].StepID != "s1" || plan[0].Instruction != "" {
 		t.Fatalf("plan = %+v", plan)
@@ -321,10 +311,7 @@ func TestModeOffMakesNoPlannerCall(t *testing.T) {
   - when: {last: "^Fruit inventory: how many pieces of fruit are in the basket\\?$"}
     reply: {text: "seven"}
 `)
-	const sid = "s-mode-off"
-	r.submit(t, sid, fruitTask)
-	r.serve(t)
-	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
+	evs := r.runToEnd(t, "s-mode-off", fruitTask)
 	if n := len(sessiontest.Of(evs, protocol.EvModelCall, protocol.RolePlanner)); n != 0 {
 		t.Fatalf("%d planner model calls with planner.mode off", n)
 	}

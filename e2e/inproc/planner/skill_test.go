@@ -54,8 +54,8 @@ func TestPlannerUsesAMatureSkill(t *testing.T) {
 	r := startRig(t, planner.ModeAuto, skillScript, func(c *config.Config) { c.Memory.Enabled = true })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	run(t, "memoryd", func(ctx context.Context) error {
-		return memoryd.Run(ctx, memoryd.Deps{Conn: r.m.Connect(t, "memoryd"), Names: r.m.Names, Config: r.cfg, Embedder: emb, Logger: slog.New(slog.DiscardHandler)})
+	r.roles.Go("memoryd", func(ctx context.Context) error {
+		return memoryd.Run(ctx, memoryd.Deps{Conn: r.roles.Connect("memoryd"), Names: r.m.Names, Config: r.cfg, Embedder: emb, Logger: slog.New(slog.DiscardHandler)})
 	})
 	mem := memoryd.Client{NC: r.m.Conn.NC, Names: r.m.Names, PerTry: 10 * time.Second}
 	skill := func(id, name, maturity string, conf float64) memory.Entry {
@@ -78,9 +78,7 @@ func TestPlannerUsesAMatureSkill(t *testing.T) {
 		t.Fatalf("import skills: %+v", rep)
 	}
 	const sid = "s-skill"
-	r.submit(t, sid, "Make the sales report for June from data/june.csv")
-	r.serve(t)
-	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
+	evs := r.runToEnd(t, sid, "Make the sales report for June from data/june.csv")
 	var used *protocol.Event
 	for _, ev := range sessiontest.Of(evs, protocol.EvDecision, protocol.RolePlanner) {
 		if ev.Attrs["decision"] == "skill_template" {

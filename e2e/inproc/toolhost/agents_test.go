@@ -3,12 +3,10 @@ package toolhost_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -69,39 +67,28 @@ func miniMesh(t *testing.T) *bustest.Mesh {
 	m := bustest.Start(t)
 	boss := agentConfig(t, "boss", bossScript, 3, "helper")
 	helper := agentConfig(t, "helper", helperScript, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	goRun := func(fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("service stopped: %v", err)
-			}
-		}()
-	}
+	roles := bustest.RunRoles(t, m)
 
-	h, err := toolhost.New(ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), HostID: "agents-host"})
+	h, err := toolhost.New(roles.Ctx, toolhost.Deps{Conn: roles.Connect("toolhost"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), HostID: "agents-host"})
 	if err != nil {
 		t.Fatalf("toolhost: %v", err)
 	}
 	if got := h.Tools(); len(got) != 1 || got[0] != "helper" {
 		t.Fatalf("toolhost serves %v, want [helper]", got)
 	}
-	goRun(func() error { return h.Serve(ctx) })
+	roles.Go("toolhost", h.Serve)
 	for _, cfg := range []*config.Config{boss, helper} {
-		ex, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor-"+cfg.Agent.Name), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), ID: "ex-" + cfg.Agent.Name})
+		ex, err := executor.New(roles.Ctx, executor.Deps{Conn: roles.Connect("executor-" + cfg.Agent.Name), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), ID: "ex-" + cfg.Agent.Name})
 		if err != nil {
 			t.Fatalf("executor %s: %v", cfg.Agent.Name, err)
 		}
-		goRun(func() error { return ex.Serve(ctx) })
+		roles.Go("executor "+cfg.Agent.Name, ex.Serve)
 	}
-	goRun(func() error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler)})
+	roles.Go("gateway", func(ctx context.Context) error {
+		return gateway.Run(ctx, gateway.Deps{Conn: roles.Connect("gateway"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler)})
 	})
-	goRun(func() error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), ID: "planner-test"})
+	roles.Go("planner", func(ctx context.Context) error {
+		return planner.Run(ctx, planner.Deps{Conn: roles.Connect("planner"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), ID: "planner-test"})
 	})
 	return m
 }

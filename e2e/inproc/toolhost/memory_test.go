@@ -28,26 +28,11 @@ import (
 // need vectors that match shared words, not meaning) and returns a client once it serves.
 func withMemory(t *testing.T, m *bustest.Mesh) memoryd.Client {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
-	done := make(chan error, 1)
-	conn := m.Connect(t, "memoryd")
-	go func() {
-		done <- memoryd.Run(ctx, memoryd.Deps{Conn: conn, Names: m.Names, Config: config.Default(), Embedder: embedtest.Hash{}, Ready: ready, Logger: slog.New(slog.DiscardHandler)})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("memoryd: %v", err)
-		}
+	roles := bustest.RunRoles(t, m)
+	roles.GoReady("memoryd", ready, func(ctx context.Context) error {
+		return memoryd.Run(ctx, memoryd.Deps{Conn: roles.Connect("memoryd"), Names: m.Names, Config: config.Default(), Embedder: embedtest.Hash{}, Ready: ready, Logger: slog.New(slog.DiscardHandler)})
 	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("memoryd did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("memoryd did not start")
-	}
 	return memoryd.Client{NC: m.Conn.NC, Names: m.Names}
 }
 
@@ -299,12 +284,10 @@ func TestParentLearnsHowToUseTheChild(t *testing.T) {
 	boss.Memory.Enabled, boss.Miner.Enabled = true, true
 	m := agentMesh(t, boss, scout)
 	mem := withMemory(t, m)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- miner.Run(ctx, miner.Deps{Conn: m.Connect(t, "miner"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), NoModel: true})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	roles := bustest.RunRoles(t, m)
+	roles.Go("miner", func(ctx context.Context) error {
+		return miner.Run(ctx, miner.Deps{Conn: roles.Connect("miner"), Names: m.Names, Config: boss, Logger: slog.New(slog.DiscardHandler), NoModel: true})
+	})
 
 	s := submit(t, m, protocol.SubmitRequest{Agent: "boss", Task: "What is the vault code?"})
 	if f := sessiontest.Only(t, sessiontest.WaitEnd(t, m.Conn, m.Names, s), protocol.EvIncomplete, ""); f.Outcome != protocol.OutcomeNotAccomplished || f.Text != "The scout could not find it." {

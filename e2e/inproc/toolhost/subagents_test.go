@@ -3,11 +3,9 @@ package toolhost_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,39 +26,28 @@ import (
 func agentMesh(t *testing.T, agents ...*config.Config) *bustest.Mesh {
 	t.Helper()
 	m := bustest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	goRun := func(fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("service stopped: %v", err)
-			}
-		}()
-	}
+	roles := bustest.RunRoles(t, m)
 	for _, cfg := range agents {
 		name := cfg.Agent.Name
 		if len(cfg.Tools.Agents) > 0 {
-			h, err := toolhost.New(ctx, toolhost.Deps{Conn: m.Connect(t, "toolhost"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), HostID: "host-" + name})
+			h, err := toolhost.New(roles.Ctx, toolhost.Deps{Conn: roles.Connect("toolhost"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler), HostID: "host-" + name})
 			if err != nil {
 				t.Fatalf("toolhost of %s: %v", name, err)
 			}
-			goRun(func() error { return h.Serve(ctx) })
+			roles.Go("toolhost of "+name, h.Serve)
 		}
-		ex, err := executor.New(ctx, executor.Deps{Conn: m.Connect(t, "executor-"+name), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
+		ex, err := executor.New(roles.Ctx, executor.Deps{Conn: roles.Connect("executor-" + name), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
 			ID: "ex-" + name, Concurrency: 1})
 		if err != nil {
 			t.Fatalf("executor %s: %v", name, err)
 		}
-		goRun(func() error { return ex.Serve(ctx) })
+		roles.Go("executor "+name, ex.Serve)
 	}
-	goRun(func() error {
-		return gateway.Run(ctx, gateway.Deps{Conn: m.Connect(t, "gateway"), Names: m.Names, Config: agents[0], Logger: slog.New(slog.DiscardHandler)})
+	roles.Go("gateway", func(ctx context.Context) error {
+		return gateway.Run(ctx, gateway.Deps{Conn: roles.Connect("gateway"), Names: m.Names, Config: agents[0], Logger: slog.New(slog.DiscardHandler)})
 	})
-	goRun(func() error {
-		return planner.Run(ctx, planner.Deps{Conn: m.Connect(t, "planner"), Names: m.Names, Config: agents[0], Logger: slog.New(slog.DiscardHandler), ID: "planner-test"})
+	roles.Go("planner", func(ctx context.Context) error {
+		return planner.Run(ctx, planner.Deps{Conn: roles.Connect("planner"), Names: m.Names, Config: agents[0], Logger: slog.New(slog.DiscardHandler), ID: "planner-test"})
 	})
 	return m
 }

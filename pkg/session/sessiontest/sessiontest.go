@@ -125,3 +125,21 @@ func Children(t testing.TB, c *bus.Conn, names protocol.Names, parent string) []
 	}
 	return out
 }
+
+// Publish writes events to session id's trace as the roles would (each event's SessionID is
+// set to id) and waits until the server has stored them all.
+func Publish(t testing.TB, c *bus.Conn, names protocol.Names, id string, evs ...protocol.Event) {
+	t.Helper()
+	pub := trace.NewPublisher(c.JS, names, "test")
+	for _, ev := range evs {
+		ev.SessionID = id
+		if err := pub.Emit(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

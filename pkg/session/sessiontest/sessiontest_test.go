@@ -9,7 +9,6 @@ import (
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/session"
 	"github.com/skein-mesh/skein/pkg/session/sessiontest"
-	"github.com/skein-mesh/skein/pkg/trace"
 )
 
 // The helpers read what a real mesh holds: a session's events up to its usage event, its
@@ -35,20 +34,12 @@ func TestHelpersReadARealMesh(t *testing.T) {
 		t.Fatalf("children of parent: %+v", kids)
 	}
 
-	pub := trace.NewPublisher(m.Conn.JS, m.Names, "test")
-	for _, ev := range []protocol.Event{
-		{SessionID: "parent", Type: protocol.EvSessionStarted, Role: "planner"},
-		{SessionID: "parent", Type: protocol.EvStepStarted, Role: "executor"},
-		{SessionID: "parent", Type: protocol.EvUsage, Role: "planner"},
-		{SessionID: "parent", Type: protocol.EvStepStarted, Role: "executor"}, // after the end: not read
-	} {
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	sessiontest.Publish(t, m.Conn, m.Names, "parent",
+		protocol.Event{Type: protocol.EvSessionStarted, Role: "planner"},
+		protocol.Event{Type: protocol.EvStepStarted, Role: "executor"},
+		protocol.Event{Type: protocol.EvUsage, Role: "planner"},
+		protocol.Event{Type: protocol.EvStepStarted, Role: "executor"}, // after the end: not read
+	)
 	evs := sessiontest.WaitEnd(t, m.Conn, m.Names, "parent")
 	if len(evs) != 3 || evs[2].Type != protocol.EvUsage {
 		t.Fatalf("WaitEnd read %d events, want 3 ending in usage: %+v", len(evs), evs)
