@@ -14,7 +14,7 @@ import (
 
 	"github.com/skein-mesh/skein/pkg/bus/bustest"
 	"github.com/skein-mesh/skein/pkg/protocol"
-	"github.com/skein-mesh/skein/pkg/trace"
+	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 )
 
 // These tests hold the `--json` output of each command to the shape docs/json.md documents:
@@ -125,7 +125,6 @@ var minedOptional = []string{"cases", "case_skips"}
 
 func TestTraceUsageAndMiningCommandsJSON(t *testing.T) {
 	m := memMesh(t)
-	pub := trace.NewPublisher(m.Conn.JS, m.Names, "test")
 	report := &protocol.UsageReport{Usage: protocol.Usage{InputTokens: 120, OutputTokens: 7}}
 	evs := []protocol.Event{
 		{Type: protocol.EvSessionStarted, Agent: "demo", Task: "read /data/x.csv"},
@@ -134,17 +133,9 @@ func TestTraceUsageAndMiningCommandsJSON(t *testing.T) {
 		{Type: protocol.EvFinal, Outcome: protocol.OutcomeIncompleteToolFail},
 		{Type: protocol.EvUsage, Agent: "demo", Outcome: protocol.OutcomeIncompleteToolFail, Report: report},
 	}
-	for _, ev := range evs {
-		ev.SessionID = "s-1"
-		if err := pub.Emit(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sessiontest.Publish(t, m.Conn, m.Names, "s-1", evs...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := pub.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
 	usage := protocol.Event{SessionID: "s-1", Type: protocol.EvUsage, Agent: "demo", Report: report, Time: time.Now().UTC()}
 	data, err := protocol.Marshal(&usage)
 	if err != nil {
