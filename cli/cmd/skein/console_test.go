@@ -278,11 +278,19 @@ func TestConsoleEndToEnd(t *testing.T) {
 		}
 		return v[0], v[1]
 	}
-	// sameTokens checks that the tree's root shows the row's token counts.
+	// sameTokens checks that the tree's root shows the row's token counts. It reads until they
+	// are there: the tree is drawn again when the session's record changes (its mining ends),
+	// and a node read while it is replaced reads as "".
 	sameTokens := func(own string) {
 		t.Helper()
 		in, out, _ := strings.Cut(own, " / ")
-		if root := text(`#d-tree > ul > li > div > div.muted`); !strings.Contains(root, in+" in / "+out+" out") {
+		var root string
+		if err := poll.Wait(10*time.Second, func() error {
+			if root = text(`#d-tree > ul > li > div > div.muted`); !strings.Contains(root, in+" in / "+out+" out") {
+				return fmt.Errorf("tree root %q", root)
+			}
+			return nil
+		}); err != nil {
 			t.Errorf("tree root %q: want the list's token counts %s", root, own)
 		}
 	}
