@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/skein-mesh/skein/pkg/govern"
+	"github.com/skein-mesh/skein/pkg/poll"
 	"github.com/skein-mesh/skein/pkg/protocol"
 	"github.com/skein-mesh/skein/pkg/session/sessiontest"
 	"github.com/skein-mesh/skein/planner"
@@ -55,9 +56,14 @@ func TestPlanningCallIsChargedToTheSessionsLedger(t *testing.T) {
 // A session tree whose budget is spent before planning is not planned: no planning call is
 // made, and its one step ends budget_exceeded.
 func TestSpentBudgetIsNotPlanned(t *testing.T) {
-	r := startRig(t, planner.ModeForce, fruitScript)
+	// The planner starts once the deadline has passed: started before, it may take the task
+	// within the millisecond and rightly plan it.
+	r := startRigWithoutPlanner(t, planner.ModeForce, fruitScript)
 	const sid = "s-plan-spent"
 	r.submitBudget(t, sid, fruitTask, protocol.Budget{DeadlineS: 0.001})
+	deadline := sessiontest.Record(t, r.m.Conn, r.m.Names, sid).Deadline
+	poll.True(t, time.Second, "the session's deadline passing", func() bool { return time.Now().After(deadline) })
+	r.startPlanner(t)
 	r.serve(t)
 	evs := sessiontest.WaitEnd(t, r.m.Conn, r.m.Names, sid)
 	if n := len(sessiontest.Of(evs, protocol.EvModelCall, protocol.RolePlanner)); n != 0 {

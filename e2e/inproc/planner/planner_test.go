@@ -39,6 +39,15 @@ type rig struct {
 
 func startRig(t *testing.T, mode, script string, tweaks ...func(*config.Config)) *rig {
 	t.Helper()
+	r := startRigWithoutPlanner(t, mode, script, tweaks...)
+	r.startPlanner(t)
+	return r
+}
+
+// startRigWithoutPlanner is startRig before its planner starts (startPlanner): for a test
+// whose session must be in a given state before any planner sees its task.
+func startRigWithoutPlanner(t *testing.T, mode, script string, tweaks ...func(*config.Config)) *rig {
+	t.Helper()
 	m := bustest.Start(t)
 	path := filepath.Join(t.TempDir(), "script.yaml")
 	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
@@ -77,11 +86,15 @@ func startRig(t *testing.T, mode, script string, tweaks ...func(*config.Config))
 	r.roles.Go("gateway", func(ctx context.Context) error {
 		return gateway.Run(ctx, gateway.Deps{Conn: r.roles.Connect("gateway"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler)})
 	})
-	r.roles.Go("planner", func(ctx context.Context) error {
-		return planner.Run(ctx, planner.Deps{Conn: r.roles.Connect("planner"), Names: m.Names, Config: cfg, Logger: slog.New(slog.DiscardHandler),
-			Home: t.TempDir(), ID: "planner-under-test"})
-	})
 	return r
+}
+
+func (r *rig) startPlanner(t *testing.T) {
+	home := t.TempDir()
+	r.roles.Go("planner", func(ctx context.Context) error {
+		return planner.Run(ctx, planner.Deps{Conn: r.roles.Connect("planner"), Names: r.m.Names, Config: r.cfg, Logger: slog.New(slog.DiscardHandler),
+			Home: home, ID: "planner-under-test"})
+	})
 }
 
 func (r *rig) serve(t *testing.T) {
