@@ -32,9 +32,9 @@ func KV(t testing.TB, c *bus.Conn, names protocol.Names, bucket string) jetstrea
 	return kv
 }
 
-// WaitKey waits until bucket holds key: an executor registers its agent in the agents bucket,
+// waitKey waits until bucket holds key: an executor registers its agent in the agents bucket,
 // a toolhost its tools in the tools bucket, each once it is ready to serve them.
-func WaitKey(t testing.TB, c *bus.Conn, names protocol.Names, bucket, key string) {
+func waitKey(t testing.TB, c *bus.Conn, names protocol.Names, bucket, key string) {
 	t.Helper()
 	kv := KV(t, c, names, bucket)
 	poll.Eventually(t, ReadyTimeout, fmt.Sprintf("%q in bucket %s", key, bucket), func() error {
@@ -48,7 +48,7 @@ func WaitKey(t testing.TB, c *bus.Conn, names protocol.Names, bucket, key string
 // WaitAgent waits until an executor has registered agent, so the gateway accepts its tasks.
 func WaitAgent(t testing.TB, c *bus.Conn, names protocol.Names, agent string) {
 	t.Helper()
-	WaitKey(t, c, names, protocol.BucketAgents, agent)
+	waitKey(t, c, names, protocol.BucketAgents, agent)
 }
 
 // WaitTools waits until a toolhost has published every one of tools to the catalog, so that
@@ -56,7 +56,7 @@ func WaitAgent(t testing.TB, c *bus.Conn, names protocol.Names, agent string) {
 func WaitTools(t testing.TB, c *bus.Conn, names protocol.Names, tools ...string) {
 	t.Helper()
 	for _, name := range tools {
-		WaitKey(t, c, names, protocol.BucketTools, name)
+		waitKey(t, c, names, protocol.BucketTools, name)
 	}
 }
 
